@@ -1,0 +1,151 @@
+//! AppHttpHealthy: every agent probes one HTTP(S) URL.
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::common::{AgentSpec, NetHttpRequest, NetSuccessCondition, SchedulePlan};
+use super::common_rules::{
+    DURATION_FITS_ROUND, DURATION_FITS_ROUND_MESSAGE, TIMEOUT_FITS_ROUND,
+    TIMEOUT_FITS_ROUND_MESSAGE,
+};
+use super::status::TaskStatus;
+
+/// Spec of an AppHttpHealthy task.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "kdoctor.io",
+    version = "v1beta1",
+    kind = "AppHttpHealthy",
+    plural = "apphttphealthies",
+    singular = "apphttphealthy",
+    shortname = "ahh",
+    category = "kdoctor",
+    status = "TaskStatus",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"finish","type":"boolean","description":"finish","jsonPath":".status.finish"}"#,
+    printcolumn = r#"{"name":"expectedRound","type":"integer","description":"expectedRound","jsonPath":".status.expectedRound"}"#,
+    printcolumn = r#"{"name":"doneRound","type":"integer","description":"doneRound","jsonPath":".status.doneRound"}"#,
+    printcolumn = r#"{"name":"lastRoundStatus","type":"string","description":"lastRoundStatus","jsonPath":".status.lastRoundStatus"}"#,
+    printcolumn = r#"{"name":"schedule","type":"string","description":"schedule","jsonPath":".spec.schedule.schedule"}"#,
+    printcolumn = r#"{"name":"age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self == oldSelf").message("spec is immutable: delete and re-create the task to change it"))]
+#[x_kube(validation = Rule::new(TIMEOUT_FITS_ROUND).message(TIMEOUT_FITS_ROUND_MESSAGE).field_path(".request.perRequestTimeoutInMS"))]
+#[x_kube(validation = Rule::new(DURATION_FITS_ROUND).message(DURATION_FITS_ROUND_MESSAGE).field_path(".request.durationInSecond"))]
+pub struct AppHttpHealthySpec {
+    /// Run on a dedicated carrier instead of the default agent DaemonSet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_spec: Option<AgentSpec>,
+    /// When rounds run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<SchedulePlan>,
+    /// The URL to probe.
+    pub target: AppHttpHealthyTarget,
+    /// How hard to probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<NetHttpRequest>,
+    /// When the target is healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<NetSuccessCondition>,
+}
+
+/// HTTP method of an AppHttpHealthy probe.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "UPPERCASE")]
+#[allow(missing_docs)]
+pub enum HttpMethod {
+    Get,
+    Post,
+    Put,
+    Delete,
+    Connect,
+    Options,
+    Patch,
+    Head,
+}
+
+impl HttpMethod {
+    /// The method token.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpMethod::Get => "GET",
+            HttpMethod::Post => "POST",
+            HttpMethod::Put => "PUT",
+            HttpMethod::Delete => "DELETE",
+            HttpMethod::Connect => "CONNECT",
+            HttpMethod::Options => "OPTIONS",
+            HttpMethod::Patch => "PATCH",
+            HttpMethod::Head => "HEAD",
+        }
+    }
+}
+
+/// `spec.target` of AppHttpHealthy.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.tlsSecretName) == has(self.tlsSecretNamespace)")
+    .message("tlsSecretName and tlsSecretNamespace must be set together"))]
+#[x_kube(validation = Rule::new("has(self.bodyConfigmapName) == has(self.bodyConfigmapNamespace)")
+    .message("bodyConfigmapName and bodyConfigmapNamespace must be set together"))]
+pub struct AppHttpHealthyTarget {
+    /// URL to probe; `http://` is assumed when no scheme is given.
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = Rule::new("!self.contains('://') || self.startsWith('http://') || self.startsWith('https://')")
+        .message("scheme must be http or https"))]
+    pub host: String,
+    /// HTTP method.
+    pub method: HttpMethod,
+    /// Negotiate HTTP/2 over TLS (ALPN).
+    #[serde(default)]
+    pub http2: bool,
+    /// ConfigMap whose `data`, as a JSON object, is the request body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_configmap_name: Option<String>,
+    /// Namespace of `bodyConfigmapName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_configmap_namespace: Option<String>,
+    /// Secret with `ca.crt` (verify the server) and/or `tls.crt` + `tls.key` (client certificate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_secret_name: Option<String>,
+    /// Namespace of `tlsSecretName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_secret_namespace: Option<String>,
+    /// Request headers, each `"Name: value"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 100), inner(length(max = 8192)))]
+    #[x_kube(validation = Rule::new("self.all(h, h.matches('^[^:\\\\s]+:'))").message("each header must be \"Name: value\""))]
+    pub header: Option<Vec<String>>,
+    /// Report the full latency distribution, not only the mean.
+    #[serde(default)]
+    pub enable_latency_metric: bool,
+}
+
+/// A `header` entry that is not `"Name: value"`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// No `:` at all (upstream panicked here).
+    #[error("must be \"Name: value\"")]
+    NoColon,
+    /// The part before `:` is not a header name.
+    #[error("{0:?} is not a valid header name")]
+    BadName(String),
+    /// The value holds characters a header cannot carry.
+    #[error("the value holds characters a header cannot carry")]
+    BadValue,
+}
+
+/// Splits a `header` entry at its first `:` into a name and a trimmed value. Unlike upstream,
+/// text after a second `:` is kept (`Referer: http://x` keeps its URL).
+pub fn parse_header(entry: &str) -> Result<(String, String), HeaderError> {
+    let (name, value) = entry.split_once(':').ok_or(HeaderError::NoColon)?;
+    let name = name.trim();
+    if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+        return Err(HeaderError::BadName(name.to_string()));
+    }
+    let value = value.trim();
+    if http::HeaderValue::from_str(value).is_err() {
+        return Err(HeaderError::BadValue);
+    }
+    Ok((name.to_string(), value.to_string()))
+}

@@ -1,0 +1,145 @@
+//! One type over the three task kinds, for code that handles any task.
+
+use std::fmt;
+use std::str::FromStr;
+
+use kube::Resource;
+use serde::{Deserialize, Serialize};
+
+use super::{AgentSpec, AppHttpHealthy, NetReach, Netdns, SchedulePlan, TaskStatus};
+
+/// API group of the task kinds.
+pub const GROUP: &str = "kdoctor.io";
+/// API version of the task kinds.
+pub const VERSION: &str = "v1beta1";
+/// `apiVersion` of the task kinds.
+pub const API_VERSION: &str = "kdoctor.io/v1beta1";
+
+/// The kind of a task.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TaskKind {
+    /// Pod, Service and Ingress reachability between agents.
+    NetReach,
+    /// Health of one HTTP(S) application.
+    AppHttpHealthy,
+    /// Health of a DNS server.
+    Netdns,
+}
+
+impl TaskKind {
+    /// Every kind, in upstream's order.
+    pub const ALL: [TaskKind; 3] = [
+        TaskKind::NetReach,
+        TaskKind::AppHttpHealthy,
+        TaskKind::Netdns,
+    ];
+
+    /// The kind name (`NetReach`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskKind::NetReach => "NetReach",
+            TaskKind::AppHttpHealthy => "AppHttpHealthy",
+            TaskKind::Netdns => "Netdns",
+        }
+    }
+
+    /// The lower-case kind, used in report and carrier names (`netreach`).
+    pub fn lowercase(self) -> &'static str {
+        match self {
+            TaskKind::NetReach => "netreach",
+            TaskKind::AppHttpHealthy => "apphttphealthy",
+            TaskKind::Netdns => "netdns",
+        }
+    }
+
+    /// The resource plural (`netreaches`).
+    pub fn plural(self) -> &'static str {
+        match self {
+            TaskKind::NetReach => "netreaches",
+            TaskKind::AppHttpHealthy => "apphttphealthies",
+            TaskKind::Netdns => "netdnses",
+        }
+    }
+}
+
+impl fmt::Display for TaskKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A string that names no task kind.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown task kind {0:?}: supported kinds are NetReach, AppHttpHealthy and Netdns")]
+pub struct UnknownKind(pub String);
+
+impl FromStr for TaskKind {
+    type Err = UnknownKind;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TaskKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| UnknownKind(s.to_string()))
+    }
+}
+
+/// A task of any kind.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(untagged)]
+pub enum Task {
+    /// A NetReach task.
+    NetReach(NetReach),
+    /// An AppHttpHealthy task.
+    AppHttpHealthy(AppHttpHealthy),
+    /// A Netdns task.
+    Netdns(Netdns),
+}
+
+impl Task {
+    /// The kind.
+    pub fn kind(&self) -> TaskKind {
+        match self {
+            Task::NetReach(_) => TaskKind::NetReach,
+            Task::AppHttpHealthy(_) => TaskKind::AppHttpHealthy,
+            Task::Netdns(_) => TaskKind::Netdns,
+        }
+    }
+
+    /// `metadata.name` ("" when missing).
+    pub fn name(&self) -> &str {
+        let meta = match self {
+            Task::NetReach(t) => t.meta(),
+            Task::AppHttpHealthy(t) => t.meta(),
+            Task::Netdns(t) => t.meta(),
+        };
+        meta.name.as_deref().unwrap_or("")
+    }
+
+    /// `spec.schedule`.
+    pub fn schedule(&self) -> Option<&SchedulePlan> {
+        match self {
+            Task::NetReach(t) => t.spec.schedule.as_ref(),
+            Task::AppHttpHealthy(t) => t.spec.schedule.as_ref(),
+            Task::Netdns(t) => t.spec.schedule.as_ref(),
+        }
+    }
+
+    /// `spec.agentSpec`.
+    pub fn agent_spec(&self) -> Option<&AgentSpec> {
+        match self {
+            Task::NetReach(t) => t.spec.agent_spec.as_ref(),
+            Task::AppHttpHealthy(t) => t.spec.agent_spec.as_ref(),
+            Task::Netdns(t) => t.spec.agent_spec.as_ref(),
+        }
+    }
+
+    /// `status`.
+    pub fn status(&self) -> Option<&TaskStatus> {
+        match self {
+            Task::NetReach(t) => t.status.as_ref(),
+            Task::AppHttpHealthy(t) => t.status.as_ref(),
+            Task::Netdns(t) => t.status.as_ref(),
+        }
+    }
+}

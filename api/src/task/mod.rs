@@ -1,0 +1,20 @@
+//! The task kinds of `kdoctor.io/v1beta1` and what they share.
+
+pub mod apphttphealthy;
+pub mod common;
+pub mod common_rules;
+pub mod kind;
+pub mod netdns;
+pub mod netreach;
+pub mod status;
+
+pub use apphttphealthy::{AppHttpHealthy, AppHttpHealthySpec, AppHttpHealthyTarget, HttpMethod};
+pub use common::{AgentKind, AgentSpec, NetHttpRequest, NetSuccessCondition, SchedulePlan};
+pub use kind::{API_VERSION, GROUP, Task, TaskKind, UnknownKind, VERSION};
+pub use netdns::{
+    DnsProtocol, NetDnsTarget, NetDnsTargetDns, NetDnsTargetUser, Netdns, NetdnsRequest, NetdnsSpec,
+};
+pub use netreach::{NetReach, NetReachSpec, NetReachTarget};
+pub use status::{
+    LastRoundStatus, RoundStatus, RuntimeStatus, StatusHistoryRecord, TaskResource, TaskStatus,
+};

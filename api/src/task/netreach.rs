@@ -1,0 +1,108 @@
+//! NetReach: every agent probes every agent (pod IPs, Service ClusterIP/NodePort/LoadBalancer,
+//! Ingress) over HTTP.
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::common::{AgentSpec, NetHttpRequest, NetSuccessCondition, SchedulePlan};
+use super::status::TaskStatus;
+
+fn yes() -> bool {
+    true
+}
+
+/// Spec of a NetReach task.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "kdoctor.io",
+    version = "v1beta1",
+    kind = "NetReach",
+    plural = "netreaches",
+    singular = "netreach",
+    shortname = "nr",
+    category = "kdoctor",
+    status = "TaskStatus",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"finish","type":"boolean","description":"finish","jsonPath":".status.finish"}"#,
+    printcolumn = r#"{"name":"expectedRound","type":"integer","description":"expectedRound","jsonPath":".status.expectedRound"}"#,
+    printcolumn = r#"{"name":"doneRound","type":"integer","description":"doneRound","jsonPath":".status.doneRound"}"#,
+    printcolumn = r#"{"name":"lastRoundStatus","type":"string","description":"lastRoundStatus","jsonPath":".status.lastRoundStatus"}"#,
+    printcolumn = r#"{"name":"schedule","type":"string","description":"schedule","jsonPath":".spec.schedule.schedule"}"#,
+    printcolumn = r#"{"name":"age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self == oldSelf").message("spec is immutable: delete and re-create the task to change it"))]
+#[x_kube(validation = Rule::new(super::common_rules::TIMEOUT_FITS_ROUND).message(super::common_rules::TIMEOUT_FITS_ROUND_MESSAGE).field_path(".request.perRequestTimeoutInMS"))]
+#[x_kube(validation = Rule::new(super::common_rules::DURATION_FITS_ROUND).message(super::common_rules::DURATION_FITS_ROUND_MESSAGE).field_path(".request.durationInSecond"))]
+pub struct NetReachSpec {
+    /// Run on a dedicated carrier instead of the default agent DaemonSet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_spec: Option<AgentSpec>,
+    /// When rounds run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<SchedulePlan>,
+    /// What to probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<NetReachTarget>,
+    /// How hard to probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<NetHttpRequest>,
+    /// When a target is healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<NetSuccessCondition>,
+}
+
+/// `spec.target` of NetReach: which address types of the carrier to probe.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.ipv4 || self.ipv6").message("at least one of ipv4 and ipv6 must be true"))]
+#[x_kube(validation = Rule::new("self.endpoint || self.clusterIP || self.nodePort || self.loadBalancer || self.ingress")
+    .message("at least one of endpoint, clusterIP, nodePort, loadBalancer and ingress must be true"))]
+#[x_kube(validation = Rule::new("!self.ingress || self.ipv4").message("ingress targets are IPv4 only: ingress requires ipv4").field_path(".ingress"))]
+#[x_kube(validation = Rule::new("!self.multusInterface || self.endpoint").message("multusInterface adds secondary pod IPs: it requires endpoint").field_path(".multusInterface"))]
+pub struct NetReachTarget {
+    /// Probe IPv4 addresses.
+    #[serde(default = "yes")]
+    pub ipv4: bool,
+    /// Probe IPv6 addresses.
+    #[serde(default)]
+    pub ipv6: bool,
+    /// Probe every carrier pod IP.
+    #[serde(default = "yes")]
+    pub endpoint: bool,
+    /// Also probe multus secondary IPs of the carrier pods.
+    #[serde(default)]
+    pub multus_interface: bool,
+    /// Probe the carrier Service ClusterIP.
+    #[serde(default = "yes", rename = "clusterIP")]
+    pub cluster_ip: bool,
+    /// Probe the local node IP on the carrier Service NodePort.
+    #[serde(default = "yes")]
+    pub node_port: bool,
+    /// Probe the carrier Service LoadBalancer address.
+    #[serde(default)]
+    pub load_balancer: bool,
+    /// Probe the carrier Ingress.
+    #[serde(default)]
+    pub ingress: bool,
+    /// Report the full latency distribution, not only the mean.
+    #[serde(default)]
+    pub enable_latency_metric: bool,
+}
+
+impl Default for NetReachTarget {
+    /// The CRD defaults, as when `target: {}` is applied.
+    fn default() -> Self {
+        NetReachTarget {
+            ipv4: true,
+            ipv6: false,
+            endpoint: true,
+            multus_interface: false,
+            cluster_ip: true,
+            node_port: true,
+            load_balancer: false,
+            ingress: false,
+            enable_latency_metric: false,
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! The subcommands. Each returns its exit code; an `Err` is a usage or environment problem.
+
+pub mod crd;
+pub mod output;
+pub mod validate;
+
+use std::process::ExitCode;
+
+/// The checked thing failed (an invalid task, a failed round): exit code 1.
+pub fn exit_failed() -> ExitCode {
+    ExitCode::from(1)
+}
+
+/// Usage or environment error: exit code 2.
+pub fn exit_usage() -> ExitCode {
+    ExitCode::from(2)
+}

@@ -1,0 +1,152 @@
+//! `kdoctor validate -f FILE...`: check task files offline, with the same defaults and rules
+//! the controller applies. Exit 0 when every task is valid, 1 otherwise, 2 when a file or the
+//! configuration cannot be read.
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use kdoctor_api::config::Config;
+use kdoctor_api::defaults::ClusterFacts;
+use kdoctor_api::document::{Document, DocumentError, parse_tasks};
+use kdoctor_api::task::Task;
+use kdoctor_api::validation::{self, ErrorList};
+
+use super::output::{Format, render};
+
+/// Arguments of `kdoctor validate`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Task files or directories of them (`.yaml`, `.yml`, `.json`); `-` reads standard input.
+    #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
+    files: Vec<PathBuf>,
+
+    /// The kdoctor configuration (`conf.yml`) whose limits apply (default: upstream's defaults).
+    #[arg(long = "config", short = 'C', value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// `table`: one line per task; `yaml`/`json`: print the valid tasks with defaults applied.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    output: Format,
+}
+
+/// Checks every task of every file.
+pub fn run(args: &Args) -> Result<ExitCode> {
+    let config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            Config::from_yaml(&text).with_context(|| format!("{}", path.display()))?
+        }
+        None => Config::default(),
+    };
+    let mut report = String::new();
+    let mut valid_tasks: Vec<Task> = Vec::new();
+    let mut all_valid = true;
+    for (source, text) in read_sources(&args.files)? {
+        let Ok(text) = text else {
+            all_valid = false;
+            let _ = writeln!(report, "{source}: not a task file: not UTF-8 text");
+            continue;
+        };
+        let documents = parse_tasks(&text);
+        if documents.is_empty() {
+            all_valid = false;
+            let _ = writeln!(report, "{source}: no kdoctor task found");
+        }
+        for document in documents {
+            match check(document, &config) {
+                Ok(task) => {
+                    let _ = writeln!(report, "{source}: {} {:?}: valid", task.kind(), task.name());
+                    valid_tasks.push(task);
+                }
+                Err(message) => {
+                    all_valid = false;
+                    let _ = writeln!(report, "{source}: {message}");
+                }
+            }
+        }
+    }
+    let mut stdout = std::io::stdout();
+    if args.output == Format::Table {
+        stdout.write_all(report.as_bytes())?;
+    } else {
+        // The tasks go to stdout for piping; the verdicts to stderr.
+        if !valid_tasks.is_empty() {
+            stdout.write_all(render(&valid_tasks, args.output)?.as_bytes())?;
+        }
+        std::io::stderr().write_all(report.as_bytes())?;
+    }
+    Ok(if all_valid {
+        ExitCode::SUCCESS
+    } else {
+        super::exit_failed()
+    })
+}
+
+/// The effective task, or the text that says what is wrong with the document.
+fn check(document: Document, config: &Config) -> Result<Task, String> {
+    let what = match (&document.kind, &document.name) {
+        (Some(kind), Some(name)) => format!("{kind} {name:?}"),
+        (Some(kind), None) => kind.clone(),
+        _ => format!("document {}", document.index),
+    };
+    match document.task {
+        Ok(task) => validation::check(task, config, ClusterFacts::default())
+            .map_err(|errors| invalid(&what, &errors)),
+        Err(DocumentError::Schema(errors)) => Err(invalid(&what, &errors)),
+        Err(e) => Err(format!("{what}: {e}")),
+    }
+}
+
+/// kubectl's wording: `The NetReach "x" is invalid:` then one line per error.
+fn invalid(what: &str, errors: &ErrorList) -> String {
+    let mut text = format!("The {what} is invalid:");
+    for error in errors.iter() {
+        let _ = write!(text, "\n  * {error}");
+    }
+    text
+}
+
+/// Reads every file (directories: their `.yaml`, `.yml` and `.json` files, sorted). A file that
+/// is not text is returned as `Err`: a bad task file, not an environment problem.
+fn read_sources(paths: &[PathBuf]) -> Result<Vec<(String, Result<String, ()>)>> {
+    let mut sources = Vec::new();
+    for path in paths {
+        if path == Path::new("-") {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("cannot read standard input")?;
+            sources.push(("<stdin>".to_string(), Ok(text)));
+            continue;
+        }
+        let files = if path.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("cannot read directory {}", path.display()))?
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|p| {
+                    matches!(
+                        p.extension().and_then(|e| e.to_str()),
+                        Some("yaml" | "yml" | "json")
+                    )
+                })
+                .collect();
+            files.sort();
+            files
+        } else {
+            vec![path.clone()]
+        };
+        for file in files {
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            sources.push((
+                file.display().to_string(),
+                String::from_utf8(bytes).map_err(|_| ()),
+            ));
+        }
+    }
+    Ok(sources)
+}

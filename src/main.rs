@@ -1,0 +1,40 @@
+//! `kdoctor`: one binary for every role (controller, agent, local mode) and its tools.
+//! This file only wires the command line to the subcommands in `cmd/`.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Kubernetes network inspector: probes pods, Services, Ingress and DNS, and serves the reports
+/// through the Kubernetes aggregation layer.
+#[derive(Parser)]
+#[command(name = "kdoctor", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the task CRDs (NetReach, AppHttpHealthy, Netdns).
+    Crd(cmd::crd::Args),
+    /// Check task files offline: apply defaults and print every problem with its field path.
+    Validate(cmd::validate::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Crd(args) => cmd::crd::run(&args),
+        Command::Validate(args) => cmd::validate::run(&args),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            cmd::exit_usage()
+        }
+    }
+}
