@@ -75,7 +75,7 @@ impl FromStr for Schedule {
             }
             5 => {
                 let cron = croner::Cron::from_str(&fields.join(" "))
-                    .map_err(|e| ScheduleError::Cron(e.to_string()))?;
+                    .map_err(|e| ScheduleError::Cron(explain_cron_error(&fields, &e)))?;
                 let schedule = Schedule::Cron(Box::new(cron));
                 // A pattern such as "0 0 30 2 *" parses but has no date to run on.
                 if schedule.next_start(reference_time()).is_none() {
@@ -85,6 +85,26 @@ impl FromStr for Schedule {
             }
             n => Err(ScheduleError::FieldCount(n)),
         }
+    }
+}
+
+/// Names of the five cron fields, in order.
+const CRON_FIELDS: [&str; 5] = ["minute", "hour", "day-of-month", "month", "day-of-week"];
+
+/// Croner's errors do not say which field is wrong: find it by parsing each field alone.
+fn explain_cron_error(fields: &[&str], error: &croner::errors::CronError) -> String {
+    let culprit = (0..fields.len()).find(|&i| {
+        let alone: Vec<&str> = (0..fields.len())
+            .map(|j| if j == i { fields[j] } else { "*" })
+            .collect();
+        croner::Cron::from_str(&alone.join(" ")).is_err()
+    });
+    match culprit {
+        Some(i) => format!(
+            "the {} field {:?} is invalid ({error})",
+            CRON_FIELDS[i], fields[i]
+        ),
+        None => error.to_string(),
     }
 }
 

@@ -4,20 +4,35 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use kdoctor_api::task::TaskKind;
 
 use super::output::{Format, render};
 
 /// Arguments of `kdoctor crd`.
 #[derive(clap::Args)]
 pub struct Args {
+    /// Only this kind's CRD (NetReach, AppHttpHealthy or Netdns); repeatable.
+    #[arg(long = "kind", value_parser = parse_kind)]
+    kinds: Vec<TaskKind>,
+
     /// Output format (table prints YAML, like yaml).
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Yaml)]
     output: Format,
 }
 
-/// Prints the three CRDs.
+fn parse_kind(text: &str) -> Result<TaskKind, String> {
+    text.parse()
+        .map_err(|e: kdoctor_api::task::UnknownKind| e.to_string())
+}
+
+/// Prints the CRDs.
 pub fn run(args: &Args) -> Result<ExitCode> {
-    let text = render(&kdoctor_api::crd::crds(), args.output)?;
-    std::io::stdout().write_all(text.as_bytes())?;
+    let kinds: &[TaskKind] = if args.kinds.is_empty() {
+        &TaskKind::ALL
+    } else {
+        &args.kinds
+    };
+    let crds: Vec<_> = kinds.iter().map(|k| kdoctor_api::crd::crd(*k)).collect();
+    std::io::stdout().write_all(render(&crds, args.output)?.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }

@@ -22,11 +22,6 @@ pub const DEFAULT_SUCCESS_RATE: f64 = 1.0;
 /// CRD default of `expect.meanAccessDelayInMs` when an `expect` block is given.
 pub const DEFAULT_MEAN_ACCESS_DELAY_IN_MS: i64 = 5000;
 
-/// Regular expression (RE2 and Rust `regex` compatible) of the interval form "M N".
-pub const INTERVAL_SCHEDULE_PATTERN: &str = r"^[ \t]*[0-9]+[ \t]+[0-9]+[ \t]*$";
-/// Regular expression of a 5-field cron schedule (field content is checked by the cron parser).
-pub const CRON_SCHEDULE_PATTERN: &str = r"^[ \t]*[^ \t]+([ \t]+[^ \t]+){4}[ \t]*$";
-
 fn default_round_timeout_minute() -> i64 {
     DEFAULT_ROUND_TIMEOUT_MINUTE
 }
@@ -43,10 +38,13 @@ fn default_qps() -> i64 {
 /// `spec.schedule`: when rounds start, how long each may take and how many there are.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.schedule)")
+    .message("\"<start minutes> <interval minutes>\" or a 5-field cron expression is required")
+    .field_path(".schedule"))]
 #[x_kube(validation = Rule::new(
     "!has(self.schedule) || !self.schedule.matches('^[ \\t]*[0-9]+[ \\t]+[0-9]+[ \\t]*$') \
      || int(self.schedule.findAll('[0-9]+')[1]) >= self.roundTimeoutMinute"
-).message("roundTimeoutMinute must not be greater than the interval of the schedule")
+).message("must not be greater than the interval of the schedule")
  .field_path(".roundTimeoutMinute"))]
 pub struct SchedulePlan {
     /// "M N" (first round M minutes after the task is seen, then every N minutes) or a 5-field
