@@ -24,7 +24,12 @@ fn kdoctor_with_stdin(args: &[&str], stdin: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("kdoctor starts");
-    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("stdin written");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("stdin written");
     child.wait_with_output().expect("kdoctor ends")
 }
 
@@ -58,8 +63,18 @@ fn crd_output_is_three_crds_equal_to_manifests() {
     let crds: Vec<CustomResourceDefinition> = serde_yaml::Deserializer::from_str(&text)
         .map(|doc| CustomResourceDefinition::deserialize(doc).expect("a CustomResourceDefinition"))
         .collect();
-    let names: Vec<&str> = crds.iter().filter_map(|c| c.metadata.name.as_deref()).collect();
-    assert_eq!(names, ["netreaches.kdoctor.io", "apphttphealthies.kdoctor.io", "netdnses.kdoctor.io"]);
+    let names: Vec<&str> = crds
+        .iter()
+        .filter_map(|c| c.metadata.name.as_deref())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "netreaches.kdoctor.io",
+            "apphttphealthies.kdoctor.io",
+            "netdnses.kdoctor.io"
+        ]
+    );
 
     let mut committed = String::new();
     for plural in ["netreaches", "apphttphealthies", "netdnses"] {
@@ -80,13 +95,23 @@ fn crd_can_print_one_kind_as_json() {
     assert_eq!(crd.spec.names.kind, "Netdns");
     let output = kdoctor(&["crd", "--kind", "Pod"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("unknown task kind \"Pod\""), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("unknown task kind \"Pod\""),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
 fn validate_accepts_the_examples() {
     let output = kdoctor(&["validate", "-f", "examples/"]);
-    assert_eq!(output.status.code(), Some(0), "{}{}", stdout(&output), stderr(&output));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
     assert_eq!(
         stdout(&output),
         "examples/apphttphealthy.yaml: AppHttpHealthy \"example-http\": valid\n\
@@ -134,14 +159,26 @@ spec:
 fn files_that_are_not_tasks_get_one_clear_line() {
     let dir = scratch("not-tasks");
     let cases: [(&str, &[u8], &str); 5] = [
-        ("broken.yaml", b"spec: [unclosed\n", "document 1: not valid YAML: "),
-        ("binary.yaml", &[0xff, 0xfe, 0x00, 0x9c], "not a task file: not UTF-8 text"),
+        (
+            "broken.yaml",
+            b"spec: [unclosed\n",
+            "document 1: not valid YAML: ",
+        ),
+        (
+            "binary.yaml",
+            &[0xff, 0xfe, 0x00, 0x9c],
+            "not a task file: not UTF-8 text",
+        ),
         (
             "configmap.yaml",
             b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
             "ConfigMap \"x\": not a kdoctor task: apiVersion \"v1\", kind \"ConfigMap\"",
         ),
-        ("scalar.yaml", b"just some words\n", "document 1: not a Kubernetes object"),
+        (
+            "scalar.yaml",
+            b"just some words\n",
+            "document 1: not a Kubernetes object",
+        ),
         ("empty.yaml", b"# nothing here\n", "no kdoctor task found"),
     ];
     for (name, content, expected) in cases {
@@ -150,7 +187,10 @@ fn files_that_are_not_tasks_get_one_clear_line() {
         assert_eq!(output.status.code(), Some(1), "{name}");
         let out = stdout(&output);
         assert_eq!(out.lines().count(), 1, "{name}: {out}");
-        assert!(out.starts_with(&format!("{file}: {expected}")), "{name}: {out}");
+        assert!(
+            out.starts_with(&format!("{file}: {expected}")),
+            "{name}: {out}"
+        );
         assert!(stderr(&output).is_empty(), "{name}: {}", stderr(&output));
     }
 }
@@ -167,7 +207,8 @@ fn an_unreadable_file_is_an_environment_error() {
 
 #[test]
 fn validate_reads_stdin_and_prints_the_effective_task() {
-    let task = "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: minimal}\nspec: {}\n";
+    let task =
+        "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: minimal}\nspec: {}\n";
     let output = kdoctor_with_stdin(&["validate", "-f", "-", "-o", "yaml"], task);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(stderr(&output), "<stdin>: NetReach \"minimal\": valid\n");
