@@ -7,6 +7,7 @@ pub mod crd;
 pub mod defaults;
 pub mod document;
 pub mod go_duration;
+pub mod labels;
 pub mod naming;
 pub mod report;
 pub mod schedule;

@@ -11,8 +11,10 @@ mod field;
 mod kinds;
 mod names;
 pub mod structure;
+mod tls_secret;
 
 pub use field::{BadValue, ErrorKind, ErrorList, FieldError, FieldPath};
+pub use tls_secret::{TLS_SECRET_KEYS, check_tls_secret};
 
 use crate::config::Config;
 use crate::defaults::{self, ClusterFacts};

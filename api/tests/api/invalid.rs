@@ -683,3 +683,32 @@ fn a_spec_with_every_block_missing_is_reported_not_dereferenced() {
     .expect_err("nothing is set");
     assert_eq!(errors.iter().count(), 4, "{errors}");
 }
+
+#[test]
+fn a_tls_secret_holds_only_non_empty_tls_keys() {
+    use kdoctor_api::validation::check_tls_secret;
+    assert!(
+        check_tls_secret(
+            "ns",
+            "client",
+            [("ca.crt", 10), ("tls.crt", 10), ("tls.key", 10)]
+        )
+        .is_ok()
+    );
+    assert!(check_tls_secret("ns", "ca-only", [("ca.crt", 10)]).is_ok());
+    let errors = check_tls_secret(
+        "ns",
+        "client",
+        [("ca.crt", 0), ("token", 5), ("tls.crt", 3)],
+    )
+    .expect_err("bad secret");
+    let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        text,
+        [
+            r#"spec.target.tlsSecretName: Invalid value: "client": Secret ns/client: key "ca.crt" is empty"#,
+            r#"spec.target.tlsSecretName: Invalid value: "client": Secret ns/client holds key "token": only ca.crt, tls.crt and tls.key may be used"#,
+            r#"spec.target.tlsSecretName: Invalid value: "client": Secret ns/client: a client certificate needs both tls.crt and tls.key"#,
+        ]
+    );
+}
