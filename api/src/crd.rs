@@ -1,10 +1,14 @@
 //! The three task CRDs, as `kdoctor crd` prints them and `manifests/crds/` holds them.
+//!
+//! The kube derive gives each kind its schema, field rules and names; what all three share is
+//! added here once: printer columns, the spec-level CEL rules and the carrier-name rule.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, ValidationRule,
+    CustomResourceColumnDefinition, CustomResourceDefinition, JSONSchemaProps, ValidationRule,
 };
 use kube::CustomResourceExt;
 
+use crate::defaults::OMITTED_SCHEDULE_ROUND_TIMEOUT_MINUTE;
 use crate::naming::{carrier_name_message, carrier_name_rule};
 use crate::task::{AppHttpHealthy, NetReach, Netdns, TaskKind};
 
@@ -15,7 +19,19 @@ pub fn crd(kind: TaskKind) -> CustomResourceDefinition {
         TaskKind::AppHttpHealthy => AppHttpHealthy::crd(),
         TaskKind::Netdns => Netdns::crd(),
     };
-    add_carrier_name_rule(&mut crd, kind);
+    for version in &mut crd.spec.versions {
+        version.additional_printer_columns = Some(printer_columns());
+        if let Some(root) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            add_rules(root, [carrier_name(kind)]);
+            if let Some(spec) = root.properties.as_mut().and_then(|p| p.get_mut("spec")) {
+                add_rules(spec, spec_rules());
+            }
+        }
+    }
     crd
 }
 
@@ -24,25 +40,96 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     TaskKind::ALL.into_iter().map(crd).collect()
 }
 
+/// Upstream's columns (kubectl prints them upper-cased), plus AGE, which kubectl only adds by
+/// itself when a CRD declares no columns.
+fn printer_columns() -> Vec<CustomResourceColumnDefinition> {
+    let column = |name: &str, type_: &str, json_path: &str, description: &str| {
+        CustomResourceColumnDefinition {
+            name: name.to_string(),
+            type_: type_.to_string(),
+            json_path: json_path.to_string(),
+            description: Some(description.to_string()),
+            ..CustomResourceColumnDefinition::default()
+        }
+    };
+    vec![
+        column("finish", "boolean", ".status.finish", "finish"),
+        column(
+            "expectedRound",
+            "integer",
+            ".status.expectedRound",
+            "expectedRound",
+        ),
+        column("doneRound", "integer", ".status.doneRound", "doneRound"),
+        column(
+            "lastRoundStatus",
+            "string",
+            ".status.lastRoundStatus",
+            "lastRoundStatus",
+        ),
+        column("schedule", "string", ".spec.schedule.schedule", "schedule"),
+        column(
+            "age",
+            "date",
+            ".metadata.creationTimestamp",
+            "time since creation",
+        ),
+    ]
+}
+
+fn rule(rule: String, message: &str, field_path: Option<&str>) -> ValidationRule {
+    ValidationRule {
+        rule,
+        message: Some(message.to_string()),
+        field_path: field_path.map(str::to_string),
+        ..ValidationRule::default()
+    }
+}
+
+/// Rules on `spec` that relate its blocks: immutability and the round window.
+fn spec_rules() -> [ValidationRule; 3] {
+    let window = format!(
+        "(has(self.schedule) ? self.schedule.roundTimeoutMinute : {OMITTED_SCHEDULE_ROUND_TIMEOUT_MINUTE}) * 60000"
+    );
+    [
+        rule(
+            "self == oldSelf".to_string(),
+            "spec is immutable: delete and re-create the task to change it",
+            None,
+        ),
+        rule(
+            format!(
+                "!has(self.request) || !has(self.request.perRequestTimeoutInMS) \
+                 || self.request.perRequestTimeoutInMS <= {window}"
+            ),
+            "must not be greater than schedule.roundTimeoutMinute in milliseconds",
+            Some(".request.perRequestTimeoutInMS"),
+        ),
+        rule(
+            format!(
+                "!has(self.request) || self.request.durationInSecond * 1000 \
+                 + (has(self.request.perRequestTimeoutInMS) ? self.request.perRequestTimeoutInMS : 0) \
+                 <= {window}"
+            ),
+            "durationInSecond plus perRequestTimeoutInMS must fit in schedule.roundTimeoutMinute",
+            Some(".request.durationInSecond"),
+        ),
+    ]
+}
+
 /// With agentSpec the task name becomes part of Service names (DNS-1035 labels, at most 63
 /// characters): reject names that cannot be used at apply time instead of failing later.
-fn add_carrier_name_rule(crd: &mut CustomResourceDefinition, kind: TaskKind) {
-    let rule = ValidationRule {
-        rule: carrier_name_rule(kind),
-        message: Some(carrier_name_message(kind)),
-        field_path: Some(".metadata.name".to_string()),
-        ..ValidationRule::default()
-    };
-    for version in &mut crd.spec.versions {
-        if let Some(schema) = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.as_mut())
-        {
-            schema
-                .x_kubernetes_validations
-                .get_or_insert_with(Vec::new)
-                .push(rule.clone());
-        }
-    }
+fn carrier_name(kind: TaskKind) -> ValidationRule {
+    rule(
+        carrier_name_rule(kind),
+        &carrier_name_message(kind),
+        Some(".metadata.name"),
+    )
+}
+
+fn add_rules(schema: &mut JSONSchemaProps, rules: impl IntoIterator<Item = ValidationRule>) {
+    schema
+        .x_kubernetes_validations
+        .get_or_insert_with(Vec::new)
+        .extend(rules);
 }

@@ -17,11 +17,13 @@
 
 use crate::config::Config;
 use crate::task::common::{DEFAULT_MEAN_ACCESS_DELAY_IN_MS, DEFAULT_SUCCESS_RATE};
-use crate::task::common_rules::OMITTED_SCHEDULE_ROUND_TIMEOUT_MINUTE;
 use crate::task::{
     AgentSpec, AppHttpHealthySpec, NetDnsTarget, NetDnsTargetDns, NetHttpRequest, NetReachSpec,
     NetReachTarget, NetSuccessCondition, NetdnsRequest, NetdnsSpec, SchedulePlan, Task,
 };
+
+/// `roundTimeoutMinute` when the whole `schedule` block is omitted.
+pub const OMITTED_SCHEDULE_ROUND_TIMEOUT_MINUTE: i64 = 1;
 
 /// Facts about the cluster that upstream's webhook looked up to default a NetReach target.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

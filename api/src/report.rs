@@ -358,10 +358,10 @@ pub struct EncodedHistogram {
     pub data: String,
 }
 
-/// Measurements of one HTTP target.
+/// Measurements every target has, HTTP or DNS (upstream's leading keys, in order).
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct HttpMetrics {
+pub struct RequestMetrics {
     /// First request.
     pub request_start_time: Time,
     /// Last response.
@@ -380,6 +380,15 @@ pub struct HttpMetrics {
     pub latencies: LatencyDistribution,
     /// Some planned requests were never sent.
     pub exists_not_send_requests: bool,
+}
+
+/// Measurements of one HTTP target.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpMetrics {
+    /// Counts, rate and latencies.
+    #[serde(flatten)]
+    pub requests: RequestMetrics,
     /// Bytes received, as `"<n> byte"`.
     pub total_data_size: String,
     /// Responses by status code (0: transport error).
@@ -393,24 +402,9 @@ pub struct HttpMetrics {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DnsMetrics {
-    /// First query.
-    pub request_start_time: Time,
-    /// Last answer.
-    pub request_end_time: Time,
-    /// Go duration string.
-    pub request_duration: String,
-    /// Queries sent.
-    pub request_counts: i64,
-    /// Successful queries.
-    pub success_counts: i64,
-    /// Queries per second achieved.
-    pub tps: f64,
-    /// Failed queries by error.
-    pub errors: BTreeMap<String, i64>,
-    /// Latency percentiles.
-    pub latencies: LatencyDistribution,
-    /// Some planned queries were never sent.
-    pub exists_not_send_requests: bool,
+    /// Counts, rate and latencies.
+    #[serde(flatten)]
+    pub requests: RequestMetrics,
     /// Queried name (FQDN).
     pub domain: String,
     /// Server address.

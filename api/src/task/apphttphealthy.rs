@@ -4,10 +4,6 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::common::{AgentSpec, NetHttpRequest, NetSuccessCondition, SchedulePlan};
-use super::common_rules::{
-    DURATION_FITS_ROUND, DURATION_FITS_ROUND_MESSAGE, TIMEOUT_FITS_ROUND,
-    TIMEOUT_FITS_ROUND_MESSAGE,
-};
 use super::status::TaskStatus;
 
 /// Spec of an AppHttpHealthy task.
@@ -21,18 +17,9 @@ use super::status::TaskStatus;
     shortname = "ahh",
     category = "kdoctor",
     status = "TaskStatus",
-    derive = "PartialEq",
-    printcolumn = r#"{"name":"finish","type":"boolean","description":"finish","jsonPath":".status.finish"}"#,
-    printcolumn = r#"{"name":"expectedRound","type":"integer","description":"expectedRound","jsonPath":".status.expectedRound"}"#,
-    printcolumn = r#"{"name":"doneRound","type":"integer","description":"doneRound","jsonPath":".status.doneRound"}"#,
-    printcolumn = r#"{"name":"lastRoundStatus","type":"string","description":"lastRoundStatus","jsonPath":".status.lastRoundStatus"}"#,
-    printcolumn = r#"{"name":"schedule","type":"string","description":"schedule","jsonPath":".spec.schedule.schedule"}"#,
-    printcolumn = r#"{"name":"age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self == oldSelf").message("spec is immutable: delete and re-create the task to change it"))]
-#[x_kube(validation = Rule::new(TIMEOUT_FITS_ROUND).message(TIMEOUT_FITS_ROUND_MESSAGE).field_path(".request.perRequestTimeoutInMS"))]
-#[x_kube(validation = Rule::new(DURATION_FITS_ROUND).message(DURATION_FITS_ROUND_MESSAGE).field_path(".request.durationInSecond"))]
 pub struct AppHttpHealthySpec {
     /// Run on a dedicated carrier instead of the default agent DaemonSet.
     #[serde(default, skip_serializing_if = "Option::is_none")]

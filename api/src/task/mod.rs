@@ -2,7 +2,6 @@
 
 pub mod apphttphealthy;
 pub mod common;
-pub mod common_rules;
 pub mod kind;
 pub mod netdns;
 pub mod netreach;

@@ -5,7 +5,10 @@ use super::common::{self, Load, object, round_window_ms};
 use super::{ErrorList, FieldError, FieldPath};
 use crate::config::Config;
 use crate::task::apphttphealthy::parse_header;
-use crate::task::{AppHttpHealthySpec, NetHttpRequest, NetReachSpec, NetdnsSpec};
+use crate::task::{
+    AgentSpec, AppHttpHealthySpec, NetHttpRequest, NetReachSpec, NetSuccessCondition, NetdnsSpec,
+    SchedulePlan,
+};
 
 pub(super) fn net_reach(
     spec: &NetReachSpec,
@@ -13,16 +16,17 @@ pub(super) fn net_reach(
     path: &FieldPath,
     errors: &mut ErrorList,
 ) {
-    common::schedule(spec.schedule.as_ref(), &path.child("schedule"), errors);
-    http_request(
-        spec.request.as_ref(),
+    http_blocks(
+        HttpBlocks {
+            schedule: spec.schedule.as_ref(),
+            request: spec.request.as_ref(),
+            expect: spec.expect.as_ref(),
+            agent_spec: spec.agent_spec.as_ref(),
+        },
         config.net_reach_request_max_qps,
-        round_window_ms(spec.schedule.as_ref()),
-        &path.child("request"),
+        path,
         errors,
     );
-    common::expect(spec.expect.as_ref(), true, &path.child("expect"), errors);
-    common::agent_spec(spec.agent_spec.as_ref(), &path.child("agentSpec"), errors);
 
     let path = path.child("target");
     let Some(target) = &spec.target else {
@@ -71,16 +75,17 @@ pub(super) fn app_http_healthy(
     path: &FieldPath,
     errors: &mut ErrorList,
 ) {
-    common::schedule(spec.schedule.as_ref(), &path.child("schedule"), errors);
-    http_request(
-        spec.request.as_ref(),
+    http_blocks(
+        HttpBlocks {
+            schedule: spec.schedule.as_ref(),
+            request: spec.request.as_ref(),
+            expect: spec.expect.as_ref(),
+            agent_spec: spec.agent_spec.as_ref(),
+        },
         config.app_http_healthy_request_max_qps,
-        round_window_ms(spec.schedule.as_ref()),
-        &path.child("request"),
+        path,
         errors,
     );
-    common::expect(spec.expect.as_ref(), true, &path.child("expect"), errors);
-    common::agent_spec(spec.agent_spec.as_ref(), &path.child("agentSpec"), errors);
 
     let path = path.child("target");
     let target = &spec.target;
@@ -193,23 +198,35 @@ pub(super) fn netdns(spec: &NetdnsSpec, config: &Config, path: &FieldPath, error
     }
 }
 
-fn http_request(
-    request: Option<&NetHttpRequest>,
-    max_qps: i64,
-    window_ms: Option<i64>,
-    path: &FieldPath,
-    errors: &mut ErrorList,
-) {
-    let Some(request) = request else {
-        errors.push(FieldError::required(path.clone(), "request is required"));
-        return;
-    };
-    let load = Load {
-        duration_in_second: request.duration_in_second,
-        qps: request.qps,
-        per_request_timeout_in_ms: request.per_request_timeout_in_ms,
-    };
-    common::load(&load, max_qps, window_ms, path, errors);
+/// The blocks NetReach and AppHttpHealthy share.
+struct HttpBlocks<'a> {
+    schedule: Option<&'a SchedulePlan>,
+    request: Option<&'a NetHttpRequest>,
+    expect: Option<&'a NetSuccessCondition>,
+    agent_spec: Option<&'a AgentSpec>,
+}
+
+fn http_blocks(blocks: HttpBlocks<'_>, max_qps: i64, path: &FieldPath, errors: &mut ErrorList) {
+    common::schedule(blocks.schedule, &path.child("schedule"), errors);
+    match blocks.request {
+        None => errors.push(FieldError::required(
+            path.child("request"),
+            "request is required",
+        )),
+        Some(request) => common::load(
+            &Load {
+                duration_in_second: request.duration_in_second,
+                qps: request.qps,
+                per_request_timeout_in_ms: request.per_request_timeout_in_ms,
+            },
+            max_qps,
+            round_window_ms(blocks.schedule),
+            &path.child("request"),
+            errors,
+        ),
+    }
+    common::expect(blocks.expect, true, &path.child("expect"), errors);
+    common::agent_spec(blocks.agent_spec, &path.child("agentSpec"), errors);
 }
 
 /// Two fields that only make sense together.
