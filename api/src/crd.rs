@@ -119,12 +119,10 @@ fn spec_rules() -> [ValidationRule; 3] {
 
 /// With agentSpec the task name becomes part of Service names (DNS-1035 labels, at most 63
 /// characters): reject names that cannot be used at apply time instead of failing later.
+/// (No fieldPath: the API server resolves it against the schema, which leaves `metadata` to
+/// the server and so has no `metadata.name` property.)
 fn carrier_name(kind: TaskKind) -> ValidationRule {
-    rule(
-        carrier_name_rule(kind),
-        &carrier_name_message(kind),
-        Some(".metadata.name"),
-    )
+    rule(carrier_name_rule(kind), &carrier_name_message(kind), None)
 }
 
 fn add_rules(schema: &mut JSONSchemaProps, rules: impl IntoIterator<Item = ValidationRule>) {

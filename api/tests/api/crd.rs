@@ -256,3 +256,42 @@ fn crds_survive_a_round_trip_through_yaml() {
         assert_eq!(back, original);
     }
 }
+
+/// Every rule's fieldPath with the schema node the rule sits on.
+fn field_paths(node: &Value, out: &mut Vec<(String, Value)>) {
+    if let Some(list) = node
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    {
+        for rule in list {
+            if let Some(path) = rule.get("fieldPath").and_then(Value::as_str) {
+                out.push((path.to_string(), node.clone()));
+            }
+        }
+    }
+    if let Some(Value::Object(children)) = node.get("properties") {
+        children.values().for_each(|c| field_paths(c, out));
+    }
+    if let Some(items) = node.get("items") {
+        field_paths(items, out);
+    }
+}
+
+/// The API server refuses a CRD whose rule names a fieldPath its schema does not declare.
+#[test]
+fn every_field_path_names_a_declared_property() {
+    for kind in TaskKind::ALL {
+        let mut found = Vec::new();
+        field_paths(schema(kind), &mut found);
+        assert!(!found.is_empty());
+        for (path, node) in found {
+            let mut at = &node;
+            for segment in path.trim_start_matches('.').split('.') {
+                at = at
+                    .get("properties")
+                    .and_then(|p| p.get(segment))
+                    .unwrap_or_else(|| panic!("{kind}: fieldPath {path} does not resolve"));
+            }
+        }
+    }
+}
