@@ -6,6 +6,8 @@ pub mod config;
 pub mod crd;
 pub mod defaults;
 pub mod document;
+#[cfg(feature = "fixtures")]
+pub mod fixtures;
 pub mod go_duration;
 pub mod labels;
 pub mod naming;

@@ -1,4 +1,34 @@
-//! kdoctor-store: the embedded report store of the controller.
+//! kdoctor-store: the controller's embedded report store, on sled.
 //!
-//! Not built yet (issue 3): this crate deliberately exports nothing, so that no other crate can
-//! depend on behaviour that does not exist.
+//! It keeps task incarnations (kind + name + UID: a re-created task never mixes with the old
+//! one), the controller's round summaries and every agent's round report, and announces every
+//! change with a resourceVersion that survives restarts. Designed around sled 0.34's weak spots:
+//! values are zstd-compressed and never larger than 64 KiB (chunked), the page cache is set
+//! explicitly, index and data change in one atomic batch, writes return after a flush, one
+//! process holds the store, and a store that fails to open is never wiped.
+
+mod codec;
+mod config;
+mod error;
+mod index;
+mod keys;
+mod lock;
+mod metrics;
+mod model;
+mod retention;
+mod store;
+
+pub use codec::MAX_VALUE_BYTES;
+pub use config::{
+    DEFAULT_CACHE_CAPACITY, DEFAULT_EVENT_WINDOW, DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Retention,
+    StoreConfig,
+};
+pub use error::{Result, StoreError};
+pub use index::{Entry, RoundMeta};
+pub use metrics::StoreMetrics;
+pub use model::{
+    Event, EventType, IncarnationId, Outcome, Progress, ReportMeta, RoundResult, RoundSummary,
+    TaskRecord, TaskSummary,
+};
+pub use retention::{Reason, Removal, SweepReport, plan as plan_retention, run_retention};
+pub use store::{FORMAT_VERSION, NewReport, RoundInfo, Stats, Store, Subscription, WatchError};

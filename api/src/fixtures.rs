@@ -1,0 +1,85 @@
+//! Realistic reports for tests and benchmarks of other crates (feature `fixtures`).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::report::{
+    HttpMetrics, LatencyDistribution, NetReachTaskDetail, Report, RequestMetrics, SystemResource,
+    TaskResult, TotalRunningLoad,
+};
+
+/// A NetReach agent report of `round` from `node` with `targets` probed targets, whose numbers
+/// vary with `seed` so that reports differ.
+pub fn net_reach_report(node: &str, round: i64, targets: usize, seed: u64) -> Report {
+    let at = |s: i64| Time(jiff::Timestamp::from_second(1_767_225_600 + s).unwrap_or_default());
+    let details = (0..targets)
+        .map(|i| {
+            let n = seed.wrapping_mul(31).wrapping_add(i as u64);
+            let ip = format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff);
+            let mean = 0.2 + (n % 1000) as f32 / 1000.0;
+            NetReachTaskDetail {
+                name: format!("AgentPodV4IP_kdoctor-agent-{n:05x}_{ip}"),
+                url: format!("http://{ip}:80"),
+                method: "GET".to_string(),
+                request_succeed: true,
+                request_mean_delay: mean,
+                request_succeed_rate: 1.0,
+                failure_reason: None,
+                request_target_metrics: HttpMetrics {
+                    requests: RequestMetrics {
+                        request_start_time: at(round * 60),
+                        request_end_time: at(round * 60 + 10),
+                        request_duration: "10.0123s".to_string(),
+                        request_counts: 100,
+                        success_counts: 100,
+                        tps: 9.98 + (n % 7) as f64 / 100.0,
+                        errors: BTreeMap::new(),
+                        latencies: LatencyDistribution {
+                            p50: mean,
+                            p90: mean * 1.5,
+                            p95: mean * 1.8,
+                            p99: mean * 3.0,
+                            max: mean * 5.0,
+                            min: mean / 2.0,
+                            mean,
+                        },
+                        exists_not_send_requests: false,
+                    },
+                    total_data_size: format!("{} byte", 36_000 + n % 1000),
+                    status_codes: BTreeMap::from([(200, 100)]),
+                    histograms: None,
+                },
+            }
+        })
+        .collect();
+    Report {
+        round_number: round,
+        round_result: "succeed".to_string(),
+        node_name: node.to_string(),
+        pod_name: format!("kdoctor-agent-{}", seed % 100_000),
+        failed_reason: None,
+        round_start_time_stamp: at(round * 60),
+        round_end_time_stamp: at(round * 60 + 11),
+        round_duration: "11.180813761s".to_string(),
+        task_net_reach: Some(TaskResult {
+            target_type: "NetReach".to_string(),
+            target_number: targets as i64,
+            failure_reason: None,
+            round_succeed: true,
+            system_resource: SystemResource {
+                max_cpu: "30.651%".to_string(),
+                mean_cpu: "12.000%".to_string(),
+                max_memory: "97.00MB".to_string(),
+            },
+            running_load_total: TotalRunningLoad {
+                app_http_healthy_qps: 0,
+                net_reach_qps: 60,
+                net_dns_qps: 0,
+            },
+            round_task_detail: details,
+        }),
+        task_app_http_healthy: None,
+        task_net_dns: None,
+    }
+}

@@ -1,0 +1,930 @@
+//! [`Store`]: the one type that owns the sled database.
+//!
+//! Writes are serialized by one writer lock: each builds a single sled batch holding the data,
+//! the index rows, the new resourceVersion and the change event, applies it atomically, updates
+//! the in-memory index, publishes the event, releases the lock and only then flushes — so that
+//! concurrent writers share flushes, and a write returns only once it is durable.
+
+use std::collections::VecDeque;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use jiff::Timestamp;
+use kdoctor_api::report::Report;
+use kdoctor_api::task::TaskKind;
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::codec::{self, Frame};
+use crate::config::StoreConfig;
+use crate::error::{Result, StoreError};
+use crate::index::{Entry, Index, RoundMeta};
+use crate::keys;
+use crate::lock::LockFile;
+use crate::metrics::StoreMetrics;
+use crate::model::{
+    Event, EventType, IncarnationId, Outcome, Progress, ReportMeta, RoundResult, RoundSummary,
+    TaskRecord, TaskSummary,
+};
+
+/// Layout version written by this build.
+pub const FORMAT_VERSION: u32 = 1;
+/// Live events buffered per subscriber before it is told it lagged.
+const BROADCAST_CAPACITY: usize = 4096;
+
+/// The stored header of one agent report.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct ReportHeader {
+    meta: ReportMeta,
+    /// CRC-32 of the report's JSON, to find duplicates without reading the body.
+    json_crc: u32,
+}
+
+/// One round as the store has it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoundInfo {
+    /// Round number.
+    pub round: u64,
+    /// The controller's summary, once written.
+    pub summary: Option<RoundSummary>,
+    /// Agent reports stored.
+    pub reports: u64,
+    /// Bytes stored.
+    pub stored_bytes: u64,
+    /// Last write.
+    pub stored_at: Timestamp,
+}
+
+/// A report to store.
+#[derive(Clone, Debug)]
+pub struct NewReport<'a> {
+    /// The incarnation.
+    pub task: IncarnationId,
+    /// The agent's report; its `roundNumber` and `nodeName` place it.
+    pub report: &'a Report,
+}
+
+/// Totals of the store.
+#[derive(Serialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Stats {
+    /// Task incarnations.
+    pub tasks: u64,
+    /// Of which the CR is deleted.
+    pub deleted_tasks: u64,
+    /// Rounds.
+    pub rounds: u64,
+    /// Agent reports.
+    pub reports: u64,
+    /// Bytes stored (compressed).
+    pub stored_bytes: u64,
+    /// Bytes sled uses on disk.
+    pub disk_bytes: u64,
+    /// Last resourceVersion.
+    pub resource_version: u64,
+}
+
+/// Why a watch cannot resume.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WatchError {
+    /// The resourceVersion is older than the window of kept events (HTTP 410 Gone).
+    #[error(
+        "too old resource version: {requested} (oldest available: {oldest}); list again and watch from the list's resourceVersion"
+    )]
+    TooOld {
+        /// What the watcher asked for.
+        requested: u64,
+        /// The oldest resourceVersion a watch can resume from.
+        oldest: u64,
+    },
+}
+
+/// A watch: the events after the requested resourceVersion, then live ones.
+#[derive(Debug)]
+pub struct Subscription {
+    /// Kept events after the requested resourceVersion, in order.
+    pub backlog: Vec<Event>,
+    /// Later events. A `Lagged` error means the watcher fell too far behind and must relist.
+    pub live: broadcast::Receiver<Event>,
+}
+
+/// Writer state, under the writer lock.
+struct Writer {
+    rv: u64,
+    next_id: u64,
+    window: VecDeque<Event>,
+}
+
+/// The report store of the controller.
+pub struct Store {
+    path: PathBuf,
+    db: sled::Db,
+    writer: Mutex<Writer>,
+    index: RwLock<Index>,
+    events: broadcast::Sender<Event>,
+    config: StoreConfig,
+    metrics: StoreMetrics,
+    _lock: LockFile,
+}
+
+/// Changes one write makes, turned into one batch.
+#[derive(Default)]
+struct Changes {
+    batch: sled::Batch,
+    events: Vec<(EventType, IncarnationId, Option<u64>)>,
+}
+
+impl Changes {
+    fn insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.batch.insert(key, value);
+    }
+
+    fn remove(&mut self, key: Vec<u8>) {
+        self.batch.remove(key);
+    }
+
+    fn framed(&mut self, key: &[u8], plain: &[u8], old: Option<&Frame>) -> Result<u64> {
+        let encoded = codec::encode(key, plain, old)?;
+        for (k, v) in encoded.inserts {
+            self.insert(k, v);
+        }
+        for k in encoded.removes {
+            self.remove(k);
+        }
+        Ok(encoded.stored_bytes)
+    }
+
+    fn event(&mut self, event_type: EventType, id: IncarnationId, round: Option<u64>) {
+        self.events.push((event_type, id, round));
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store. Fails, changing nothing, when another process holds it,
+    /// when sled cannot open it, or when it was written by a newer layout.
+    pub fn open(config: StoreConfig) -> Result<Store> {
+        let path = config.path.clone();
+        let lock = LockFile::acquire(&path)?;
+        let db = sled::Config::new()
+            .path(path.join("db"))
+            .cache_capacity(config.cache_capacity)
+            .mode(sled::Mode::LowSpace)
+            .open()
+            .map_err(|e| StoreError::Open {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+        match db.get(keys::META_FORMAT)? {
+            None => {
+                db.insert(keys::META_FORMAT, &FORMAT_VERSION.to_be_bytes())?;
+                db.flush()?;
+            }
+            Some(v) => {
+                let found = v
+                    .as_ref()
+                    .try_into()
+                    .map(u32::from_be_bytes)
+                    .unwrap_or(u32::MAX);
+                if found != FORMAT_VERSION {
+                    return Err(StoreError::Format {
+                        path,
+                        found,
+                        supported: FORMAT_VERSION,
+                    });
+                }
+            }
+        }
+        let read_u64 = |key: &[u8]| -> Result<u64> {
+            Ok(db.get(key)?.and_then(|v| keys::u64_at(&v, 0)).unwrap_or(0))
+        };
+        let rv = read_u64(keys::META_RV)?;
+        let next_id = read_u64(keys::META_ID)?;
+        let index = load_index(&db)?;
+        let mut window = VecDeque::new();
+        for item in db.scan_prefix([keys::EVENT]) {
+            let (_, value) = item?;
+            window.push_back(serde_json::from_slice::<Event>(&value)?);
+        }
+        let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
+        let metrics = StoreMetrics::new();
+        let store = Store {
+            path,
+            db,
+            writer: Mutex::new(Writer {
+                rv,
+                next_id,
+                window,
+            }),
+            index: RwLock::new(index),
+            events,
+            config,
+            metrics,
+            _lock: lock,
+        };
+        store.update_gauges();
+        tracing::info!(
+            path = %store.path.display(),
+            tasks = store.read_index().entries().count(),
+            resource_version = rv,
+            "store opened"
+        );
+        Ok(store)
+    }
+
+    /// The store directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The store's settings.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// The store's metrics (register them with [`StoreMetrics::register`]).
+    pub fn metrics(&self) -> &StoreMetrics {
+        &self.metrics
+    }
+
+    fn read_index(&self) -> RwLockReadGuard<'_, Index> {
+        self.index.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_index(&self) -> RwLockWriteGuard<'_, Index> {
+        self.index.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_writer(&self) -> MutexGuard<'_, Writer> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tree(&self) -> &sled::Tree {
+        &self.db
+    }
+
+    // ---- writes ------------------------------------------------------------------------
+
+    /// Records a task incarnation (created, or its spec/status/deletion changed). The UID
+    /// decides the incarnation: the same name with a new UID is a new incarnation.
+    pub fn record_task(&self, record: &TaskRecord) -> Result<(IncarnationId, Outcome)> {
+        if record.name.is_empty() || record.uid.is_empty() {
+            return Err(StoreError::Invalid(
+                "a task record needs a name and a uid".into(),
+            ));
+        }
+        let mut writer = self.lock_writer();
+        let existing = self.read_index().by_uid(&record.uid);
+        let mut changes = Changes::default();
+        let (id, outcome, mut entry) = match existing {
+            Some(id) => {
+                let old = self.task_record(id)?;
+                if old.as_ref() == Some(record) {
+                    return Ok((id, Outcome::Unchanged));
+                }
+                let entry = self
+                    .read_index()
+                    .get(id)
+                    .cloned()
+                    .ok_or(StoreError::UnknownTask(id.0))?;
+                (id, Outcome::Updated, entry)
+            }
+            None => {
+                writer.next_id += 1;
+                let id = IncarnationId(writer.next_id);
+                changes.insert(
+                    keys::META_ID.to_vec(),
+                    writer.next_id.to_be_bytes().to_vec(),
+                );
+                changes.insert(keys::uid(&record.uid), id.0.to_be_bytes().to_vec());
+                let summary = TaskSummary {
+                    id,
+                    kind: record.kind,
+                    name: record.name.clone(),
+                    uid: record.uid.clone(),
+                    created: record.created,
+                    deleted: None,
+                    progress: Progress::default(),
+                    resource_version: 0,
+                    latest_round: None,
+                    latest_result: None,
+                    rounds: 0,
+                    reports: 0,
+                    stored_bytes: 0,
+                };
+                (
+                    id,
+                    Outcome::Created,
+                    Entry {
+                        summary,
+                        record_bytes: 0,
+                        rounds: Default::default(),
+                    },
+                )
+            }
+        };
+        let key = keys::by_id(keys::TASK, id);
+        let old_frame = self.frame(&key)?;
+        entry.record_bytes =
+            changes.framed(&key, &serde_json::to_vec(record)?, old_frame.as_ref())?;
+        entry.summary.progress = Progress::from_status(record.status.as_ref());
+        entry.summary.deleted = record.deleted;
+        entry.summary.created = record.created;
+        let event_type = if outcome == Outcome::Created {
+            EventType::Added
+        } else {
+            EventType::Modified
+        };
+        changes.event(event_type, id, None);
+        self.commit(&mut writer, changes, vec![entry], vec![])?;
+        drop(writer);
+        self.flush()?;
+        Ok((id, outcome))
+    }
+
+    /// Marks the incarnation's CR as deleted at `at` (its reports stay until retention).
+    pub fn mark_deleted(&self, id: IncarnationId, at: Timestamp) -> Result<Outcome> {
+        let mut record = self.task_record(id)?.ok_or(StoreError::UnknownTask(id.0))?;
+        if record.deleted.is_some() {
+            return Ok(Outcome::Unchanged);
+        }
+        record.deleted = Some(at);
+        self.record_task(&record).map(|(_, outcome)| outcome)
+    }
+
+    /// Stores the controller's summary of a round.
+    pub fn put_round(&self, id: IncarnationId, summary: &RoundSummary) -> Result<Outcome> {
+        let mut writer = self.lock_writer();
+        let mut entry = self
+            .read_index()
+            .get(id)
+            .cloned()
+            .ok_or(StoreError::UnknownTask(id.0))?;
+        let key = keys::by_round(keys::SUMMARY_OF_ROUND, id, summary.round);
+        let old_frame = self.frame(&key)?;
+        if let Some(frame) = &old_frame {
+            let old: RoundSummary =
+                serde_json::from_slice(&codec::read_all(self.tree(), &key, frame.clone())?)?;
+            if &old == summary {
+                return Ok(Outcome::Unchanged);
+            }
+        }
+        let mut changes = Changes::default();
+        let bytes = changes.framed(&key, &serde_json::to_vec(summary)?, old_frame.as_ref())?;
+        let meta = entry
+            .rounds
+            .entry(summary.round)
+            .or_insert_with(|| RoundMeta {
+                reports: 0,
+                stored_bytes: 0,
+                stored_at: Timestamp::now(),
+                result: None,
+                summary_bytes: 0,
+            });
+        meta.stored_bytes = meta.stored_bytes.saturating_sub(meta.summary_bytes) + bytes;
+        meta.summary_bytes = bytes;
+        meta.result = Some(summary.result);
+        meta.stored_at = Timestamp::now();
+        changes.insert(
+            keys::by_round(keys::ROUND, id, summary.round),
+            serde_json::to_vec(&*meta)?,
+        );
+        changes.event(EventType::Modified, id, Some(summary.round));
+        let outcome = if old_frame.is_some() {
+            Outcome::Updated
+        } else {
+            Outcome::Created
+        };
+        self.commit(&mut writer, changes, vec![entry], vec![])?;
+        drop(writer);
+        self.flush()?;
+        Ok(outcome)
+    }
+
+    /// Stores one agent report; returns once it is durable.
+    pub fn put_report(&self, id: IncarnationId, report: &Report) -> Result<Outcome> {
+        let outcomes = self.put_reports(&[NewReport { task: id, report }])?;
+        Ok(outcomes.into_iter().next().unwrap_or(Outcome::Unchanged))
+    }
+
+    /// Stores agent reports in one atomic batch and one flush; returns once they are durable.
+    /// A report already stored byte for byte is not written again.
+    pub fn put_reports(&self, reports: &[NewReport<'_>]) -> Result<Vec<Outcome>> {
+        let mut writer = self.lock_writer();
+        let mut changes = Changes::default();
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut outcomes = Vec::with_capacity(reports.len());
+        let now = Timestamp::now();
+        for new in reports {
+            let report = new.report;
+            let node = report.node_name.as_str();
+            if node.is_empty() || report.round_number < 1 {
+                return Err(StoreError::Invalid(format!(
+                    "a report needs a nodeName and a roundNumber of at least 1 (got {node:?}, round {})",
+                    report.round_number
+                )));
+            }
+            let round = report.round_number as u64;
+            let position = match entries.iter().position(|e| e.summary.id == new.task) {
+                Some(p) => p,
+                None => {
+                    let entry = self
+                        .read_index()
+                        .get(new.task)
+                        .cloned()
+                        .ok_or(StoreError::UnknownTask(new.task.0))?;
+                    entries.push(entry);
+                    entries.len() - 1
+                }
+            };
+            let json = serde_json::to_vec(report)?;
+            let json_crc = crc32fast::hash(&json);
+            let header_key = keys::by_node(keys::HEADER, new.task, round, node);
+            let body_key = keys::by_node(keys::BODY, new.task, round, node);
+            let old_header: Option<ReportHeader> = match self.tree().get(&header_key)? {
+                Some(v) => Some(serde_json::from_slice(&v)?),
+                None => None,
+            };
+            let old_frame = self.frame(&body_key)?;
+            if let (Some(h), Some(frame)) = (&old_header, &old_frame)
+                && h.json_crc == json_crc
+                && h.meta.json_bytes == json.len() as u64
+                && codec::read_all(self.tree(), &body_key, frame.clone())? == json
+            {
+                self.metrics
+                    .reports_written
+                    .with_label_values(&["unchanged"])
+                    .inc();
+                outcomes.push(Outcome::Unchanged);
+                continue;
+            }
+            let stored = changes.framed(&body_key, &json, old_frame.as_ref())?;
+            let meta = ReportMeta {
+                node: node.to_string(),
+                result: RoundResult::from_report(&report.round_result),
+                json_bytes: json.len() as u64,
+                stored_bytes: stored,
+                stored_at: now,
+            };
+            changes.insert(
+                header_key,
+                serde_json::to_vec(&ReportHeader { meta, json_crc })?,
+            );
+            let entry = &mut entries[position];
+            let round_meta = entry.rounds.entry(round).or_insert_with(|| RoundMeta {
+                reports: 0,
+                stored_bytes: 0,
+                stored_at: now,
+                result: None,
+                summary_bytes: 0,
+            });
+            match &old_header {
+                Some(h) => {
+                    round_meta.stored_bytes =
+                        round_meta.stored_bytes.saturating_sub(h.meta.stored_bytes)
+                }
+                None => round_meta.reports += 1,
+            }
+            round_meta.stored_bytes += stored;
+            round_meta.stored_at = now;
+            changes.insert(
+                keys::by_round(keys::ROUND, new.task, round),
+                serde_json::to_vec(&*round_meta)?,
+            );
+            changes.event(EventType::Modified, new.task, Some(round));
+            let outcome = if old_header.is_some() {
+                Outcome::Updated
+            } else {
+                Outcome::Created
+            };
+            let label = if outcome == Outcome::Created {
+                "created"
+            } else {
+                "updated"
+            };
+            self.metrics
+                .reports_written
+                .with_label_values(&[label])
+                .inc();
+            outcomes.push(outcome);
+        }
+        if changes.events.is_empty() {
+            return Ok(outcomes);
+        }
+        self.commit(&mut writer, changes, entries, vec![])?;
+        drop(writer);
+        self.flush()?;
+        Ok(outcomes)
+    }
+
+    /// Removes a task incarnation and everything stored for it. `false` if it was not there.
+    pub fn purge_task(&self, id: IncarnationId) -> Result<bool> {
+        let mut writer = self.lock_writer();
+        let Some(entry) = self.read_index().get(id).cloned() else {
+            return Ok(false);
+        };
+        let mut changes = Changes::default();
+        for round in entry.rounds.keys() {
+            self.remove_round_keys(&mut changes, id, *round)?;
+        }
+        let task_key = keys::by_id(keys::TASK, id);
+        if let Some(frame) = self.frame(&task_key)? {
+            codec::keys_of(&task_key, &frame)
+                .into_iter()
+                .for_each(|k| changes.remove(k));
+        }
+        changes.remove(keys::by_id(keys::SUMMARY, id));
+        changes.remove(keys::uid(&entry.summary.uid));
+        changes.event(EventType::Deleted, id, None);
+        self.commit(&mut writer, changes, vec![], vec![entry])?;
+        drop(writer);
+        self.flush()?;
+        self.metrics.tasks_purged.inc();
+        Ok(true)
+    }
+
+    /// Removes one round of a task (summary and reports). Returns the bytes removed.
+    pub fn purge_round(&self, id: IncarnationId, round: u64) -> Result<u64> {
+        let mut writer = self.lock_writer();
+        let Some(mut entry) = self.read_index().get(id).cloned() else {
+            return Ok(0);
+        };
+        let Some(meta) = entry.rounds.remove(&round) else {
+            return Ok(0);
+        };
+        let mut changes = Changes::default();
+        self.remove_round_keys(&mut changes, id, round)?;
+        changes.event(EventType::Modified, id, Some(round));
+        self.commit(&mut writer, changes, vec![entry], vec![])?;
+        drop(writer);
+        self.flush()?;
+        Ok(meta.stored_bytes)
+    }
+
+    fn remove_round_keys(
+        &self,
+        changes: &mut Changes,
+        id: IncarnationId,
+        round: u64,
+    ) -> Result<()> {
+        changes.remove(keys::by_round(keys::ROUND, id, round));
+        let summary_key = keys::by_round(keys::SUMMARY_OF_ROUND, id, round);
+        if let Some(frame) = self.frame(&summary_key)? {
+            codec::keys_of(&summary_key, &frame)
+                .into_iter()
+                .for_each(|k| changes.remove(k));
+        }
+        for item in self
+            .tree()
+            .scan_prefix(keys::by_round(keys::HEADER, id, round))
+        {
+            let (header_key, _) = item?;
+            changes.remove(header_key.to_vec());
+            let mut body_key = header_key.to_vec();
+            body_key[0] = keys::BODY;
+            if let Some(frame) = self.frame(&body_key)? {
+                codec::keys_of(&body_key, &frame)
+                    .into_iter()
+                    .for_each(|k| changes.remove(k));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one batch: data, summaries of `changed` entries, events, resourceVersion.
+    fn commit(
+        &self,
+        writer: &mut Writer,
+        mut changes: Changes,
+        mut changed: Vec<Entry>,
+        removed: Vec<Entry>,
+    ) -> Result<()> {
+        let mut events = Vec::with_capacity(changes.events.len());
+        for (event_type, id, round) in std::mem::take(&mut changes.events) {
+            writer.rv += 1;
+            let rv = writer.rv;
+            let task = match changed.iter_mut().find(|e| e.summary.id == id) {
+                Some(entry) => {
+                    entry.refresh();
+                    entry.summary.resource_version = rv;
+                    entry.summary.clone()
+                }
+                None => {
+                    let entry = removed
+                        .iter()
+                        .find(|e| e.summary.id == id)
+                        .ok_or(StoreError::UnknownTask(id.0))?;
+                    let mut summary = entry.summary.clone();
+                    summary.resource_version = rv;
+                    summary
+                }
+            };
+            events.push(Event {
+                resource_version: rv,
+                event_type,
+                task,
+                round,
+            });
+        }
+        for entry in &changed {
+            changes.insert(
+                keys::by_id(keys::SUMMARY, entry.summary.id),
+                serde_json::to_vec(&entry.summary)?,
+            );
+            changes.insert(
+                keys::by_id(keys::RECORD_BYTES, entry.summary.id),
+                entry.record_bytes.to_be_bytes().to_vec(),
+            );
+        }
+        for event in &events {
+            changes.insert(
+                keys::event(event.resource_version),
+                serde_json::to_vec(event)?,
+            );
+        }
+        let overflow =
+            (writer.window.len() + events.len()).saturating_sub(self.config.event_window);
+        for old in writer.window.iter().take(overflow) {
+            changes.remove(keys::event(old.resource_version));
+        }
+        changes.insert(keys::META_RV.to_vec(), writer.rv.to_be_bytes().to_vec());
+        self.db.apply_batch(changes.batch)?;
+
+        {
+            let mut index = self.write_index();
+            for entry in removed {
+                index.remove(entry.summary.id);
+            }
+            for entry in changed {
+                index.insert(entry);
+            }
+        }
+        for _ in 0..overflow {
+            writer.window.pop_front();
+        }
+        for event in events {
+            writer.window.push_back(event.clone());
+            // No subscriber is not an error.
+            let _ = self.events.send(event);
+        }
+        self.update_gauges_with(writer.rv);
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    fn update_gauges(&self) {
+        let rv = self.lock_writer().rv;
+        self.update_gauges_with(rv);
+    }
+
+    fn update_gauges_with(&self, rv: u64) {
+        let index = self.read_index();
+        self.metrics.tasks.set(index.entries().count() as i64);
+        self.metrics.stored_bytes.set(index.total_bytes() as i64);
+        self.metrics.resource_version.set(rv as i64);
+    }
+
+    /// A copy of the index entries (for retention planning).
+    pub(crate) fn index_snapshot(&self) -> Vec<Entry> {
+        self.read_index().entries().cloned().collect()
+    }
+
+    fn frame(&self, key: &[u8]) -> Result<Option<Frame>> {
+        match self.tree().get(key)? {
+            Some(value) => Frame::parse(key, &value).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    // ---- reads -------------------------------------------------------------------------
+
+    /// The last resourceVersion handed out.
+    pub fn resource_version(&self) -> u64 {
+        self.lock_writer().rv
+    }
+
+    /// Every task incarnation, by id (oldest first), without touching report bodies.
+    pub fn tasks(&self) -> Vec<TaskSummary> {
+        self.read_index()
+            .entries()
+            .map(|e| e.summary.clone())
+            .collect()
+    }
+
+    /// Every task incarnation with the resourceVersion the list is consistent with.
+    pub fn tasks_at(&self) -> (Vec<TaskSummary>, u64) {
+        let writer = self.lock_writer();
+        (self.tasks(), writer.rv)
+    }
+
+    /// One incarnation.
+    pub fn task(&self, id: IncarnationId) -> Option<TaskSummary> {
+        self.read_index().get(id).map(|e| e.summary.clone())
+    }
+
+    /// The incarnations of a task name, oldest first.
+    pub fn find(&self, kind: TaskKind, name: &str) -> Vec<TaskSummary> {
+        let index = self.read_index();
+        index
+            .by_name(kind, name)
+            .iter()
+            .filter_map(|id| index.get(*id).map(|e| e.summary.clone()))
+            .collect()
+    }
+
+    /// The incarnation of a task UID.
+    pub fn by_uid(&self, uid: &str) -> Option<TaskSummary> {
+        let index = self.read_index();
+        index
+            .by_uid(uid)
+            .and_then(|id| index.get(id))
+            .map(|e| e.summary.clone())
+    }
+
+    /// The stored task record (spec, status).
+    pub fn task_record(&self, id: IncarnationId) -> Result<Option<TaskRecord>> {
+        let key = keys::by_id(keys::TASK, id);
+        match self.frame(&key)? {
+            Some(frame) => Ok(Some(serde_json::from_slice(&codec::read_all(
+                self.tree(),
+                &key,
+                frame,
+            )?)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every stored round of a task, oldest first.
+    pub fn rounds(&self, id: IncarnationId) -> Result<Vec<RoundInfo>> {
+        let metas: Vec<(u64, RoundMeta)> = match self.read_index().get(id) {
+            Some(entry) => entry.rounds.iter().map(|(r, m)| (*r, m.clone())).collect(),
+            None => return Ok(vec![]),
+        };
+        metas
+            .into_iter()
+            .map(|(round, meta)| self.round_info(id, round, meta))
+            .collect()
+    }
+
+    /// One stored round.
+    pub fn round(&self, id: IncarnationId, round: u64) -> Result<Option<RoundInfo>> {
+        let meta = self
+            .read_index()
+            .get(id)
+            .and_then(|e| e.rounds.get(&round).cloned());
+        meta.map(|meta| self.round_info(id, round, meta))
+            .transpose()
+    }
+
+    fn round_info(&self, id: IncarnationId, round: u64, meta: RoundMeta) -> Result<RoundInfo> {
+        let key = keys::by_round(keys::SUMMARY_OF_ROUND, id, round);
+        let summary = match self.frame(&key)? {
+            Some(frame) => Some(serde_json::from_slice(&codec::read_all(
+                self.tree(),
+                &key,
+                frame,
+            )?)?),
+            None => None,
+        };
+        Ok(RoundInfo {
+            round,
+            summary,
+            reports: meta.reports,
+            stored_bytes: meta.stored_bytes,
+            stored_at: meta.stored_at,
+        })
+    }
+
+    /// The reports of a round, without their bodies, by node name.
+    pub fn reports(&self, id: IncarnationId, round: u64) -> Result<Vec<ReportMeta>> {
+        self.tree()
+            .scan_prefix(keys::by_round(keys::HEADER, id, round))
+            .map(|item| {
+                let (_, value) = item?;
+                Ok(serde_json::from_slice::<ReportHeader>(&value)?.meta)
+            })
+            .collect()
+    }
+
+    /// A stream of one report's JSON, read chunk by chunk (memory does not grow with size).
+    pub fn report_reader(
+        &self,
+        id: IncarnationId,
+        round: u64,
+        node: &str,
+    ) -> Result<Option<Box<dyn Read + '_>>> {
+        let key = keys::by_node(keys::BODY, id, round, node);
+        match self.frame(&key)? {
+            Some(frame) => codec::reader(self.tree(), &key, frame).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// One report's JSON, exactly as stored.
+    pub fn report_json(
+        &self,
+        id: IncarnationId,
+        round: u64,
+        node: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        let key = keys::by_node(keys::BODY, id, round, node);
+        match self.frame(&key)? {
+            Some(frame) => codec::read_all(self.tree(), &key, frame).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// One report.
+    pub fn report(&self, id: IncarnationId, round: u64, node: &str) -> Result<Option<Report>> {
+        match self.report_json(id, round, node)? {
+            Some(json) => Ok(Some(serde_json::from_slice(&json)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Watches changes after `after` (a resourceVersion), or from now.
+    pub fn subscribe(&self, after: Option<u64>) -> Result<Subscription, WatchError> {
+        let writer = self.lock_writer();
+        let live = self.events.subscribe();
+        let Some(after) = after else {
+            return Ok(Subscription {
+                backlog: vec![],
+                live,
+            });
+        };
+        // The oldest version a watcher can resume from: one before the oldest kept event, or
+        // the current version when none is kept.
+        let oldest = writer
+            .window
+            .front()
+            .map_or(writer.rv, |e| e.resource_version - 1);
+        // A version from the future (e.g. writes lost in a crash) is as unusable as a stale one.
+        if after < oldest || after > writer.rv {
+            return Err(WatchError::TooOld {
+                requested: after,
+                oldest,
+            });
+        }
+        let backlog = writer
+            .window
+            .iter()
+            .filter(|e| e.resource_version > after)
+            .cloned()
+            .collect();
+        Ok(Subscription { backlog, live })
+    }
+
+    /// Totals.
+    pub fn stats(&self) -> Result<Stats> {
+        let writer = self.lock_writer();
+        let index = self.read_index();
+        let mut stats = Stats {
+            resource_version: writer.rv,
+            ..Stats::default()
+        };
+        for entry in index.entries() {
+            stats.tasks += 1;
+            stats.deleted_tasks += u64::from(entry.summary.deleted.is_some());
+            stats.rounds += entry.summary.rounds;
+            stats.reports += entry.summary.reports;
+            stats.stored_bytes += entry.summary.stored_bytes;
+        }
+        stats.disk_bytes = self.db.size_on_disk()?;
+        Ok(stats)
+    }
+}
+
+/// Rebuilds the in-memory index from task summaries and round records.
+fn load_index(db: &sled::Db) -> Result<Index> {
+    let mut index = Index::default();
+    for item in db.scan_prefix([keys::SUMMARY]) {
+        let (key, value) = item?;
+        let summary: TaskSummary = serde_json::from_slice(&value)
+            .map_err(|e| StoreError::corrupt(&key, &e.to_string()))?;
+        let record_bytes = db
+            .get(keys::by_id(keys::RECORD_BYTES, summary.id))?
+            .and_then(|v| keys::u64_at(&v, 0))
+            .unwrap_or(0);
+        let mut entry = Entry {
+            summary,
+            record_bytes,
+            rounds: Default::default(),
+        };
+        for round in db.scan_prefix(keys::by_id(keys::ROUND, entry.summary.id)) {
+            let (key, value) = round?;
+            let number = keys::u64_at(&key, 9)
+                .ok_or_else(|| StoreError::corrupt(&key, "short round key"))?;
+            let meta: RoundMeta = serde_json::from_slice(&value)
+                .map_err(|e| StoreError::corrupt(&key, &e.to_string()))?;
+            entry.rounds.insert(number, meta);
+        }
+        entry.refresh();
+        index.insert(entry);
+    }
+    Ok(index)
+}

@@ -1,0 +1,8 @@
+//! The kdoctor-store test suite (one binary).
+
+mod basics;
+mod crash;
+mod feed;
+mod props;
+mod retention;
+mod support;

@@ -1,0 +1,36 @@
+//! Helpers: scratch stores and task records.
+
+use std::path::PathBuf;
+
+use jiff::Timestamp;
+use kdoctor_api::task::TaskKind;
+use kdoctor_store::{Store, StoreConfig, TaskRecord};
+
+/// A fresh directory for one test.
+pub fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kdoctor-store-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A store in a fresh directory.
+pub fn open(test: &str) -> (Store, PathBuf) {
+    let dir = scratch(test);
+    (
+        Store::open(StoreConfig::new(&dir)).expect("store opens"),
+        dir,
+    )
+}
+
+/// A NetReach task record.
+pub fn task(name: &str, uid: &str) -> TaskRecord {
+    TaskRecord {
+        kind: TaskKind::NetReach,
+        name: name.to_string(),
+        uid: uid.to_string(),
+        created: "2026-11-01T00:00:00Z".parse::<Timestamp>().expect("time"),
+        spec: serde_json::json!({"schedule": {"schedule": "0 1", "roundTimeoutMinute": 1, "roundNumber": 3}}),
+        status: Some(serde_json::json!({"expectedRound": 3, "doneRound": 0, "finish": false})),
+        deleted: None,
+    }
+}
