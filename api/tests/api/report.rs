@@ -174,3 +174,119 @@ fn durations_print_like_go() {
         assert_eq!(go_duration::format_nanos(nanos), want);
     }
 }
+
+#[test]
+fn legacy_reports_convert_to_the_current_shape() {
+    use kdoctor_api::report::legacy::parse_any_report;
+    // v0.2.1: Go field names, SystemResource and TotalRunningLoad objects.
+    let v021 = json!({
+        "TaskName": "netreach.task", "TaskType": "NetReach", "RoundNumber": 2, "RoundResult": "fail",
+        "NodeName": "kdoctor-worker", "PodName": "kdoctor-agent-krrnp", "FailedReason": "test x: y",
+        "StartTimeStamp": "2023-08-01T08:36:56Z", "EndTimeStamp": "2023-08-01T08:37:07Z",
+        "RoundDuration": "11.18s", "ReportType": "agent test report",
+        "NetReachTask": {
+            "TargetType": "NetReach", "TargetNumber": 1, "FailureReason": "test x: y", "Succeed": false,
+            "SystemResource": {"MaxCPU": "30.651%", "MeanCPU": "10.000%", "MaxMemory": "97.00MB"},
+            "TotalRunningLoad": {"AppHttpHealthyQPS": 0, "NetReachQPS": 60, "NetDnsQPS": 0},
+            "Detail": [{
+                "TargetName": "AgentPodV4IP_kdoctor-agent-ntp9l_172.40.0.6", "TargetUrl": "http://172.40.0.6:80",
+                "TargetMethod": "GET", "Succeed": false, "MeanDelay": 44.05, "SucceedRate": 0.5,
+                "FailureReason": "Success Rate 0.5 is lower than request 1",
+                "Metrics": {"StartTime": "2023-08-01T08:36:56Z", "EndTime": "2023-08-01T08:37:06Z",
+                    "Duration": "10.03s", "RequestCounts": 100, "SuccessCounts": 50, "TPS": 9.97,
+                    "Errors": {"timeout": 50},
+                    "Latencies": {"P50InMs": 0, "P90InMs": 0, "P95InMs": 0, "P99InMs": 0, "MaxInMs": 0, "MinInMs": 0, "MeanInMs": 44.05},
+                    "ExistsNotSendRequests": false, "TotalDataSize": "18484 byte", "StatusCodes": {"200": 50, "0": 50}}
+            }]
+        }
+    });
+    let report = parse_any_report(&serde_json::to_vec(&v021).expect("json")).expect("reads");
+    assert_eq!(
+        (
+            report.round_number,
+            report.round_result.as_str(),
+            report.node_name.as_str()
+        ),
+        (2, "fail", "kdoctor-worker")
+    );
+    let task = report.task_net_reach.as_ref().expect("NetReach task");
+    assert_eq!(task.system_resource.max_cpu, "30.651%");
+    assert_eq!(task.running_load_total.net_reach_qps, 60);
+    let detail = &task.round_task_detail[0];
+    assert_eq!(detail.request_succeed_rate, 0.5);
+    assert_eq!(
+        detail.request_target_metrics.status_codes.get(&0),
+        Some(&50)
+    );
+    assert_eq!(
+        detail.request_target_metrics.requests.errors.get("timeout"),
+        Some(&50)
+    );
+    // The converted report serializes with the v0.2.2 keys.
+    let written = serde_json::to_value(&report).expect("writes");
+    assert_eq!(
+        written["taskNetReach"]["roundTaskDetail"][0]["requestTargetMetrics"]["successCounts"],
+        50
+    );
+
+    // v0.2.0: MaxCPU and MaxMemory directly in the task; Netdns with lower-case task keys.
+    let v020 = json!({
+        "RoundNumber": 1, "RoundResult": "succeed", "NodeName": "n1", "PodName": "p1",
+        "StartTimeStamp": "2023-07-01T00:00:00Z", "EndTimeStamp": "2023-07-01T00:00:12Z", "RoundDuration": "12s",
+        "netDNSTask": {
+            "targetType": "kdoctor agent", "targetNumber": 1, "succeed": true,
+            "MaxCPU": "5.000%", "MaxMemory": "30.00MB",
+            "detail": [{"TargetName": "typeA_10.96.0.10:53_kubernetes.default.svc.cluster.local",
+                "TargetServer": "10.96.0.10:53", "TargetProtocol": "udp", "Succeed": true, "FailureReason": null,
+                "MeanDelay": 1.5, "SucceedRate": 1,
+                "Metrics": {"StartTime": "2023-07-01T00:00:00Z", "EndTime": "2023-07-01T00:00:10Z", "Duration": "10s",
+                    "RequestCounts": 50, "SuccessCounts": 50, "TPS": 5, "Errors": {},
+                    "Latencies": {"MeanInMs": 1.5}, "ExistsNotSendRequests": false,
+                    "TargetDomain": "kubernetes.default.svc.cluster.local.", "DNSServer": "10.96.0.10:53",
+                    "DNSMethod": "udp", "FailedCounts": 0, "ReplyCode": {"NOERROR": 50}}}]
+        }
+    });
+    let report = parse_any_report(&serde_json::to_vec(&v020).expect("json")).expect("reads");
+    let dns = report.task_net_dns.expect("Netdns task");
+    assert_eq!(dns.system_resource.max_memory, "30.00MB");
+    assert_eq!(
+        dns.round_task_detail[0]
+            .request_target_metrics
+            .reply_code
+            .get("NOERROR"),
+        Some(&50)
+    );
+    assert_eq!(
+        dns.round_task_detail[0].request_target_metrics.domain,
+        "kubernetes.default.svc.cluster.local."
+    );
+
+    // The current shape passes through unchanged.
+    let current = upstream_net_reach_report()["report"]["latestRoundReport"][0].clone();
+    let report = parse_any_report(&serde_json::to_vec(&current).expect("json")).expect("reads");
+    assert_eq!(serde_json::to_value(&report).expect("writes"), current);
+}
+
+#[test]
+fn upstream_report_file_names_parse() {
+    use kdoctor_api::report::files::parse_file_name;
+    let agent = parse_file_name("NetReach_task_round1_kdoctor-worker_2023-08-01T08:43:07Z")
+        .expect("parses");
+    assert_eq!(agent.kind, TaskKind::NetReach);
+    assert_eq!(
+        (agent.task.as_str(), agent.round, agent.node.as_deref()),
+        ("task", 1, Some("kdoctor-worker"))
+    );
+    let summary =
+        parse_file_name("Netdns_dns_round12_summary_2023-08-31T08:43:07Z").expect("parses");
+    assert_eq!((summary.round, summary.node), (12, None));
+    for bad in [
+        "NetReach_task_round1_node",
+        "Pod_task_round1_node_2023-08-01T08:43:07Z",
+        "NetReach_task_r1_node_2023-08-01T08:43:07Z",
+        "NetReach_task_round1_node_yesterday",
+        "NetReach_task_round0_node_2023-08-01T08:43:07Z",
+    ] {
+        assert!(parse_file_name(bad).is_err(), "{bad}");
+    }
+}

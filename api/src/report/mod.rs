@@ -419,3 +419,6 @@ pub struct DnsMetrics {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub histograms: Option<BTreeMap<String, EncodedHistogram>>,
 }
+
+pub mod files;
+pub mod legacy;
