@@ -2,6 +2,7 @@
 //! This file only wires the command line to the subcommands in `cmd/`.
 
 mod cmd;
+mod logging;
 
 use std::process::ExitCode;
 
@@ -22,13 +23,17 @@ enum Command {
     Crd(cmd::crd::Args),
     /// Check task files offline: apply defaults and print every problem with its field path.
     Validate(cmd::validate::Args),
+    /// Back up, restore, migrate and inspect a report store.
+    Store(cmd::store::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logging::init("warn", false);
     let outcome = match cli.command {
         Command::Crd(args) => cmd::crd::run(&args),
         Command::Validate(args) => cmd::validate::run(&args),
+        Command::Store(args) => cmd::store::run(&args),
     };
     match outcome {
         Ok(code) => code,

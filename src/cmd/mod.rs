@@ -2,6 +2,7 @@
 
 pub mod crd;
 pub mod output;
+pub mod store;
 pub mod validate;
 
 use std::process::ExitCode;

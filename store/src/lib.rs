@@ -14,9 +14,11 @@ mod index;
 mod keys;
 mod lock;
 mod metrics;
+mod migrate;
 mod model;
 mod retention;
 mod store;
+mod transfer;
 
 pub use codec::MAX_VALUE_BYTES;
 pub use config::{
@@ -26,9 +28,11 @@ pub use config::{
 pub use error::{Result, StoreError};
 pub use index::{Entry, RoundMeta};
 pub use metrics::StoreMetrics;
+pub use migrate::{MigrationReport, migrated_uid};
 pub use model::{
     Event, EventType, IncarnationId, Outcome, Progress, ReportMeta, RoundResult, RoundSummary,
     TaskRecord, TaskSummary,
 };
 pub use retention::{Reason, Removal, SweepReport, plan as plan_retention, run_retention};
 pub use store::{FORMAT_VERSION, NewReport, RoundInfo, Stats, Store, Subscription, WatchError};
+pub use transfer::{BadLine, Counts, ImportError, ImportReport, Line};

@@ -1,59 +1,9 @@
-//! The `kdoctor` command line, run as a user would: `kdoctor crd` and `kdoctor validate`.
-
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+//! `kdoctor crd` and `kdoctor validate`.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Deserialize;
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn kdoctor(args: &[&str]) -> Output {
-    kdoctor_with_stdin(args, "")
-}
-
-fn kdoctor_with_stdin(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kdoctor"))
-        .args(args)
-        .current_dir(repo())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kdoctor starts");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("stdin written");
-    child.wait_with_output().expect("kdoctor ends")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).expect("UTF-8 stdout")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).expect("UTF-8 stderr")
-}
-
-/// A scratch directory for one test.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kdoctor-cli-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-fn write(dir: &Path, name: &str, content: &[u8]) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, content).expect("written");
-    path.display().to_string()
-}
+use crate::support::{kdoctor, kdoctor_with_stdin, repo, scratch, stderr, stdout, write};
 
 #[test]
 fn crd_output_is_three_crds_equal_to_manifests() {

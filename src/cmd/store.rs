@@ -1,0 +1,170 @@
+//! `kdoctor store`: back up, restore, migrate and inspect a report store offline (the
+//! controller must not be running on the same directory: the store allows one process).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use kdoctor_store::{ImportError, Store, StoreConfig};
+
+use super::output::{Format, render};
+
+/// Arguments of `kdoctor store`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Write every task, round and report as JSON lines to standard output.
+    Export(DataArgs),
+    /// Load JSON lines written by `export` (idempotent), or migrate a Go kdoctor report directory.
+    Import(ImportArgs),
+    /// Print the number of tasks, rounds, reports and bytes.
+    Stats(StatsArgs),
+}
+
+#[derive(clap::Args)]
+struct DataArgs {
+    /// The store directory.
+    #[arg(long = "data", value_name = "DIR", default_value = "./kdoctor-data")]
+    data: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct ImportArgs {
+    #[command(flatten)]
+    data: DataArgs,
+    /// A JSON-lines file written by `kdoctor store export` (`-` reads standard input).
+    #[arg(
+        value_name = "FILE",
+        required_unless_present = "from_kdoctor_dir",
+        conflicts_with = "from_kdoctor_dir"
+    )]
+    file: Option<PathBuf>,
+    /// Migrate the report directory of a Go kdoctor controller instead.
+    #[arg(long = "from-kdoctor-dir", value_name = "PATH")]
+    from_kdoctor_dir: Option<PathBuf>,
+    /// Skip bad lines (listing them) instead of stopping at the first one.
+    #[arg(long = "skip-invalid")]
+    skip_invalid: bool,
+}
+
+#[derive(clap::Args)]
+struct StatsArgs {
+    #[command(flatten)]
+    data: DataArgs,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    output: Format,
+}
+
+fn open(data: &DataArgs) -> Result<Store> {
+    Ok(Store::open(StoreConfig::new(&data.data))?)
+}
+
+/// Runs a `kdoctor store` subcommand.
+pub fn run(args: &Args) -> Result<ExitCode> {
+    match &args.command {
+        Command::Export(data) => {
+            let store = open(data)?;
+            let mut out = BufWriter::new(std::io::stdout().lock());
+            let counts = store.export(&mut out)?;
+            eprintln!(
+                "exported {} tasks, {} rounds, {} reports from {}",
+                counts.tasks,
+                counts.rounds,
+                counts.reports,
+                data.data.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Import(import) => run_import(import),
+        Command::Stats(stats) => {
+            let store = open(&stats.data)?;
+            let s = store.stats()?;
+            let text = match stats.output {
+                Format::Table => format!(
+                    "TASKS\tDELETED\tROUNDS\tREPORTS\tSTORED BYTES\tDISK BYTES\tRESOURCE VERSION\n{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                    s.tasks,
+                    s.deleted_tasks,
+                    s.rounds,
+                    s.reports,
+                    s.stored_bytes,
+                    s.disk_bytes,
+                    s.resource_version
+                ),
+                format => render(&[s], format)?,
+            };
+            std::io::stdout().write_all(text.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn run_import(args: &ImportArgs) -> Result<ExitCode> {
+    let store = open(&args.data)?;
+    if let Some(dir) = &args.from_kdoctor_dir {
+        let report = store.migrate_kdoctor_dir(dir)?;
+        for (file, bad) in &report.skipped {
+            eprintln!("skipped {file}: {}", bad.problem);
+        }
+        let c = &report.counts;
+        eprintln!(
+            "migrated {} tasks, {} round summaries, {} reports from {} ({} files skipped)",
+            c.tasks,
+            c.rounds,
+            c.reports,
+            dir.display(),
+            report.skipped.len()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let file = args
+        .file
+        .as_ref()
+        .context("a FILE or --from-kdoctor-dir is required")?;
+    let input: Box<dyn BufRead> = if file.as_os_str() == "-" {
+        Box::new(BufReader::new(std::io::stdin()))
+    } else {
+        Box::new(BufReader::new(
+            File::open(file).with_context(|| format!("cannot read {}", file.display()))?,
+        ))
+    };
+    match store.import(input, args.skip_invalid) {
+        Ok(report) => {
+            for bad in &report.skipped {
+                eprintln!("skipped line {}: {}", bad.line, bad.problem);
+            }
+            let c = &report.counts;
+            eprintln!(
+                "imported {} tasks, {} rounds, {} reports ({} already stored, {} lines skipped)",
+                c.tasks,
+                c.rounds,
+                c.reports,
+                c.unchanged,
+                report.skipped.len()
+            );
+            Ok(if report.skipped.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                super::exit_failed()
+            })
+        }
+        Err(ImportError::BadLine(bad)) => {
+            eprintln!(
+                "error: {}: line {}: {}; the lines before it were imported, it and the lines after it were not \
+                 (--skip-invalid skips bad lines)",
+                file.display(),
+                bad.line,
+                bad.problem
+            );
+            Ok(super::exit_failed())
+        }
+        Err(e) => Err(e.into()),
+    }
+}

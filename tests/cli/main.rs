@@ -1,0 +1,5 @@
+//! The `kdoctor` command line, run as a user would (one test binary).
+
+mod store;
+mod support;
+mod tasks;
