@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use kdoctor_api::task::TaskKind;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{IncarnationId, RoundResult, TaskSummary};
+use crate::model::{IncarnationId, NodeCounts, RoundResult, TaskSummary};
 
 /// What the store keeps per round besides the reports (persisted as the round's `r` record).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -26,6 +26,36 @@ pub struct RoundMeta {
     /// Bytes of the round summary (part of `stored_bytes`).
     #[serde(default)]
     pub summary_bytes: u64,
+    /// Reports whose agent said `fail`.
+    #[serde(default)]
+    pub failed_reports: u64,
+    /// Node counts of the round summary, once written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodeCounts>,
+}
+
+impl RoundMeta {
+    /// An empty round last written at `at`.
+    pub fn new(at: Timestamp) -> RoundMeta {
+        RoundMeta {
+            reports: 0,
+            stored_bytes: 0,
+            stored_at: at,
+            result: None,
+            summary_bytes: 0,
+            failed_reports: 0,
+            nodes: None,
+        }
+    }
+
+    /// Node counts: the summary's, or those of the reports stored so far.
+    pub fn node_counts(&self) -> NodeCounts {
+        self.nodes.unwrap_or(NodeCounts {
+            succeeded: self.reports.saturating_sub(self.failed_reports) as u32,
+            failed: self.failed_reports as u32,
+            not_reported: 0,
+        })
+    }
 }
 
 /// One incarnation and its rounds.
@@ -49,6 +79,7 @@ impl Entry {
             self.record_bytes + self.rounds.values().map(|r| r.stored_bytes).sum::<u64>();
         s.latest_round = self.rounds.keys().next_back().copied();
         s.latest_result = self.rounds.values().rev().find_map(|r| r.result);
+        s.latest_nodes = self.rounds.values().next_back().map(RoundMeta::node_counts);
     }
 }
 

@@ -138,6 +138,18 @@ pub struct ReportMeta {
     pub stored_at: Timestamp,
 }
 
+/// How the nodes of a round did.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCounts {
+    /// Nodes that reported success.
+    pub succeeded: u32,
+    /// Nodes that reported failure.
+    pub failed: u32,
+    /// Nodes that did not report (known once the controller summarised the round).
+    pub not_reported: u32,
+}
+
 /// One task incarnation with the counters a list shows; kept in memory, so listing every task
 /// never touches a report body.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -166,6 +178,9 @@ pub struct TaskSummary {
     /// Result of the highest round with a summary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latest_result: Option<RoundResult>,
+    /// How the nodes of the highest round did: from its summary, or from its reports so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_nodes: Option<NodeCounts>,
     /// Rounds stored.
     pub rounds: u64,
     /// Agent reports stored.

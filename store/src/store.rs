@@ -24,8 +24,8 @@ use crate::keys;
 use crate::lock::LockFile;
 use crate::metrics::StoreMetrics;
 use crate::model::{
-    Event, EventType, IncarnationId, Outcome, Progress, ReportMeta, RoundResult, RoundSummary,
-    TaskRecord, TaskSummary,
+    Event, EventType, IncarnationId, NodeCounts, Outcome, Progress, ReportMeta, RoundResult,
+    RoundSummary, TaskRecord, TaskSummary,
 };
 
 /// Layout version written by this build.
@@ -309,6 +309,7 @@ impl Store {
                     resource_version: 0,
                     latest_round: None,
                     latest_result: None,
+                    latest_nodes: None,
                     rounds: 0,
                     reports: 0,
                     stored_bytes: 0,
@@ -375,13 +376,12 @@ impl Store {
         let meta = entry
             .rounds
             .entry(summary.round)
-            .or_insert_with(|| RoundMeta {
-                reports: 0,
-                stored_bytes: 0,
-                stored_at: Timestamp::now(),
-                result: None,
-                summary_bytes: 0,
-            });
+            .or_insert_with(|| RoundMeta::new(Timestamp::now()));
+        meta.nodes = Some(NodeCounts {
+            succeeded: summary.succeeded_nodes,
+            failed: summary.failed_nodes,
+            not_reported: summary.not_reported.len() as u32,
+        });
         meta.stored_bytes = meta.stored_bytes.saturating_sub(meta.summary_bytes) + bytes;
         meta.summary_bytes = bytes;
         meta.result = Some(summary.result);
@@ -467,24 +467,28 @@ impl Store {
                 stored_bytes: stored,
                 stored_at: now,
             };
+            let result = meta.result;
             changes.insert(
                 header_key,
                 serde_json::to_vec(&ReportHeader { meta, json_crc })?,
             );
             let entry = &mut entries[position];
-            let round_meta = entry.rounds.entry(round).or_insert_with(|| RoundMeta {
-                reports: 0,
-                stored_bytes: 0,
-                stored_at: now,
-                result: None,
-                summary_bytes: 0,
-            });
+            let round_meta = entry
+                .rounds
+                .entry(round)
+                .or_insert_with(|| RoundMeta::new(now));
             match &old_header {
                 Some(h) => {
                     round_meta.stored_bytes =
-                        round_meta.stored_bytes.saturating_sub(h.meta.stored_bytes)
+                        round_meta.stored_bytes.saturating_sub(h.meta.stored_bytes);
+                    if h.meta.result == RoundResult::Fail {
+                        round_meta.failed_reports = round_meta.failed_reports.saturating_sub(1);
+                    }
                 }
                 None => round_meta.reports += 1,
+            }
+            if result == RoundResult::Fail {
+                round_meta.failed_reports += 1;
             }
             round_meta.stored_bytes += stored;
             round_meta.stored_at = now;

@@ -324,3 +324,33 @@ fn reports_need_a_node_and_a_round() {
         Err(StoreError::UnknownTask(999))
     ));
 }
+
+#[test]
+fn node_counts_come_from_reports_then_from_the_summary() {
+    let (store, _dir) = open("node-counts");
+    let (id, _) = store.record_task(&task("t", "uid-n")).expect("recorded");
+    let mut failed = net_reach_report("n2", 1, 2, 2);
+    failed.round_result = "fail".into();
+    store.put_report(id, &net_reach_report("n1", 1, 2, 1)).expect("put");
+    store.put_report(id, &failed).expect("put");
+    let nodes = store.task(id).expect("task").latest_nodes.expect("counts");
+    assert_eq!((nodes.succeeded, nodes.failed, nodes.not_reported), (1, 1, 0));
+    // The failed node reports again, now successfully.
+    store.put_report(id, &net_reach_report("n2", 1, 2, 3)).expect("put");
+    let nodes = store.task(id).expect("task").latest_nodes.expect("counts");
+    assert_eq!((nodes.succeeded, nodes.failed), (2, 0));
+    let summary = RoundSummary {
+        round: 1,
+        result: RoundResult::Fail,
+        start: "2026-11-22T00:00:00Z".parse().expect("time"),
+        end: None,
+        expected_nodes: 3,
+        succeeded_nodes: 2,
+        failed_nodes: 0,
+        not_reported: vec!["n3".into()],
+        failure_reason: Some("some agents did not report".into()),
+    };
+    store.put_round(id, &summary).expect("summary");
+    let nodes = store.task(id).expect("task").latest_nodes.expect("counts");
+    assert_eq!((nodes.succeeded, nodes.failed, nodes.not_reported), (2, 0, 1));
+}
