@@ -1,3 +1,82 @@
-//! kdoctor-apiserver: the aggregated API server for `system.kdoctor.io/v1beta1` KdoctorReport.
-//!
-//! Not built yet (issue 4): this crate deliberately exports nothing.
+//! kdoctor-apiserver: the aggregated API server of `system.kdoctor.io/v1beta1` `KdoctorReport`,
+//! served from the report store — discovery, get/list/watch/delete with selectors and paging,
+//! server-side Tables, OpenAPI, Status errors, delegated authentication and authorization,
+//! health and metrics.
+
+pub mod auth;
+pub mod discovery;
+pub mod health;
+pub mod metrics;
+pub mod negotiate;
+pub mod openapi;
+pub mod query;
+pub mod resource;
+pub mod state;
+pub mod status;
+
+use axum::Router;
+use axum::extract::{Path, RawQuery, State};
+use axum::middleware;
+use axum::routing::get;
+use tower_http::compression::CompressionLayer;
+
+pub use state::AppState;
+
+/// API group served.
+pub const GROUP: &str = kdoctor_api::report::GROUP;
+/// API version served.
+pub const VERSION: &str = kdoctor_api::report::VERSION;
+/// Resource plural.
+pub const PLURAL: &str = kdoctor_api::report::PLURAL;
+/// Resource singular.
+pub const SINGULAR: &str = kdoctor_api::report::SINGULAR;
+/// Short name.
+pub const SHORT_NAME: &str = "kdr";
+/// `<plural>.<group>`, as Kubernetes names a resource in messages.
+pub const GROUP_RESOURCE: &str = "kdoctorreports.system.kdoctor.io";
+
+/// The HTTP routes, with authentication, metrics and gzip.
+pub fn router(state: AppState) -> Router {
+    let collection = format!("/apis/{GROUP}/{VERSION}/{PLURAL}");
+    let named = format!("{collection}/{{name}}");
+    Router::new()
+        .route("/version", get(discovery::version))
+        .route("/api", get(discovery::api))
+        .route("/apis", get(discovery::apis))
+        .route(&format!("/apis/{GROUP}"), get(discovery::group))
+        .route(&format!("/apis/{GROUP}/{VERSION}"), get(discovery::resources))
+        .route(
+            &collection,
+            get(resource::list)
+                .post(resource::unsupported)
+                .put(resource::unsupported)
+                .patch(resource::unsupported)
+                .delete(resource::unsupported),
+        )
+        .route(
+            &named,
+            get(resource::get)
+                .delete(resource::delete)
+                .post(resource::unsupported)
+                .put(resource::unsupported)
+                .patch(resource::unsupported),
+        )
+        .route("/openapi/v3", get(openapi::v3_index))
+        .route(&format!("/openapi/v3/apis/{GROUP}/{VERSION}"), get(openapi::v3_group_version))
+        .route("/openapi/v2", get(openapi::v2))
+        .route("/metrics", get(metrics::render))
+        .route("/healthz", get(|State(s): State<AppState>, RawQuery(q): RawQuery| async move { health::endpoint(&s, "healthz", q.as_deref()) }))
+        .route("/livez", get(|State(s): State<AppState>, RawQuery(q): RawQuery| async move { health::endpoint(&s, "livez", q.as_deref()) }))
+        .route("/readyz", get(|State(s): State<AppState>, RawQuery(q): RawQuery| async move { health::endpoint(&s, "readyz", q.as_deref()) }))
+        .route("/{endpoint}/{check}", get(|State(s): State<AppState>, Path((e, c)): Path<(String, String)>| async move {
+            match e.as_str() {
+                "healthz" | "livez" | "readyz" => health::check(&s, &e, &c),
+                _ => axum::response::IntoResponse::into_response(status::ApiError::no_route()),
+            }
+        }))
+        .fallback(|| async { status::ApiError::no_route() })
+        .layer(middleware::from_fn_with_state(state.clone(), auth::guard))
+        .layer(middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(CompressionLayer::new().gzip(true))
+        .with_state(state)
+}

@@ -30,8 +30,8 @@ pub use index::{Entry, RoundMeta};
 pub use metrics::StoreMetrics;
 pub use migrate::{MigrationReport, migrated_uid};
 pub use model::{
-    Event, EventType, IncarnationId, Outcome, Progress, ReportMeta, RoundResult, RoundSummary,
-    TaskRecord, TaskSummary,
+    Event, EventType, IncarnationId, NodeCounts, Outcome, Progress, ReportMeta, RoundResult,
+    RoundSummary, TaskRecord, TaskSummary,
 };
 pub use retention::{Reason, Removal, SweepReport, plan as plan_retention, run_retention};
 pub use store::{FORMAT_VERSION, NewReport, RoundInfo, Stats, Store, Subscription, WatchError};

@@ -172,6 +172,9 @@ pub struct TaskSummary {
     pub progress: Progress,
     /// Resource version of the last change to this task or its rounds.
     pub resource_version: u64,
+    /// Resource version of the change that added this incarnation.
+    #[serde(default)]
+    pub added_resource_version: u64,
     /// Highest round with data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latest_round: Option<u64>,

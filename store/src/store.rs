@@ -307,6 +307,7 @@ impl Store {
                     deleted: None,
                     progress: Progress::default(),
                     resource_version: 0,
+                    added_resource_version: 0,
                     latest_round: None,
                     latest_result: None,
                     latest_nodes: None,
@@ -612,6 +613,9 @@ impl Store {
                 Some(entry) => {
                     entry.refresh();
                     entry.summary.resource_version = rv;
+                    if event_type == EventType::Added {
+                        entry.summary.added_resource_version = rv;
+                    }
                     entry.summary.clone()
                 }
                 None => {

@@ -331,12 +331,19 @@ fn node_counts_come_from_reports_then_from_the_summary() {
     let (id, _) = store.record_task(&task("t", "uid-n")).expect("recorded");
     let mut failed = net_reach_report("n2", 1, 2, 2);
     failed.round_result = "fail".into();
-    store.put_report(id, &net_reach_report("n1", 1, 2, 1)).expect("put");
+    store
+        .put_report(id, &net_reach_report("n1", 1, 2, 1))
+        .expect("put");
     store.put_report(id, &failed).expect("put");
     let nodes = store.task(id).expect("task").latest_nodes.expect("counts");
-    assert_eq!((nodes.succeeded, nodes.failed, nodes.not_reported), (1, 1, 0));
+    assert_eq!(
+        (nodes.succeeded, nodes.failed, nodes.not_reported),
+        (1, 1, 0)
+    );
     // The failed node reports again, now successfully.
-    store.put_report(id, &net_reach_report("n2", 1, 2, 3)).expect("put");
+    store
+        .put_report(id, &net_reach_report("n2", 1, 2, 3))
+        .expect("put");
     let nodes = store.task(id).expect("task").latest_nodes.expect("counts");
     assert_eq!((nodes.succeeded, nodes.failed), (2, 0));
     let summary = RoundSummary {
@@ -352,5 +359,8 @@ fn node_counts_come_from_reports_then_from_the_summary() {
     };
     store.put_round(id, &summary).expect("summary");
     let nodes = store.task(id).expect("task").latest_nodes.expect("counts");
-    assert_eq!((nodes.succeeded, nodes.failed, nodes.not_reported), (2, 0, 1));
+    assert_eq!(
+        (nodes.succeeded, nodes.failed, nodes.not_reported),
+        (2, 0, 1)
+    );
 }

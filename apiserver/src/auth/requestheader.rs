@@ -1,0 +1,170 @@
+//! The front-proxy (request header) authenticator: the aggregator presents a client certificate
+//! signed by the requestheader CA (with an allowed CN) and names the user in headers.
+
+use std::collections::BTreeMap;
+
+use axum::http::HeaderMap;
+use rustls::pki_types::CertificateDer;
+
+use super::user::User;
+use super::x509::{CaPool, subject};
+
+/// The requestheader settings of `extension-apiserver-authentication`.
+#[derive(Clone, Debug)]
+pub struct RequestHeader {
+    /// CA of the front-proxy client certificate.
+    pub ca: CaPool,
+    /// Allowed common names (empty: any).
+    pub allowed_names: Vec<String>,
+    /// Headers naming the user (first non-empty wins).
+    pub username_headers: Vec<String>,
+    /// Headers naming the groups (all values of all of them).
+    pub group_headers: Vec<String>,
+    /// Prefixes of headers carrying extra attributes.
+    pub extra_prefixes: Vec<String>,
+    /// Headers naming the UID.
+    pub uid_headers: Vec<String>,
+}
+
+/// Why a front-proxy request was not accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// The certificate is not from the requestheader CA.
+    UnknownCa,
+    /// The certificate's CN is not among the allowed names.
+    CnNotAllowed,
+    /// The certificate is fine but no username header is set.
+    NoUser,
+}
+
+impl Rejection {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rejection::UnknownCa => "unknown_ca",
+            Rejection::CnNotAllowed => "cn_not_allowed",
+            Rejection::NoUser => "no_user",
+        }
+    }
+}
+
+impl RequestHeader {
+    /// Whether the request carries one of the username headers (looks like a front-proxy request).
+    pub fn names_a_user(&self, headers: &HeaderMap) -> bool {
+        self.username_headers
+            .iter()
+            .any(|h| headers.get(h.as_str()).is_some())
+    }
+
+    /// The user, if the certificate is a valid front-proxy certificate.
+    pub fn authenticate(
+        &self,
+        chain: &[CertificateDer<'static>],
+        headers: &HeaderMap,
+    ) -> Result<User, (Rejection, String)> {
+        self.ca
+            .verify(chain)
+            .map_err(|e| (Rejection::UnknownCa, e))?;
+        if !self.allowed_names.is_empty() {
+            let cn = chain
+                .first()
+                .and_then(subject)
+                .map(|(cn, _)| cn)
+                .unwrap_or_default();
+            if !self.allowed_names.contains(&cn) {
+                return Err((
+                    Rejection::CnNotAllowed,
+                    format!("x509: subject with cn={cn} is not in the allowed list"),
+                ));
+            }
+        }
+        let value = |name: &str| -> Vec<String> {
+            headers
+                .get_all(name)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .map(str::to_string)
+                .collect()
+        };
+        let name = self
+            .username_headers
+            .iter()
+            .flat_map(|h| value(h))
+            .find(|v| !v.is_empty())
+            .ok_or((Rejection::NoUser, "no username header".to_string()))?;
+        let groups: Vec<String> = self.group_headers.iter().flat_map(|h| value(h)).collect();
+        let uid = self
+            .uid_headers
+            .iter()
+            .flat_map(|h| value(h))
+            .find(|v| !v.is_empty());
+        let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (header, v) in headers {
+            let lower = header.as_str().to_ascii_lowercase();
+            for prefix in &self.extra_prefixes {
+                if let Some(key) = lower.strip_prefix(&prefix.to_ascii_lowercase())
+                    && let Ok(v) = v.to_str()
+                {
+                    extra
+                        .entry(percent_decode(key))
+                        .or_default()
+                        .push(v.to_string());
+                }
+            }
+        }
+        let mut user = User {
+            name,
+            uid,
+            groups,
+            extra,
+        };
+        user.add_authenticated();
+        Ok(user)
+    }
+
+    /// Removes every header this authenticator reads, so that later code never trusts them.
+    pub fn strip(&self, headers: &mut HeaderMap) {
+        for name in self
+            .username_headers
+            .iter()
+            .chain(&self.group_headers)
+            .chain(&self.uid_headers)
+        {
+            headers.remove(name.as_str());
+        }
+        let prefixed: Vec<_> = headers
+            .keys()
+            .filter(|k| {
+                let lower = k.as_str().to_ascii_lowercase();
+                self.extra_prefixes
+                    .iter()
+                    .any(|p| lower.starts_with(&p.to_ascii_lowercase()))
+            })
+            .cloned()
+            .collect();
+        for name in prefixed {
+            headers.remove(name);
+        }
+    }
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(b) = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

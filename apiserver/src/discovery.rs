@@ -1,0 +1,178 @@
+//! Discovery: `/version`, `/api`, `/apis` (legacy and aggregated v2 / v2beta1 with ETag and
+//! 304), `/apis/system.kdoctor.io` and `/apis/system.kdoctor.io/v1beta1`. All static and fast:
+//! the aggregator's availability check is `GET /apis/<g>/<v>`, which must never depend on the
+//! store.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha512};
+
+use crate::{GROUP, PLURAL, SHORT_NAME, SINGULAR, VERSION};
+use kdoctor_api::report::KIND;
+
+/// Verbs served on `kdoctorreports`.
+pub const VERBS: [&str; 4] = ["delete", "get", "list", "watch"];
+
+const AGGREGATED_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+const AGGREGATED_V2BETA1: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+
+fn json(value: &Value) -> Response {
+    let mut response = (
+        StatusCode::OK,
+        serde_json::to_vec(value).unwrap_or_default(),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// `/version`: a Kubernetes-like version, so that kubectl's dispatcher picks a current client.
+pub async fn version() -> Response {
+    json(&json!({
+        "major": "1",
+        "minor": "32",
+        "gitVersion": format!("v1.32.0-kdoctor.{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+    }))
+}
+
+/// `/api`: no legacy core group here.
+pub async fn api() -> Response {
+    json(&json!({"kind": "APIVersions", "versions": [], "serverAddressByClientCIDRs": []}))
+}
+
+fn group_version() -> Value {
+    json!({"groupVersion": format!("{GROUP}/{VERSION}"), "version": VERSION})
+}
+
+fn api_group() -> Value {
+    json!({
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": GROUP,
+        "versions": [group_version()],
+        "preferredVersion": group_version(),
+    })
+}
+
+/// `/apis/system.kdoctor.io`.
+pub async fn group() -> Response {
+    json(&api_group())
+}
+
+/// `/apis/system.kdoctor.io/v1beta1`.
+pub async fn resources() -> Response {
+    json(&json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": format!("{GROUP}/{VERSION}"),
+        "resources": [{
+            "name": PLURAL,
+            "singularName": SINGULAR,
+            "namespaced": false,
+            "kind": KIND,
+            "verbs": VERBS,
+            "shortNames": [SHORT_NAME],
+            "categories": ["kdoctor"],
+        }],
+    }))
+}
+
+fn aggregated(api_version: &str) -> Value {
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": api_version,
+        "metadata": {},
+        "items": [{
+            "metadata": {"name": GROUP},
+            "versions": [{
+                "version": VERSION,
+                "freshness": "Current",
+                "resources": [{
+                    "resource": PLURAL,
+                    "responseKind": {"group": GROUP, "version": VERSION, "kind": KIND},
+                    "scope": "Cluster",
+                    "singularResource": SINGULAR,
+                    "verbs": VERBS,
+                    "shortNames": [SHORT_NAME],
+                    "categories": ["kdoctor"],
+                }],
+            }],
+        }],
+    })
+}
+
+/// Which aggregated format the Accept header asks for first, if any.
+fn wants_aggregated(headers: &HeaderMap) -> Option<&'static str> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    for entry in accept.split(',') {
+        let params: Vec<String> = entry
+            .split(';')
+            .skip(1)
+            .map(|p| p.trim().replace(' ', ""))
+            .collect();
+        let has = |p: &str| params.iter().any(|q| q == p);
+        if has("g=apidiscovery.k8s.io") && has("as=APIGroupDiscoveryList") {
+            if has("v=v2") {
+                return Some(AGGREGATED_V2);
+            }
+            if has("v=v2beta1") {
+                return Some(AGGREGATED_V2BETA1);
+            }
+        }
+        let media = entry.split(';').next().unwrap_or("").trim();
+        if matches!(media, "application/json" | "*/*" | "application/*") && params.is_empty() {
+            return None;
+        }
+    }
+    None
+}
+
+/// `/apis`: aggregated discovery when asked for (with ETag / If-None-Match), else APIGroupList.
+pub async fn apis(headers: HeaderMap) -> Response {
+    let Some(content_type) = wants_aggregated(&headers) else {
+        return json(&json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [api_group()]}));
+    };
+    let api_version = if content_type == AGGREGATED_V2 {
+        "apidiscovery.k8s.io/v2"
+    } else {
+        "apidiscovery.k8s.io/v2beta1"
+    };
+    let body = serde_json::to_vec(&aggregated(api_version)).unwrap_or_default();
+    let etag = format!("\"{}\"", hex_upper(&Sha512::digest(&body)));
+    let matches = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == etag);
+    let mut response = if matches {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        (StatusCode::OK, body).into_response()
+    };
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Ok(value) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, value);
+    }
+    h.insert(header::VARY, HeaderValue::from_static("Accept"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
+    response
+}
+
+/// Upper-case hex, as the Go server writes its discovery and OpenAPI hashes.
+pub fn hex_upper(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02X}")).collect()
+}

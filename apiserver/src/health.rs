@@ -1,0 +1,125 @@
+//! `/healthz`, `/livez`, `/readyz` (with `?verbose`, `?exclude=` and per-check paths), in the Go
+//! server's format. Ready only once the store is open and, with delegated authentication, the
+//! `extension-apiserver-authentication` ConfigMap has been loaded.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::query::Query;
+use crate::state::AppState;
+
+/// The readiness facts the checks look at.
+#[derive(Debug)]
+pub struct Health {
+    store_open: AtomicBool,
+    authentication_loaded: AtomicBool,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            store_open: AtomicBool::new(false),
+            authentication_loaded: AtomicBool::new(true),
+        }
+    }
+}
+
+impl Health {
+    /// The store opened (or closed).
+    pub fn set_store_open(&self, open: bool) {
+        self.store_open.store(open, Ordering::SeqCst);
+    }
+
+    /// Whether the authentication configuration is loaded (false while waiting for the ConfigMap).
+    pub fn set_authentication_loaded(&self, loaded: bool) {
+        self.authentication_loaded.store(loaded, Ordering::SeqCst);
+    }
+
+    fn checks(&self, endpoint: &str) -> Vec<(&'static str, bool)> {
+        let mut checks = vec![("ping", true), ("log", true)];
+        if endpoint == "readyz" {
+            checks.push(("report-store", self.store_open.load(Ordering::SeqCst)));
+            checks.push((
+                "authentication-configuration",
+                self.authentication_loaded.load(Ordering::SeqCst),
+            ));
+        }
+        checks
+    }
+}
+
+fn text(code: StatusCode, body: String) -> Response {
+    let mut response = (code, body).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+fn report(health: &Health, endpoint: &str, raw: Option<&str>, only: Option<&str>) -> Response {
+    let query = Query::parse(raw).unwrap_or_default();
+    let verbose = query.get("verbose").is_some();
+    let excluded: Vec<&str> = query
+        .get("exclude")
+        .map(|e| e.split(',').collect())
+        .unwrap_or_default();
+    let checks = health.checks(endpoint);
+    if let Some(name) = only {
+        return match checks.iter().find(|(n, _)| *n == name) {
+            Some((_, true)) => text(StatusCode::OK, "ok".into()),
+            Some((_, false)) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("internal server error: {name} check failed\n"),
+            ),
+            None => text(StatusCode::NOT_FOUND, "404 page not found\n".into()),
+        };
+    }
+    let mut lines = Vec::new();
+    let mut failed = false;
+    for (name, ok) in &checks {
+        if excluded.contains(name) {
+            lines.push(format!("[+]{name} excluded: ok"));
+        } else if *ok {
+            lines.push(format!("[+]{name} ok"));
+        } else {
+            failed = true;
+            lines.push(format!("[-]{name} failed: reason withheld"));
+        }
+    }
+    for name in excluded
+        .iter()
+        .filter(|e| !checks.iter().any(|(n, _)| n == *e))
+    {
+        lines.push(format!(
+            "warn: some health checks cannot be excluded: no matches for \"{name}\""
+        ));
+    }
+    if failed {
+        lines.push(format!("{endpoint} check failed"));
+        return text(StatusCode::INTERNAL_SERVER_ERROR, lines.join("\n") + "\n");
+    }
+    if verbose {
+        lines.push(format!("{endpoint} check passed"));
+        text(StatusCode::OK, lines.join("\n") + "\n")
+    } else {
+        text(StatusCode::OK, "ok".into())
+    }
+}
+
+/// `/healthz`, `/livez` or `/readyz`.
+pub fn endpoint(state: &AppState, endpoint: &str, raw: Option<&str>) -> Response {
+    report(&state.health, endpoint, raw, None)
+}
+
+/// `/<endpoint>/<check>`.
+pub fn check(state: &AppState, endpoint: &str, check: &str) -> Response {
+    report(&state.health, endpoint, None, Some(check))
+}

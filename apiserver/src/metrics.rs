@@ -1,0 +1,208 @@
+//! `/metrics`: the Go API server's request metrics (verb, resource, code), watches, and the
+//! store's own figures.
+
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+
+use crate::auth::user::User;
+use crate::state::AppState;
+
+/// Request metrics, registered in one registry with everything else the process exports.
+pub struct ApiMetrics {
+    /// The registry `/metrics` renders.
+    pub registry: Registry,
+    requests: IntCounterVec,
+    durations: HistogramVec,
+    /// Open watches.
+    pub watches: IntGauge,
+    /// Front-proxy certificates rejected, by reason.
+    pub rejected_front_proxy: IntCounterVec,
+}
+
+impl ApiMetrics {
+    /// Creates and registers the metrics.
+    pub fn new() -> ApiMetrics {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "apiserver_request_total",
+                "Requests by verb, resource and HTTP code.",
+            ),
+            &["verb", "group", "version", "resource", "code"],
+        )
+        .expect("valid metric");
+        let durations = HistogramVec::new(
+            HistogramOpts::new(
+                "apiserver_request_duration_seconds",
+                "Time to the response headers, by verb and resource.",
+            )
+            .buckets(vec![
+                0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0,
+                6.0, 8.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+            ]),
+            &["verb", "group", "version", "resource"],
+        )
+        .expect("valid metric");
+        let watches =
+            IntGauge::new("apiserver_longrunning_requests", "Open watches.").expect("valid metric");
+        let rejected_front_proxy = IntCounterVec::new(
+            Opts::new(
+                "kdoctor_apiserver_front_proxy_rejected_total",
+                "Front-proxy client certificates rejected, by reason (unknown_ca, cn_not_allowed, no_user).",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
+        for metric in [
+            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(durations.clone()),
+            Box::new(watches.clone()),
+            Box::new(rejected_front_proxy.clone()),
+        ] {
+            let _ = registry.register(metric);
+        }
+        ApiMetrics {
+            registry,
+            requests,
+            durations,
+            watches,
+            rejected_front_proxy,
+        }
+    }
+}
+
+impl Default for ApiMetrics {
+    fn default() -> Self {
+        ApiMetrics::new()
+    }
+}
+
+/// What a request does, for metrics, logs and authorization.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestInfo {
+    /// Kubernetes verb (`get`, `list`, `watch`, `delete`, …) or the lower-case method for
+    /// non-resource paths.
+    pub verb: String,
+    /// Whether the path is a resource (vs. discovery, health, metrics).
+    pub is_resource: bool,
+    /// Object name, if any.
+    pub name: Option<String>,
+    /// The path.
+    pub path: String,
+}
+
+impl RequestInfo {
+    /// Derives the verb the way the Go server's RequestInfo does.
+    pub fn of(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
+        let prefix = format!(
+            "/apis/{}/{}/{}",
+            crate::GROUP,
+            crate::VERSION,
+            crate::PLURAL
+        );
+        let rest = path
+            .strip_prefix(&prefix)
+            .filter(|r| r.is_empty() || r.starts_with('/'));
+        let Some(rest) = rest else {
+            return RequestInfo {
+                verb: method.as_str().to_ascii_lowercase(),
+                is_resource: false,
+                name: None,
+                path: path.to_string(),
+            };
+        };
+        let name = rest
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .filter(|n| !n.is_empty())
+            .map(str::to_string);
+        let watching = query
+            .unwrap_or("")
+            .split('&')
+            .any(|p| p == "watch=true" || p == "watch=1");
+        let verb = match (method.as_str(), name.is_some()) {
+            ("GET" | "HEAD", true) => "get",
+            ("GET" | "HEAD", false) if watching => "watch",
+            ("GET" | "HEAD", false) => "list",
+            ("POST", _) => "create",
+            ("PUT", _) => "update",
+            ("PATCH", _) => "patch",
+            ("DELETE", true) => "delete",
+            ("DELETE", false) => "deletecollection",
+            _ => "unknown",
+        };
+        RequestInfo {
+            verb: verb.to_string(),
+            is_resource: true,
+            name,
+            path: path.to_string(),
+        }
+    }
+}
+
+/// Counts, times and logs every request.
+pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let info = RequestInfo::of(
+        request.method(),
+        request.uri().path(),
+        request.uri().query(),
+    );
+    let user = request.extensions().get::<User>().map(|u| u.name.clone());
+    let response = next.run(request).await;
+    let elapsed = started.elapsed();
+    let code = response.status().as_u16().to_string();
+    let (group, version, resource) = if info.is_resource {
+        (crate::GROUP, crate::VERSION, crate::PLURAL)
+    } else {
+        ("", "", "")
+    };
+    let verb = info.verb.to_ascii_uppercase();
+    state
+        .metrics
+        .requests
+        .with_label_values(&[&verb, group, version, resource, &code])
+        .inc();
+    state
+        .metrics
+        .durations
+        .with_label_values(&[&verb, group, version, resource])
+        .observe(elapsed.as_secs_f64());
+    let user = user
+        .or_else(|| response.extensions().get::<User>().map(|u| u.name.clone()))
+        .unwrap_or_default();
+    tracing::info!(
+        user = %user,
+        verb = %info.verb,
+        path = %info.path,
+        name = info.name.as_deref().unwrap_or(""),
+        code = response.status().as_u16(),
+        duration_ms = elapsed.as_secs_f64() * 1e3,
+        "request"
+    );
+    response
+}
+
+/// `/metrics` in the Prometheus text format.
+pub async fn render(State(state): State<AppState>) -> Response {
+    let mut families = state.metrics.registry.gather();
+    families.extend(prometheus::gather());
+    let mut body = Vec::new();
+    if TextEncoder::new().encode(&families, &mut body).is_err() {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    let mut response = (StatusCode::OK, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    response
+}

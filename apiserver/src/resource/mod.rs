@@ -1,0 +1,262 @@
+//! The `kdoctorreports` resource: list, get, watch and delete.
+
+pub mod names;
+pub mod object;
+pub mod selectors;
+pub mod sink;
+pub mod table;
+pub mod watch;
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use kdoctor_api::report::{API_VERSION, LIST_KIND};
+use kdoctor_store::{Store, TaskSummary};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use self::names::{Target, listed, resolve};
+use self::selectors::{FieldSelector, LabelSelector};
+use self::table::Include;
+use crate::negotiate::{Wanted, negotiate};
+use crate::query::Query;
+use crate::state::AppState;
+use crate::status::ApiError;
+
+/// The selectors of a list or watch.
+pub struct Filter {
+    /// `labelSelector`.
+    pub labels: LabelSelector,
+    /// `fieldSelector`.
+    pub fields: FieldSelector,
+}
+
+impl Filter {
+    /// Reads both selectors.
+    pub fn from_query(query: &Query) -> Result<Filter, ApiError> {
+        Ok(Filter {
+            labels: LabelSelector::parse(query.get("labelSelector").unwrap_or(""))?,
+            fields: FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))?,
+        })
+    }
+
+    /// Whether the object of `task` listed as `name` is selected.
+    pub fn matches(
+        &self,
+        name: &str,
+        task: &TaskSummary,
+        round_result: Option<kdoctor_store::RoundResult>,
+    ) -> bool {
+        self.fields.matches(name)
+            && (self.labels.is_empty()
+                || self.labels.matches(&object::labels_of(task, round_result)))
+    }
+}
+
+/// Continue token: where the previous page stopped, and the version it was listed at.
+#[derive(Serialize, Deserialize)]
+struct ContinueToken {
+    rv: u64,
+    after: String,
+}
+
+fn json_response(body: Body) -> Response {
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// `GET …/kdoctorreports`: list, or watch with `watch=true`.
+pub async fn list(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let query = Query::parse(raw.as_deref())?;
+    let wanted = negotiate(&headers)?;
+    let filter = Filter::from_query(&query)?;
+    let include = Include::parse(query.get("includeObject"))?;
+    if query.flag("watch")? {
+        return watch::watch(state, query, filter, wanted, include).await;
+    }
+    let store = state.store()?;
+    let limit = query
+        .number("limit")?
+        .filter(|l| *l > 0)
+        .map(|l| l as usize);
+    let token = match query.get("continue").filter(|t| !t.is_empty()) {
+        Some(text) => Some(decode_token(&store, text)?),
+        None => None,
+    };
+    tokio::task::spawn_blocking(move || -> Result<Response, ApiError> {
+        let (tasks, rv) = store.tasks_at();
+        let mut objects: Vec<(String, TaskSummary)> = listed(tasks)
+            .into_iter()
+            .filter(|(name, _)| {
+                token
+                    .as_ref()
+                    .is_none_or(|t| name.as_str() > t.after.as_str())
+            })
+            .filter(|(name, task)| filter.matches(name, task, task.latest_result))
+            .collect();
+        let remaining = limit
+            .and_then(|l| objects.len().checked_sub(l))
+            .filter(|r| *r > 0);
+        if let Some(l) = limit {
+            objects.truncate(l);
+        }
+        let next = remaining.and_then(|_| objects.last()).map(|(name, _)| {
+            let list_rv = token.as_ref().map_or(rv, |t| t.rv);
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(
+                serde_json::to_vec(&ContinueToken {
+                    rv: list_rv,
+                    after: name.clone(),
+                })
+                .unwrap_or_default(),
+            )
+        });
+        let targets: Vec<Target> = objects
+            .into_iter()
+            .map(|(name, task)| Target {
+                task,
+                name,
+                round: None,
+            })
+            .collect();
+        match wanted {
+            Wanted::Table => {
+                let now = jiff::Timestamp::now();
+                let rows = targets
+                    .iter()
+                    .map(|t| table::row(&store, t, include, now))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut body = table::table(rows, rv, next, true);
+                if let Some(r) = remaining {
+                    body["metadata"]["remainingItemCount"] = json!(r);
+                }
+                Ok(json_response(Body::from(
+                    serde_json::to_vec(&body).unwrap_or_default(),
+                )))
+            }
+            Wanted::Json => {
+                let mut metadata = json!({"resourceVersion": rv.to_string()});
+                if let Some(token) = next {
+                    metadata["continue"] = json!(token);
+                }
+                if let Some(r) = remaining {
+                    metadata["remainingItemCount"] = json!(r);
+                }
+                let head =
+                    json!({"apiVersion": API_VERSION, "kind": LIST_KIND, "metadata": metadata});
+                let body = sink::stream(move |sink| {
+                    let mut text =
+                        serde_json::to_vec(&head).map_err(|e| ApiError::internal(e.to_string()))?;
+                    text.pop();
+                    sink.write(&text)?;
+                    sink.write(b",\"items\":[")?;
+                    for (i, target) in targets.iter().enumerate() {
+                        if i > 0 {
+                            sink.write(b",")?;
+                        }
+                        object::write_object(&store, target, sink)?;
+                    }
+                    sink.write(b"]}")
+                });
+                Ok(json_response(body))
+            }
+        }
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+}
+
+fn decode_token(store: &Store, text: &str) -> Result<ContinueToken, ApiError> {
+    let bad = || ApiError::bad_request(format!("continue key is not valid: {text:?}"));
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .map_err(|_| bad())?;
+    let token: ContinueToken = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    // As the Go server after compaction: a token from before the oldest kept change is expired.
+    if store.subscribe(Some(token.rv)).is_err() {
+        return Err(ApiError::expired(
+            "The provided continue parameter is too old to display a consistent list result. You can start a new \
+             list without the continue parameter, or use the continue token in this response to retrieve the \
+             remainder of the results. Continuing with the provided token results in an inconsistent list - objects \
+             that were created, modified, or deleted between the time the first chunk was returned and now may show \
+             up in the list.",
+        ));
+    }
+    Ok(token)
+}
+
+/// `GET …/kdoctorreports/{name}`.
+pub async fn get(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let query = Query::parse(raw.as_deref())?;
+    let wanted = negotiate(&headers)?;
+    let include = Include::parse(query.get("includeObject"))?;
+    let store = state.store()?;
+    tokio::task::spawn_blocking(move || -> Result<Response, ApiError> {
+        let target = resolve(&store, &name).ok_or_else(|| ApiError::not_found(&name))?;
+        match wanted {
+            Wanted::Table => {
+                let row = table::row(&store, &target, include, jiff::Timestamp::now())?;
+                let body = table::table(vec![row], target.task.resource_version, None, true);
+                Ok(json_response(Body::from(
+                    serde_json::to_vec(&body).unwrap_or_default(),
+                )))
+            }
+            Wanted::Json => Ok(json_response(sink::stream(move |sink| {
+                object::write_object(&store, &target, sink)
+            }))),
+        }
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+}
+
+/// `DELETE …/kdoctorreports/{name}`: purges the task incarnation, or one round of it.
+pub async fn delete(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let store = state.store()?;
+    tokio::task::spawn_blocking(move || -> Result<Response, ApiError> {
+        let target = resolve(&store, &name).ok_or_else(|| ApiError::not_found(&name))?;
+        let mut head = object::head(&store, &target)?;
+        head.insert("report".into(), json!({}));
+        match target.round {
+            Some(round) => {
+                store.purge_round(target.task.id, round)?;
+            }
+            None => {
+                store.purge_task(target.task.id)?;
+            }
+        }
+        tracing::info!(name = %target.name, task = %target.task.name, round = ?target.round, "report purged");
+        Ok((StatusCode::OK, axum::Json(serde_json::Value::Object(head))).into_response())
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+}
+
+/// Verbs the resource does not serve.
+pub async fn unsupported(method: axum::http::Method, name: Option<Path<String>>) -> ApiError {
+    let verb = match (method.as_str(), name.is_some()) {
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", false) => "deletecollection",
+        _ => "method",
+    };
+    ApiError::method_not_allowed(verb)
+}

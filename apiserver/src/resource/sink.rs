@@ -1,0 +1,98 @@
+//! Streaming response bodies: a blocking producer (reading the store) writes into a [`Sink`],
+//! which hands 64 KiB chunks to the async body through a small bounded channel, so memory does
+//! not grow with the size of the response and a slow client slows the producer down.
+
+use axum::body::Body;
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+use crate::status::ApiError;
+
+const CHUNK: usize = 64 * 1024;
+const IN_FLIGHT: usize = 4;
+
+/// Where a producer writes the response: a channel to the socket, or only a buffer.
+pub struct Sink {
+    buffer: Vec<u8>,
+    tx: Option<mpsc::Sender<Result<Bytes, std::io::Error>>>,
+}
+
+impl Sink {
+    /// Appends bytes, sending a chunk when enough has gathered.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), ApiError> {
+        self.buffer.extend_from_slice(bytes);
+        if self.buffer.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(())
+    }
+
+    /// Appends a JSON value.
+    pub fn write_json(&mut self, value: &serde_json::Value) -> Result<(), ApiError> {
+        serde_json::to_writer(&mut self.buffer, value)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        if self.buffer.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(())
+    }
+
+    /// A sink that only collects (for responses built whole, such as watch events).
+    pub fn buffer() -> Sink {
+        Sink {
+            buffer: Vec::new(),
+            tx: None,
+        }
+    }
+
+    /// What a buffer-only sink collected.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.buffer
+    }
+
+    fn send(&mut self) -> Result<(), ApiError> {
+        let Some(tx) = &self.tx else { return Ok(()) };
+        let chunk = Bytes::from(std::mem::replace(
+            &mut self.buffer,
+            Vec::with_capacity(CHUNK),
+        ));
+        // A closed channel means the client went away: stop producing.
+        tx.blocking_send(Ok(chunk))
+            .map_err(|_| ApiError::internal("client went away"))
+    }
+
+    fn finish(mut self) {
+        if !self.buffer.is_empty() {
+            let _ = self.send();
+        }
+    }
+}
+
+/// A body produced by `produce` on a blocking thread. An error after the first chunk can only
+/// cut the body short; it is logged.
+pub fn stream<F>(produce: F) -> Body
+where
+    F: FnOnce(&mut Sink) -> Result<(), ApiError> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(IN_FLIGHT);
+    tokio::task::spawn_blocking(move || {
+        let mut sink = Sink {
+            buffer: Vec::with_capacity(CHUNK),
+            tx: Some(tx.clone()),
+        };
+        match produce(&mut sink) {
+            Ok(()) => sink.finish(),
+            Err(e) => {
+                tracing::warn!(error = %e, "response stream ended early");
+                let _ = tx.blocking_send(Err(std::io::Error::other(e.message)));
+            }
+        }
+    });
+    body_from(rx)
+}
+
+/// A body fed by a channel.
+pub fn body_from(mut rx: mpsc::Receiver<Result<Bytes, std::io::Error>>) -> Body {
+    Body::from_stream(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed())
+}

@@ -1,0 +1,257 @@
+//! Server-side printing: the `Table` kubectl asks for with
+//! `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`. Column definitions are one constant,
+//! byte-identical on list, get and watch (kubectl reprints the header when they differ).
+
+use jiff::Timestamp;
+use kdoctor_store::Store;
+use serde_json::{Value, json};
+
+use super::names::Target;
+use super::object::{metadata, result_word, round_outcome};
+use crate::status::ApiError;
+
+/// What a Table row carries as its `object` (`includeObject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Include {
+    /// No object.
+    None,
+    /// `PartialObjectMetadata` (the default).
+    Metadata,
+    /// The object without its reports.
+    Object,
+}
+
+impl Include {
+    /// Parses `includeObject`.
+    pub fn parse(value: Option<&str>) -> Result<Include, ApiError> {
+        match value {
+            None | Some("Metadata") => Ok(Include::Metadata),
+            Some("None") => Ok(Include::None),
+            Some("Object") => Ok(Include::Object),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "unrecognized includeObject value: {other:?}"
+            ))),
+        }
+    }
+}
+
+/// The column definitions (priority 1 columns appear with `-o wide`).
+pub fn columns() -> Value {
+    let column = |name: &str, kind: &str, format: &str, description: &str, priority: u8| json!({"name": name, "type": kind, "format": format, "description": description, "priority": priority});
+    json!([
+        column(
+            "Name",
+            "string",
+            "name",
+            "Report name: <kind>-<task>, .<uid tag> for older incarnations, .round-<N> for one round",
+            0
+        ),
+        column("Kind", "string", "", "Kind of the task", 0),
+        column("Task", "string", "", "Name of the task", 0),
+        column(
+            "Rounds",
+            "string",
+            "",
+            "Rounds finished / planned (-1: forever)",
+            0
+        ),
+        column(
+            "Status",
+            "string",
+            "",
+            "Finished when every planned round is done",
+            0
+        ),
+        column(
+            "Last Result",
+            "string",
+            "",
+            "Result of the latest round: succeed, fail or none",
+            0
+        ),
+        column(
+            "Nodes",
+            "string",
+            "",
+            "Nodes of the latest round: succeeded/failed/not reported",
+            0
+        ),
+        column(
+            "Task CR",
+            "string",
+            "",
+            "Present, or Deleted (the reports stay until retention)",
+            0
+        ),
+        column("Age", "string", "", "Time since the task was created", 0),
+        column("Round", "integer", "", "Round the reports are from", 1),
+        column(
+            "Reports",
+            "integer",
+            "",
+            "Agent reports stored for the task",
+            1
+        ),
+        column(
+            "Size",
+            "string",
+            "",
+            "Bytes stored for the task (compressed)",
+            1
+        ),
+        column("UID", "string", "", "UID of the task", 1),
+    ])
+}
+
+/// One row.
+pub fn row(
+    store: &Store,
+    target: &Target,
+    include: Include,
+    now: Timestamp,
+) -> Result<Value, ApiError> {
+    let task = &target.task;
+    let (result, nodes) = round_outcome(store, target)?;
+    let p = task.progress;
+    let rounds = format!(
+        "{}/{}",
+        p.done_round.unwrap_or(0),
+        p.expected_round.unwrap_or(0)
+    );
+    let nodes = nodes.map_or("-".to_string(), |n| {
+        format!("{}/{}/{}", n.succeeded, n.failed, n.not_reported)
+    });
+    let round = target.round.or(task.latest_round).unwrap_or(0);
+    let cells = json!([
+        target.name,
+        task.kind.as_str(),
+        task.name,
+        rounds,
+        if p.finished {
+            "Finished"
+        } else {
+            "NotFinished"
+        },
+        result_word(result),
+        nodes,
+        if task.deleted.is_some() {
+            "Deleted"
+        } else {
+            "Present"
+        },
+        human_duration(now.duration_since(task.created)),
+        round,
+        task.reports,
+        human_bytes(task.stored_bytes),
+        task.uid,
+    ]);
+    let mut row = json!({"cells": cells});
+    match include {
+        Include::None => {}
+        Include::Metadata => {
+            row["object"] = json!({
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": metadata(store, target)?,
+            });
+        }
+        Include::Object => {
+            row["object"] = Value::Object(super::object::head(store, target)?);
+        }
+    }
+    Ok(row)
+}
+
+/// A Table of rows.
+pub fn table(
+    rows: Vec<Value>,
+    resource_version: u64,
+    continue_token: Option<String>,
+    with_columns: bool,
+) -> Value {
+    let mut metadata = json!({"resourceVersion": resource_version.to_string()});
+    if let Some(token) = continue_token {
+        metadata["continue"] = json!(token);
+    }
+    let mut table = json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "rows": rows});
+    if with_columns {
+        table["columnDefinitions"] = columns();
+    }
+    table
+}
+
+/// Kubernetes' `duration.HumanDuration`, used for AGE columns.
+pub fn human_duration(d: jiff::SignedDuration) -> String {
+    let seconds = d.as_secs();
+    if seconds < -1 {
+        return "<invalid>".to_string();
+    }
+    if seconds < 0 {
+        return "0s".to_string();
+    }
+    if seconds < 120 {
+        return format!("{seconds}s");
+    }
+    let minutes = seconds / 60;
+    if minutes < 10 {
+        let s = seconds % 60;
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = minutes / 60;
+    if hours < 8 {
+        let m = minutes % 60;
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    let days = hours / 24;
+    if hours < 24 * 8 {
+        let h = hours % 24;
+        return if h == 0 {
+            format!("{days}d")
+        } else {
+            format!("{days}d{h}h")
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{days}d");
+    }
+    let years = days / 365;
+    if hours < 24 * 365 * 8 {
+        let dy = days % 365;
+        return if dy == 0 {
+            format!("{years}y")
+        } else {
+            format!("{years}y{dy}d")
+        };
+    }
+    format!("{years}y")
+}
+
+/// `1.5Mi`-style sizes.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["", "Ki", "Mi", "Gi", "Ti"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes}")
+    } else {
+        format!("{value:.1}{}", UNITS[unit])
+    }
+}

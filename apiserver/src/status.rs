@@ -1,0 +1,170 @@
+//! Errors as `metav1.Status` objects, with the codes, reasons and messages kubectl prints for
+//! built-in resources (`Error from server (NotFound): kdoctorreports.system.kdoctor.io "x" not found`).
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::GROUP_RESOURCE;
+
+/// An error the API answers with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub code: StatusCode,
+    /// Kubernetes reason (`NotFound`, `Forbidden`, …).
+    pub reason: &'static str,
+    /// The message kubectl prints.
+    pub message: String,
+    /// The object's name, when there is one.
+    pub name: Option<String>,
+}
+
+impl ApiError {
+    fn new(code: StatusCode, reason: &'static str, message: String) -> ApiError {
+        ApiError {
+            code,
+            reason,
+            message,
+            name: None,
+        }
+    }
+
+    /// `kdoctorreports.system.kdoctor.io "x" not found`.
+    pub fn not_found(name: &str) -> ApiError {
+        ApiError {
+            name: Some(name.to_string()),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                format!("{GROUP_RESOURCE} {name:?} not found"),
+            )
+        }
+    }
+
+    /// A path the server does not serve.
+    pub fn no_route() -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "the server could not find the requested resource".into(),
+        )
+    }
+
+    /// Bad query parameters or selectors.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "BadRequest", message.into())
+    }
+
+    /// A verb the resource does not support.
+    pub fn method_not_allowed(verb: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            format!("{verb} is not supported on resources of kind {GROUP_RESOURCE:?}"),
+        )
+    }
+
+    /// No credentials, or credentials not accepted.
+    pub fn unauthorized() -> ApiError {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "Unauthorized".into(),
+        )
+    }
+
+    /// Authorization denied, in the Go server's words.
+    pub fn forbidden(message: String, name: Option<&str>) -> ApiError {
+        ApiError {
+            name: name.map(str::to_string),
+            ..ApiError::new(StatusCode::FORBIDDEN, "Forbidden", message)
+        }
+    }
+
+    /// A resourceVersion or continue token the server can no longer serve.
+    pub fn expired(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::GONE, "Expired", message.into())
+    }
+
+    /// The server cannot answer right now (e.g. the store is not open yet).
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            message.into(),
+        )
+    }
+
+    /// A response format the client asked for and the server does not produce.
+    pub fn not_acceptable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_ACCEPTABLE, "NotAcceptable", message.into())
+    }
+
+    /// Something failed inside the server.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            message.into(),
+        )
+    }
+
+    /// The Status object.
+    pub fn to_status(&self) -> serde_json::Value {
+        let mut details = serde_json::Map::new();
+        if let Some(name) = &self.name {
+            details.insert("name".into(), json!(name));
+            details.insert("group".into(), json!(crate::GROUP));
+            // As the Go server: `details.kind` holds the resource plural.
+            details.insert("kind".into(), json!(crate::PLURAL));
+        }
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code.as_u16(),
+        });
+        if !details.is_empty() {
+            status["details"] = serde_json::Value::Object(details);
+        }
+        status
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}): {}",
+            self.code.as_u16(),
+            self.reason,
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&self.to_status()).unwrap_or_default();
+        let mut response = (self.code, body).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response.extensions_mut().insert(self);
+        response
+    }
+}
+
+impl From<kdoctor_store::StoreError> for ApiError {
+    fn from(e: kdoctor_store::StoreError) -> Self {
+        tracing::error!(error = %e, "store error");
+        ApiError::internal(format!("the report store failed: {e}"))
+    }
+}

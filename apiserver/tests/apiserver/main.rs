@@ -1,0 +1,7 @@
+//! The kdoctor-apiserver test suite (one binary).
+
+mod access;
+mod discovery;
+mod reports;
+mod support;
+mod watch;

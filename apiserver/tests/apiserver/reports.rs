@@ -1,0 +1,383 @@
+//! get, list, Table, selectors, paging and delete of KdoctorReports.
+
+use axum::http::{Method, StatusCode};
+use serde_json::json;
+
+use crate::support::{BASE, TABLE, fill, get, send, server};
+
+#[tokio::test]
+async fn list_has_one_object_per_incarnation_with_kind_labels_and_reports() {
+    let s = server("rep-list");
+    fill(&s.store);
+    let list = get(&s.router, BASE).await.json();
+    assert_eq!(
+        (list["kind"].as_str(), list["apiVersion"].as_str()),
+        (Some("KdoctorReportList"), Some("system.kdoctor.io/v1beta1"))
+    );
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap_or(""))
+        .collect();
+    // The newest incarnation has upstream's name; the old one is reachable by its UID tag.
+    assert_eq!(
+        names,
+        ["netdns-dns", "netreach-task", "netreach-task.0d1ca000"]
+    );
+    let task = &list["items"][1];
+    assert_eq!(
+        task["metadata"]["labels"]["kdoctor.io/task-kind"],
+        "NetReach"
+    );
+    assert_eq!(task["metadata"]["labels"]["kdoctor.io/task-name"], "task");
+    assert_eq!(task["metadata"]["labels"]["kdoctor.io/last-result"], "fail");
+    assert_eq!(task["metadata"]["annotations"]["kdoctor.io/rounds"], "1,2");
+    assert_eq!(task["task"]["kind"], "NetReach");
+    assert_eq!(task["task"]["spec"]["netReach"]["request"]["qps"], 10);
+    assert_eq!(task["status"]["roundNumber"], 2);
+    assert_eq!(task["status"]["totalRoundNumber"], 3);
+    assert_eq!(task["status"]["roundFinishedNumber"], 2);
+    assert_eq!(task["status"]["status"], "NotFinished");
+    let reports = task["report"]["latestRoundReport"]
+        .as_array()
+        .expect("reports");
+    assert_eq!(reports.len(), 2);
+    assert_eq!(reports[0]["nodeName"], "node-a");
+    assert_eq!(reports[0]["roundNumber"], 2);
+    assert_eq!(
+        reports[0]["taskNetReach"]["roundTaskDetail"]
+            .as_array()
+            .map(Vec::len),
+        Some(3)
+    );
+    let old = &list["items"][2];
+    assert_eq!(old["status"]["taskState"], "Deleted");
+    assert!(old["metadata"]["annotations"]["kdoctor.io/task-deleted"].is_string());
+    assert_eq!(list["items"][0]["report"], json!({}));
+    assert!(
+        list["metadata"]["resourceVersion"]
+            .as_str()
+            .is_some_and(|v| v.parse::<u64>().is_ok())
+    );
+}
+
+#[tokio::test]
+async fn every_round_and_incarnation_is_reachable_by_name() {
+    let s = server("rep-get");
+    fill(&s.store);
+    let latest = get(&s.router, &format!("{BASE}/netreach-task"))
+        .await
+        .json();
+    assert_eq!(latest["metadata"]["name"], "netreach-task");
+    assert_eq!(latest["status"]["roundNumber"], 2);
+    let round1 = get(&s.router, &format!("{BASE}/netreach-task.round-1"))
+        .await
+        .json();
+    assert_eq!(round1["metadata"]["name"], "netreach-task.round-1");
+    assert_eq!(round1["status"]["roundNumber"], 1);
+    assert_eq!(round1["report"]["latestRoundReport"][0]["roundNumber"], 1);
+    let old = get(&s.router, &format!("{BASE}/netreach-task.0d1ca000"))
+        .await
+        .json();
+    assert_eq!(old["report"]["latestRoundReport"][0]["roundNumber"], 1);
+    assert_eq!(
+        old["metadata"]["uid"],
+        "0ld1ncar-0000-0000-0000-000000000001"
+    );
+    let old_round = get(&s.router, &format!("{BASE}/netreach-task.0d1ca000.round-1")).await;
+    assert_eq!(old_round.status, StatusCode::OK);
+    // The newest incarnation also answers under its own tag.
+    assert_eq!(
+        get(&s.router, &format!("{BASE}/netreach-task.c0ffee00"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_missing_name_is_the_not_found_status_kubectl_prints() {
+    let s = server("rep-404");
+    fill(&s.store);
+    for name in [
+        "netreach-nope",
+        "netreach-task.round-9",
+        "pod-task",
+        "netreach-task.deadbeef",
+    ] {
+        let reply = get(&s.router, &format!("{BASE}/{name}")).await;
+        assert_eq!(reply.status, StatusCode::NOT_FOUND, "{name}");
+        let status = reply.json();
+        assert_eq!(status["kind"], "Status");
+        assert_eq!(status["reason"], "NotFound");
+        assert_eq!(
+            status["message"],
+            format!("kdoctorreports.system.kdoctor.io \"{name}\" not found")
+        );
+        assert_eq!(status["details"]["name"], name);
+        assert_eq!(status["details"]["kind"], "kdoctorreports");
+        assert_eq!(status["code"], 404);
+    }
+}
+
+#[tokio::test]
+async fn tables_have_stable_columns_and_server_rendered_cells() {
+    let s = server("rep-table");
+    fill(&s.store);
+    let list = send(
+        &s.router,
+        Method::GET,
+        &format!("{BASE}?limit=500"),
+        Some("admin-token"),
+        Some(TABLE),
+    )
+    .await
+    .json();
+    assert_eq!(list["kind"], "Table");
+    let columns: Vec<&str> = list["columnDefinitions"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        columns[..9],
+        [
+            "Name",
+            "Kind",
+            "Task",
+            "Rounds",
+            "Status",
+            "Last Result",
+            "Nodes",
+            "Task CR",
+            "Age"
+        ]
+    );
+    let row = &list["rows"][1];
+    assert_eq!(row["cells"][0], "netreach-task");
+    assert_eq!(row["cells"][3], "2/3");
+    assert_eq!(row["cells"][5], "fail");
+    assert_eq!(row["cells"][6], "1/1/1");
+    assert_eq!(row["cells"][7], "Present");
+    assert_eq!(row["cells"][8], "5m");
+    assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(list["rows"][2]["cells"][7], "Deleted");
+    // A single GET gives the same columns.
+    let one = send(
+        &s.router,
+        Method::GET,
+        &format!("{BASE}/netreach-task"),
+        Some("admin-token"),
+        Some(TABLE),
+    )
+    .await
+    .json();
+    assert_eq!(one["columnDefinitions"], list["columnDefinitions"]);
+    assert_eq!(one["rows"].as_array().map(Vec::len), Some(1));
+    let bare = send(
+        &s.router,
+        Method::GET,
+        &format!("{BASE}?includeObject=None"),
+        Some("admin-token"),
+        Some(TABLE),
+    )
+    .await
+    .json();
+    assert!(bare["rows"][0].get("object").is_none());
+    let bad = send(
+        &s.router,
+        Method::GET,
+        &format!("{BASE}?includeObject=All"),
+        Some("admin-token"),
+        Some(TABLE),
+    )
+    .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn label_and_field_selectors_filter_and_bad_ones_are_400() {
+    let s = server("rep-select");
+    fill(&s.store);
+    let names = |v: serde_json::Value| -> Vec<String> {
+        v["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    let failing = get(
+        &s.router,
+        &format!("{BASE}?labelSelector=kdoctor.io%2Flast-result%3Dfail"),
+    )
+    .await
+    .json();
+    assert_eq!(names(failing), ["netreach-task"]);
+    let kinds = get(
+        &s.router,
+        &format!("{BASE}?labelSelector=kdoctor.io/task-kind%20in%20(Netdns),kdoctor.io/task-name"),
+    )
+    .await
+    .json();
+    assert_eq!(names(kinds), ["netdns-dns"]);
+    let by_name = get(
+        &s.router,
+        &format!("{BASE}?fieldSelector=metadata.name%3Dnetreach-task"),
+    )
+    .await
+    .json();
+    assert_eq!(names(by_name), ["netreach-task"]);
+    let not_name = get(
+        &s.router,
+        &format!("{BASE}?fieldSelector=metadata.name!%3Dnetreach-task"),
+    )
+    .await
+    .json();
+    assert_eq!(names(not_name).len(), 2);
+    let bad = get(&s.router, &format!("{BASE}?labelSelector=a%3D%3D%3Db")).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let field = get(&s.router, &format!("{BASE}?fieldSelector=spec.x%3D1")).await;
+    assert_eq!(field.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        field.json()["message"],
+        "\"spec.x\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+    );
+}
+
+#[tokio::test]
+async fn limit_and_continue_page_through_every_object() {
+    let s = server("rep-page");
+    fill(&s.store);
+    let first = get(&s.router, &format!("{BASE}?limit=2")).await.json();
+    assert_eq!(first["items"].as_array().map(Vec::len), Some(2));
+    assert_eq!(first["metadata"]["remainingItemCount"], 1);
+    let token = first["metadata"]["continue"].as_str().expect("continue");
+    let second = get(&s.router, &format!("{BASE}?limit=2&continue={token}"))
+        .await
+        .json();
+    assert_eq!(second["items"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        second["items"][0]["metadata"]["name"],
+        "netreach-task.0d1ca000"
+    );
+    assert!(second["metadata"].get("continue").is_none());
+    let bad = get(&s.router, &format!("{BASE}?limit=2&continue=garbage")).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn delete_purges_a_round_or_a_whole_incarnation() {
+    let s = server("rep-delete");
+    let (old, new) = fill(&s.store);
+    let reply = send(
+        &s.router,
+        Method::DELETE,
+        &format!("{BASE}/netreach-task.round-1"),
+        Some("admin-token"),
+        None,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert!(s.store.round(new, 1).expect("read").is_none());
+    assert!(s.store.round(new, 2).expect("read").is_some());
+    let reply = send(
+        &s.router,
+        Method::DELETE,
+        &format!("{BASE}/netreach-task.0d1ca000"),
+        Some("admin-token"),
+        None,
+    )
+    .await;
+    assert_eq!(reply.json()["metadata"]["name"], "netreach-task.0d1ca000");
+    assert!(s.store.task(old).is_none());
+    assert_eq!(
+        get(&s.router, &format!("{BASE}/netreach-task.0d1ca000"))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn unsupported_verbs_are_405_with_the_kubectl_message() {
+    let s = server("rep-405");
+    let reply = send(&s.router, Method::POST, BASE, Some("admin-token"), None).await;
+    assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(
+        reply.json()["message"],
+        "create is not supported on resources of kind \"kdoctorreports.system.kdoctor.io\""
+    );
+}
+
+#[tokio::test]
+async fn large_reports_stream_and_gzip_when_asked() {
+    let s = server("rep-large");
+    let (id, _) = s
+        .store
+        .record_task(&crate::support::record(
+            kdoctor_api::task::TaskKind::NetReach,
+            "big",
+            "b1b1b1b1-0000-0000-0000-000000000000",
+        ))
+        .expect("task");
+    s.store
+        .put_report(
+            id,
+            &kdoctor_api::fixtures::net_reach_report("node-a", 1, 6000, 1),
+        )
+        .expect("put");
+    let reply = get(&s.router, &format!("{BASE}/netreach-big")).await;
+    assert!(reply.body.len() > 3_000_000, "{}", reply.body.len());
+    assert_eq!(
+        reply.json()["report"]["latestRoundReport"][0]["taskNetReach"]["roundTaskDetail"]
+            .as_array()
+            .map(Vec::len),
+        Some(6000)
+    );
+    let request = axum::http::Request::builder()
+        .uri(format!("{BASE}/netreach-big"))
+        .header("authorization", "Bearer admin-token")
+        .header("accept-encoding", "gzip")
+        .body(axum::body::Body::empty())
+        .expect("request");
+    let response = tower::ServiceExt::oneshot(s.router.clone(), request)
+        .await
+        .expect("answered");
+    assert_eq!(response.headers()["content-encoding"], "gzip");
+}
+
+#[tokio::test]
+async fn the_store_not_open_is_503_and_not_ready() {
+    let reviews = std::sync::Arc::new(crate::support::reviews());
+    let auth = std::sync::Arc::new(kdoctor_apiserver::auth::Auth::delegated(
+        Default::default(),
+        reviews,
+    ));
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let state = kdoctor_apiserver::AppState::new(
+        auth,
+        std::sync::Arc::new(kdoctor_apiserver::metrics::ApiMetrics::new()),
+        rx,
+    );
+    let router = kdoctor_apiserver::router(state);
+    let reply = get(&router, BASE).await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(reply.json()["reason"], "ServiceUnavailable");
+    let ready = send(&router, Method::GET, "/readyz?verbose", None, None).await;
+    assert_eq!(ready.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        ready
+            .text()
+            .contains("[-]report-store failed: reason withheld"),
+        "{}",
+        ready.text()
+    );
+    // Discovery never depends on the store: the aggregator's availability check keeps passing.
+    assert_eq!(
+        get(&router, "/apis/system.kdoctor.io/v1beta1").await.status,
+        StatusCode::OK
+    );
+}

@@ -1,0 +1,190 @@
+//! Watch: initial ADDED events, MODIFIED when a report is stored, resume by resourceVersion,
+//! 410 for versions the store no longer has, Table events with columns once.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::Request;
+use futures::StreamExt;
+use kdoctor_api::fixtures::net_reach_report;
+use serde_json::Value;
+use tower::ServiceExt;
+
+use crate::support::{BASE, Server, TABLE, fill, server};
+
+/// Opens a watch and returns a stream of its events.
+async fn open(
+    s: &Server,
+    query: &str,
+    accept: Option<&str>,
+) -> futures::stream::BoxStream<'static, Value> {
+    let mut request = Request::builder()
+        .uri(format!("{BASE}?watch=true&{query}"))
+        .header("authorization", "Bearer admin-token");
+    if let Some(accept) = accept {
+        request = request.header("accept", accept);
+    }
+    let response = s
+        .router
+        .clone()
+        .oneshot(request.body(Body::empty()).expect("request"))
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body().into_data_stream();
+    let mut buffer = Vec::new();
+    futures::stream::poll_fn(move |cx| {
+        loop {
+            if let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                return std::task::Poll::Ready(Some(
+                    serde_json::from_slice::<Value>(&line).expect("a JSON line"),
+                ));
+            }
+            match body.poll_next_unpin(cx) {
+                std::task::Poll::Ready(Some(Ok(chunk))) => buffer.extend_from_slice(&chunk),
+                std::task::Poll::Ready(_) => return std::task::Poll::Ready(None),
+                std::task::Poll::Pending => return std::task::Poll::Pending,
+            }
+        }
+    })
+    .boxed()
+}
+
+async fn next(events: &mut futures::stream::BoxStream<'static, Value>) -> Value {
+    tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("an event in time")
+        .expect("stream open")
+}
+
+#[tokio::test]
+async fn a_watch_from_now_lists_then_streams_changes() {
+    let s = server("watch-now");
+    let (_, new) = fill(&s.store);
+    let mut events = open(&s, "", None).await;
+    let mut added = Vec::new();
+    for _ in 0..3 {
+        let e = next(&mut events).await;
+        assert_eq!(e["type"], "ADDED");
+        added.push(
+            e["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        );
+    }
+    added.sort();
+    assert_eq!(
+        added,
+        ["netdns-dns", "netreach-task", "netreach-task.0d1ca000"]
+    );
+    s.store
+        .put_report(new, &net_reach_report("node-c", 3, 2, 99))
+        .expect("put");
+    let e = next(&mut events).await;
+    assert_eq!(e["type"], "MODIFIED");
+    assert_eq!(e["object"]["metadata"]["name"], "netreach-task");
+    assert_eq!(e["object"]["status"]["roundNumber"], 3);
+}
+
+#[tokio::test]
+async fn a_watch_resumes_after_a_version_and_sees_deletions() {
+    let s = server("watch-resume");
+    let (old, new) = fill(&s.store);
+    let rv = s.store.resource_version();
+    s.store
+        .put_report(new, &net_reach_report("node-c", 3, 2, 99))
+        .expect("put");
+    s.store.purge_task(old).expect("purged");
+    let mut events = open(&s, &format!("resourceVersion={rv}"), None).await;
+    let first = next(&mut events).await;
+    assert_eq!(
+        (
+            first["type"].as_str(),
+            first["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("DELETED"), Some("netreach-task.0d1ca000"))
+    );
+    let second = next(&mut events).await;
+    assert_eq!(
+        (
+            second["type"].as_str(),
+            second["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("MODIFIED"), Some("netreach-task"))
+    );
+}
+
+#[tokio::test]
+async fn a_too_old_version_gets_one_410_error_event() {
+    let dir = crate::support::scratch("watch-old");
+    let store = std::sync::Arc::new(
+        kdoctor_store::Store::open(kdoctor_store::StoreConfig {
+            event_window: 2,
+            ..kdoctor_store::StoreConfig::new(&dir)
+        })
+        .expect("opens"),
+    );
+    fill(&store);
+    let s = server("watch-old-router");
+    s.state.set_store(store);
+    let mut events = open(&s, "resourceVersion=1", None).await;
+    let e = next(&mut events).await;
+    assert_eq!(e["type"], "ERROR");
+    assert_eq!(e["object"]["code"], 410);
+    assert_eq!(e["object"]["reason"], "Expired");
+    assert!(
+        e["object"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("too old resource version: 1 ("))
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), events.next())
+            .await
+            .expect("closes")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn table_watches_send_columns_once_and_honour_field_selectors() {
+    let s = server("watch-table");
+    let (_, new) = fill(&s.store);
+    let mut events = open(
+        &s,
+        "fieldSelector=metadata.name%3Dnetreach-task",
+        Some(TABLE),
+    )
+    .await;
+    let first = next(&mut events).await;
+    assert_eq!(first["object"]["kind"], "Table");
+    assert!(first["object"]["columnDefinitions"].is_array());
+    assert_eq!(first["object"]["rows"][0]["cells"][0], "netreach-task");
+    s.store
+        .put_report(new, &net_reach_report("node-c", 3, 2, 7))
+        .expect("put");
+    let second = next(&mut events).await;
+    assert_eq!(second["type"], "MODIFIED");
+    assert!(second["object"].get("columnDefinitions").is_none());
+}
+
+#[tokio::test]
+async fn send_initial_events_ends_with_an_annotated_bookmark_and_timeouts_close() {
+    let s = server("watch-initial");
+    fill(&s.store);
+    let mut events = open(&s, "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1", None).await;
+    for _ in 0..3 {
+        assert_eq!(next(&mut events).await["type"], "ADDED");
+    }
+    let bookmark = next(&mut events).await;
+    assert_eq!(bookmark["type"], "BOOKMARK");
+    assert_eq!(
+        bookmark["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    let closed = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("the watch ends");
+    assert!(closed.is_none());
+}
