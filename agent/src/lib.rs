@@ -1,3 +1,12 @@
-//! kdoctor-agent: probe targets, the constant-rate prober, rounds and the report spool.
-//!
-//! Not built yet (issue 5): this crate deliberately exports nothing.
+//! kdoctor-agent: the probe targets every agent serves (echo API over HTTP and HTTPS, health,
+//! metrics) and the constant-rate HTTP and DNS prober that measures them.
+
+pub mod agent;
+pub mod config;
+pub mod echo;
+pub mod histogram;
+pub mod metrics;
+pub mod pacer;
+pub mod probe;
+pub mod server;
+pub mod tls;

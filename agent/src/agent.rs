@@ -1,0 +1,161 @@
+//! Starting the agent's servers: echo targets (HTTP, HTTPS), health and metrics.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+
+use crate::config::{AgentArgs, host_name};
+use crate::echo::Echo;
+use crate::metrics::Metrics;
+use crate::server::health::{Health, health_router, metrics_router};
+use crate::server::{ListenError, bind, serve};
+use crate::tls::{Identity, TlsError, server_config};
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A port could not be opened.
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    /// The HTTPS target's certificate is unusable.
+    #[error("HTTPS target certificate: {0}")]
+    Tls(#[from] TlsError),
+}
+
+/// The running servers and where they listen.
+pub struct RunningAgent {
+    /// HTTP echo target addresses.
+    pub http: Vec<SocketAddr>,
+    /// HTTPS echo target addresses.
+    pub https: Vec<SocketAddr>,
+    /// Health endpoint addresses.
+    pub health: Vec<SocketAddr>,
+    /// `/metrics` addresses.
+    pub metrics: Vec<SocketAddr>,
+    /// The echo API's state (counters).
+    pub echo: Echo,
+    /// Metrics registry.
+    pub registry: Metrics,
+    /// Readiness.
+    pub health_state: Health,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningAgent {
+    /// Waits until a server task ends (they only end by panicking or being aborted).
+    pub async fn wait(mut self) {
+        if let Some(first) = self.tasks.pop() {
+            let _ = first.await;
+        }
+    }
+}
+
+impl Drop for RunningAgent {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Binds every port on every address of `args.bind`. An IPv6 wildcard that the host cannot
+/// open is replaced by the IPv4 wildcard.
+async fn bind_all(
+    what: &'static str,
+    addrs: &[IpAddr],
+    port: u16,
+) -> Result<Vec<tokio::net::TcpListener>, ListenError> {
+    let mut listeners = Vec::new();
+    for ip in addrs {
+        let addr = SocketAddr::new(*ip, port);
+        match bind(what, addr).await {
+            Ok(l) => listeners.push(l),
+            Err(e) if ip.is_ipv6() && ip.is_unspecified() && addrs.len() == 1 => {
+                tracing::warn!(error = %e, "IPv6 unavailable, listening on IPv4 only");
+                listeners
+                    .push(bind(what, SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port)).await?);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(listeners)
+}
+
+/// Starts the echo targets, health and metrics servers.
+pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
+    let metrics = Metrics::new();
+    let health = Health::default();
+    let name = args.pod_name.clone().unwrap_or_else(host_name);
+    let echo = Echo::new(&name, metrics.clone());
+    let identity = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Identity::from_files(cert, key)?,
+        _ => {
+            let mut names = vec![name.clone(), "localhost".to_string()];
+            names.extend(
+                args.bind
+                    .iter()
+                    .filter(|ip| !ip.is_unspecified())
+                    .map(|ip| ip.to_string()),
+            );
+            names.extend(["127.0.0.1".to_string(), "::1".to_string()]);
+            names.dedup();
+            Identity::self_signed(&names)?
+        }
+    };
+    let tls = Arc::new(server_config(identity, None)?);
+    let mut running = RunningAgent {
+        http: Vec::new(),
+        https: Vec::new(),
+        health: Vec::new(),
+        metrics: Vec::new(),
+        echo: echo.clone(),
+        registry: metrics.clone(),
+        health_state: health.clone(),
+        tasks: Vec::new(),
+    };
+    let local = |l: &tokio::net::TcpListener| l.local_addr().ok();
+    for listener in bind_all("HTTP echo target", &args.bind, args.app_http_port).await? {
+        running.http.extend(local(&listener));
+        running.tasks.push(serve(
+            listener,
+            echo.clone().router(),
+            None,
+            metrics.clone(),
+        ));
+    }
+    for listener in bind_all("HTTPS echo target", &args.bind, args.app_https_port).await? {
+        running.https.extend(local(&listener));
+        running.tasks.push(serve(
+            listener,
+            echo.clone().router(),
+            Some(tls.clone()),
+            metrics.clone(),
+        ));
+    }
+    let health_routes = health_router(health.clone()).merge(metrics_router(metrics.clone()));
+    for listener in bind_all("health", &args.bind, args.health_port).await? {
+        running.health.extend(local(&listener));
+        running.tasks.push(serve(
+            listener,
+            health_routes.clone(),
+            None,
+            metrics.clone(),
+        ));
+    }
+    for listener in bind_all("metrics", &args.bind, args.metrics_port).await? {
+        running.metrics.extend(local(&listener));
+        running.tasks.push(serve(
+            listener,
+            metrics_router(metrics.clone()),
+            None,
+            metrics.clone(),
+        ));
+    }
+    health.set_ready(true);
+    tracing::info!(
+        http = ?running.http, https = ?running.https, health = ?running.health,
+        metrics = ?running.metrics, server_name = %name, "agent servers listening"
+    );
+    Ok(running)
+}

@@ -1,0 +1,73 @@
+//! The agent's command line: ports and environment variable names as upstream (§15.2), every
+//! port also a flag.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// Settings of `kdoctor agent`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct AgentArgs {
+    /// Port of the HTTP echo target (NetReach probes it).
+    #[arg(long, env = "ENV_AGENT_APP_HTTP_PORT", default_value_t = 80)]
+    pub app_http_port: u16,
+
+    /// Port of the HTTPS echo target (HTTP/2 by ALPN).
+    #[arg(long, env = "ENV_AGENT_APP_HTTPS_PORT", default_value_t = 443)]
+    pub app_https_port: u16,
+
+    /// Port of the health endpoints (`/healthy/startup|readiness|liveness`).
+    #[arg(long, env = "ENV_AGENT_HEALTH_HTTP_PORT", default_value_t = 5710)]
+    pub health_port: u16,
+
+    /// Port of `/metrics`.
+    #[arg(long, env = "ENV_METRIC_HTTP_PORT", default_value_t = 5711)]
+    pub metrics_port: u16,
+
+    /// Addresses to listen on; the default `::` accepts IPv4 and IPv6 (falls back to 0.0.0.0
+    /// where IPv6 is disabled).
+    #[arg(long = "bind", value_name = "IP", default_value = "::", num_args = 1..)]
+    pub bind: Vec<IpAddr>,
+
+    /// Server certificate (PEM) of the HTTPS target; default: a generated self-signed one.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of `--tls-cert`.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Name the echo API answers with (`serverName`); default: the host name.
+    #[arg(long, env = "ENV_POD_NAME")]
+    pub pod_name: Option<String>,
+
+    /// Node the agent runs on (reports carry it).
+    #[arg(long, env = "ENV_LOCAL_NODE_NAME")]
+    pub node_name: Option<String>,
+}
+
+impl AgentArgs {
+    /// Settings for tests and embedding: every port 0 (chosen by the OS) on `bind`.
+    pub fn ephemeral(bind: Vec<IpAddr>) -> AgentArgs {
+        AgentArgs {
+            app_http_port: 0,
+            app_https_port: 0,
+            health_port: 0,
+            metrics_port: 0,
+            bind,
+            tls_cert: None,
+            tls_key: None,
+            pod_name: Some("kdoctor-agent-test".to_string()),
+            node_name: None,
+        }
+    }
+}
+
+/// The host name, for `serverName` when no pod name is given.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "kdoctor-agent".to_string())
+}

@@ -1,0 +1,195 @@
+//! The prober engine (prior-art §1.9): one open-loop pacer per target on an absolute schedule,
+//! a task per request under an in-flight cap, a timeout over the whole request, and every
+//! result recorded with its service time, its response time from the pacer's wake time, and
+//! the pacer's lateness.
+
+pub mod dns;
+pub mod http;
+pub mod outcome;
+pub mod record;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::metrics::Metrics;
+use crate::pacer::{self, Schedule, ScheduleError};
+use outcome::{Attempt, ErrorClass, ProbeError};
+use record::Recorder;
+
+/// Something that sends one request to one target.
+pub trait Prober: Send + Sync + 'static {
+    /// `http` or `dns` (metric label).
+    fn kind(&self) -> &'static str;
+    /// Sends one request and reads the whole answer. The engine bounds it by the timeout.
+    fn probe(&self) -> impl Future<Output = Attempt> + Send;
+}
+
+/// How one target is probed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Plan {
+    /// When requests are due.
+    pub schedule: Schedule,
+    /// Per-request timeout over connect, request and the whole answer.
+    pub timeout: Duration,
+    /// Most requests in flight; a due request beyond it is not sent and counted.
+    pub max_in_flight: usize,
+}
+
+impl Plan {
+    /// `qps` for `duration` with `timeout` per request, and the default in-flight cap: what
+    /// the rate needs if every request took the whole timeout, plus slack.
+    pub fn new(qps: f64, duration: Duration, timeout: Duration) -> Result<Plan, ScheduleError> {
+        let schedule = Schedule::new(qps, duration)?;
+        let needed = (qps * timeout.as_secs_f64() * 1.1).ceil();
+        Ok(Plan {
+            schedule,
+            timeout,
+            max_in_flight: (needed as usize).saturating_add(16).min(1_000_000),
+        })
+    }
+}
+
+/// Live counters of a run, for a progress line.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Requests sent.
+    pub sent: AtomicU64,
+    /// Requests finished.
+    pub done: AtomicU64,
+    /// Requests that failed.
+    pub failed: AtomicU64,
+    /// Planned requests not sent.
+    pub unsent: AtomicU64,
+}
+
+/// The result of one run against one target.
+#[derive(Clone, Debug)]
+pub struct Measurement {
+    /// Everything recorded.
+    pub recorder: Recorder,
+    /// Wall-clock time of the first planned request.
+    pub started: jiff::Timestamp,
+    /// From the start until the last answer.
+    pub elapsed: Duration,
+    /// From the start until the last request was handed out, plus one interval: the time the
+    /// sending took (equal to the duration when the prober kept up).
+    pub send_span: Duration,
+    /// Requests planned.
+    pub planned: u64,
+    /// The plan.
+    pub plan: Plan,
+}
+
+impl Measurement {
+    /// Wall-clock time of the last answer.
+    pub fn ended(&self) -> jiff::Timestamp {
+        let span = jiff::SignedDuration::try_from(self.elapsed).unwrap_or_default();
+        self.started.checked_add(span).unwrap_or(self.started)
+    }
+
+    /// Requests per second achieved: sent requests over the time the sending took.
+    pub fn achieved_rate(&self) -> f64 {
+        let secs = self.send_span.as_secs_f64();
+        if secs > 0.0 {
+            self.recorder.requests as f64 / secs
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Probes one target according to `plan`; returns when every sent request has finished.
+pub async fn run<P: Prober>(
+    prober: Arc<P>,
+    plan: Plan,
+    progress: Arc<Progress>,
+    metrics: Option<Metrics>,
+) -> Measurement {
+    let recorder = Arc::new(Mutex::new(Recorder::default()));
+    let permits = Arc::new(Semaphore::new(plan.max_in_flight));
+    let started = jiff::Timestamp::now();
+    let start = Instant::now();
+    let kind = prober.kind();
+    let lock = |r: &Arc<Mutex<Recorder>>| {
+        let r = r.clone();
+        move |f: &mut dyn FnMut(&mut Recorder)| {
+            // A panic while recording cannot leave the recorder half-updated in a way that
+            // matters more than losing the run: keep going with what is there.
+            let mut guard = r.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut guard);
+        }
+    };
+    let with_recorder = lock(&recorder);
+    let mut last_woke = start;
+    let summary = pacer::run(plan.schedule, start, |slot| {
+        last_woke = slot.woke;
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            with_recorder(&mut |r| r.record_unsent());
+            progress.unsent.fetch_add(1, Ordering::Relaxed);
+            if let Some(m) = &metrics {
+                m.probe_unsent.with_label_values(&[kind]).inc();
+            }
+            return true;
+        };
+        progress.sent.fetch_add(1, Ordering::Relaxed);
+        let prober = prober.clone();
+        let progress = progress.clone();
+        let metrics = metrics.clone();
+        let with_recorder = lock(&recorder);
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let attempt = match tokio::time::timeout(plan.timeout, prober.probe()).await {
+                Ok(attempt) => attempt,
+                Err(_) => Attempt::failed(ProbeError::new(ErrorClass::Timeout, "")),
+            };
+            let end = Instant::now();
+            with_recorder(&mut |r| {
+                r.record(&attempt, end - sent, end - slot.woke, slot.lateness())
+            });
+            progress.done.fetch_add(1, Ordering::Relaxed);
+            let outcome = match &attempt.result {
+                Ok(()) => "ok".to_string(),
+                Err(e) => {
+                    progress.failed.fetch_add(1, Ordering::Relaxed);
+                    e.class.label()
+                }
+            };
+            if let Some(m) = &metrics {
+                m.probe_requests.with_label_values(&[kind, &outcome]).inc();
+            }
+            drop(permit);
+        });
+        true
+    })
+    .await;
+    for _ in 0..summary.overrun {
+        with_recorder(&mut |r| r.record_unsent());
+    }
+    progress
+        .unsent
+        .fetch_add(summary.overrun, Ordering::Relaxed);
+    // Every permit back means every request has finished.
+    let all = u32::try_from(plan.max_in_flight).unwrap_or(u32::MAX);
+    let _ = permits.acquire_many(all).await;
+    let elapsed = start.elapsed();
+    let interval = Duration::from_secs_f64(1.0 / plan.schedule.qps());
+    let send_span = if summary.dispatched == 0 {
+        Duration::ZERO
+    } else {
+        last_woke.saturating_duration_since(start) + interval
+    };
+    let recorder = recorder.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Measurement {
+        recorder,
+        started,
+        elapsed,
+        send_span,
+        planned: plan.schedule.total(),
+        plan,
+    }
+}
