@@ -186,6 +186,28 @@ pub fn parse_delay(text: &str) -> Result<Duration, String> {
     Ok(delay)
 }
 
+/// Sleeps for `delay` to within about 0.1 ms. tokio's timer rounds up to the next millisecond
+/// and wakes late under load, which would add 1–2 ms to every injected delay; the last few
+/// milliseconds are slept by an OS thread instead, whose sleep is precise.
+pub async fn precise_sleep(delay: Duration) {
+    const COARSE_MARGIN: Duration = Duration::from_millis(5);
+    let deadline = std::time::Instant::now() + delay;
+    if delay > COARSE_MARGIN {
+        tokio::time::sleep(delay - COARSE_MARGIN).await;
+    }
+    if std::time::Instant::now() < deadline {
+        // The thread computes what is left itself, so its start-up time is not added.
+        let slept = tokio::task::spawn_blocking(move || {
+            std::thread::sleep(deadline.saturating_duration_since(std::time::Instant::now()))
+        })
+        .await;
+        if slept.is_err() {
+            // The blocking pool is shutting down: fall back to the coarse timer.
+            tokio::time::sleep_until(deadline.into()).await;
+        }
+    }
+}
+
 fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -277,7 +299,7 @@ async fn handle(State(echo): State<Echo>, request: Request) -> Response {
         }
     }
     if let Some(delay) = query.delay {
-        tokio::time::sleep(delay).await;
+        precise_sleep(delay).await;
     }
     if method == Method::DELETE {
         echo.reset(&query.task);

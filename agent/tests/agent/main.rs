@@ -1,5 +1,9 @@
 //! Integration tests of kdoctor-agent against real peers on loopback: the agent's own echo
 //! servers, nginx, unbound, and hand-written misbehaving servers.
 
+mod accuracy;
+mod dns_probe;
 mod echo;
+mod http_probe;
+mod peers;
 mod support;

@@ -97,3 +97,83 @@ pub async fn fetch(method: &str, addr: SocketAddr, path: &str, tls: bool, h2: bo
         body: String::from_utf8_lossy(&body).into_owned(),
     }
 }
+
+use std::time::Duration;
+
+use kdoctor_agent::probe::dns::{DnsProber, DnsProtocol, DnsRequestSpec};
+use kdoctor_agent::probe::http::{HttpProber, HttpRequestSpec, client_alpn};
+use kdoctor_agent::probe::{Measurement, Plan, Progress, run};
+use kdoctor_agent::tls::Identity;
+
+/// Timed tests take this lock so that they do not load the two cores at the same time.
+pub static TIMED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A GET of `url` with keep-alive, no expected status.
+pub fn http_spec(url: &str) -> HttpRequestSpec {
+    HttpRequestSpec {
+        url: url.to_string(),
+        method: http::Method::GET,
+        headers: vec![],
+        body: Bytes::new(),
+        http2: false,
+        keep_alive: true,
+        expected_status: None,
+    }
+}
+
+/// Runs an HTTP probe; `trust` defaults to accepting any certificate.
+pub async fn probe_http(
+    spec: HttpRequestSpec,
+    trust: Option<ServerTrust>,
+    client: Option<Identity>,
+    qps: f64,
+    duration: Duration,
+    timeout: Duration,
+) -> Measurement {
+    let config = client_config(
+        trust.unwrap_or(ServerTrust::Any),
+        client,
+        client_alpn(spec.http2),
+    )
+    .expect("client config");
+    let prober = HttpProber::new(spec, Some(Arc::new(config))).expect("prober");
+    let plan = Plan::new(qps, duration, timeout).expect("plan");
+    run(Arc::new(prober), plan, Arc::new(Progress::default()), None).await
+}
+
+/// A DNS query spec.
+pub fn dns_spec(server: SocketAddr, domain: &str, protocol: DnsProtocol) -> DnsRequestSpec {
+    DnsRequestSpec {
+        server,
+        domain: domain.to_string(),
+        record_type: hickory_proto::rr::RecordType::A,
+        protocol,
+        tls_server_name: None,
+        timeout: Duration::from_millis(500),
+    }
+}
+
+/// Runs a DNS probe.
+pub async fn probe_dns(
+    spec: DnsRequestSpec,
+    trust: Option<ServerTrust>,
+    qps: f64,
+    duration: Duration,
+) -> Measurement {
+    let timeout = spec.timeout;
+    let config =
+        client_config(trust.unwrap_or(ServerTrust::Any), None, &[]).expect("client config");
+    let prober = DnsProber::new(spec, Some(Arc::new(config))).expect("prober");
+    let plan = Plan::new(qps, duration, timeout).expect("plan");
+    run(Arc::new(prober), plan, Arc::new(Progress::default()), None).await
+}
+
+/// The error keys of a measurement, for assertion messages.
+pub fn errors(m: &Measurement) -> String {
+    format!("{:?}", m.recorder.errors)
+}
+
+/// Milliseconds of a microsecond value.
+pub fn ms(micros: u64) -> f64 {
+    micros as f64 / 1000.0
+}

@@ -1,0 +1,134 @@
+//! The DNS prober against unbound over UDP, TCP and TLS, and against servers that fail.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hickory_proto::rr::RecordType;
+use kdoctor_agent::probe::dns::DnsProtocol;
+use kdoctor_agent::tls::{ServerTrust, read_roots};
+
+use crate::peers::Unbound;
+use crate::support::{dns_spec, errors, probe_dns};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn unbound_udp_tcp_and_tls_both_families() {
+    let unbound = Unbound::start();
+    let v4: SocketAddr = ([127, 0, 0, 1], unbound.port).into();
+    let v6: SocketAddr = format!("[::1]:{}", unbound.port).parse().unwrap();
+    for (server, record_type) in [(v4, RecordType::A), (v6, RecordType::AAAA)] {
+        for protocol in [DnsProtocol::Udp, DnsProtocol::Tcp] {
+            let mut spec = dns_spec(server, "probe.test", protocol);
+            spec.record_type = record_type;
+            let m = probe_dns(spec, None, 50.0, SECOND).await;
+            assert_eq!(m.recorder.requests, 50, "{server} {protocol:?}");
+            assert_eq!(
+                m.recorder.successes,
+                50,
+                "{server} {protocol:?}: {}",
+                errors(&m)
+            );
+            assert_eq!(
+                m.recorder.rcodes,
+                BTreeMap::from([("NOERROR".to_string(), 50)])
+            );
+            assert!(
+                m.recorder.bytes >= 50 * 40,
+                "answers counted: {}",
+                m.recorder.bytes
+            );
+        }
+    }
+    let tls: SocketAddr = ([127, 0, 0, 1], unbound.tls_port).into();
+    let roots = read_roots(&unbound.cert).unwrap();
+    let mut spec = dns_spec(tls, "probe.test", DnsProtocol::TcpTls);
+    spec.tls_server_name = Some("localhost".to_string());
+    let m = probe_dns(spec, Some(ServerTrust::Roots(roots)), 20.0, SECOND).await;
+    assert_eq!(m.recorder.successes, 20, "{}", errors(&m));
+    assert_eq!(
+        m.recorder.connect.len(),
+        20,
+        "one TLS connection per query, as upstream"
+    );
+}
+
+#[tokio::test]
+async fn nxdomain_is_counted_once_as_a_failure() {
+    let unbound = Unbound::start();
+    let server: SocketAddr = ([127, 0, 0, 1], unbound.port).into();
+    let m = probe_dns(
+        dns_spec(server, "missing.test", DnsProtocol::Udp),
+        None,
+        20.0,
+        SECOND,
+    )
+    .await;
+    assert_eq!(m.recorder.requests, 20);
+    assert_eq!(m.recorder.successes, 0);
+    assert_eq!(
+        m.recorder.rcodes,
+        BTreeMap::from([("NXDOMAIN".to_string(), 20)])
+    );
+    assert_eq!(
+        m.recorder.errors,
+        BTreeMap::from([("rcode NXDOMAIN".to_string(), 20)])
+    );
+}
+
+#[tokio::test]
+async fn tls_to_a_server_with_an_unknown_certificate_fails() {
+    let unbound = Unbound::start();
+    let tls: SocketAddr = ([127, 0, 0, 1], unbound.tls_port).into();
+    let roots = read_roots(&crate::peers::Nginx::start().cert).unwrap();
+    let mut spec = dns_spec(tls, "probe.test", DnsProtocol::TcpTls);
+    spec.tls_server_name = Some("localhost".to_string());
+    let m = probe_dns(spec, Some(ServerTrust::Roots(roots)), 5.0, SECOND).await;
+    assert_eq!(m.recorder.successes, 0);
+    assert!(
+        m.recorder.errors.keys().all(|k| k.starts_with("tls")),
+        "{}",
+        errors(&m)
+    );
+}
+
+#[tokio::test]
+async fn refused_tcp_and_silent_udp() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let closed: SocketAddr = ([127, 0, 0, 1], port).into();
+    let m = probe_dns(
+        dns_spec(closed, "probe.test", DnsProtocol::Tcp),
+        None,
+        10.0,
+        SECOND,
+    )
+    .await;
+    assert_eq!(m.recorder.successes, 0);
+    let refused: i64 = m
+        .recorder
+        .errors
+        .iter()
+        .filter(|(k, _)| k.starts_with("refused"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(refused, 10, "{}", errors(&m));
+    // A UDP socket that reads queries and never answers.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    let mut spec = dns_spec(addr, "probe.test", DnsProtocol::Udp);
+    spec.timeout = Duration::from_millis(200);
+    let m = probe_dns(spec, None, 10.0, SECOND).await;
+    drop(silent);
+    assert_eq!(m.recorder.requests, 10);
+    assert_eq!(
+        m.recorder.errors,
+        BTreeMap::from([("timeout".to_string(), 10)]),
+        "a lost query is one failure"
+    );
+    let p50 = m.recorder.response.value_at_quantile(0.5);
+    assert!((200_000..260_000).contains(&p50), "{p50} µs");
+}

@@ -1,0 +1,316 @@
+//! The HTTP prober against real servers (the agent's echo server, nginx) and against servers
+//! that fail in each way a network can.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kdoctor_agent::tls::{ServerTrust, read_roots};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::peers::{Nginx, TempDir, write_cert};
+use crate::support::{agent, errors, http_spec, pick, probe_http};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn echo_server_over_http_and_https_both_families() {
+    let agent = agent().await;
+    for v6 in [false, true] {
+        let http = pick(&agent.http, v6);
+        let https = pick(&agent.https, v6);
+        for (url, http2) in [
+            (format!("http://{http}/?task=p"), false),
+            (format!("https://{https}/kdoctoragent?task=p"), false),
+            (format!("https://{https}/kdoctoragent?task=p"), true),
+        ] {
+            let mut spec = http_spec(&url);
+            spec.http2 = http2;
+            let m = probe_http(spec, None, None, 50.0, SECOND, SECOND).await;
+            assert_eq!(m.recorder.requests, 50, "{url}");
+            assert_eq!(m.recorder.successes, 50, "{url}: {}", errors(&m));
+            assert_eq!(m.recorder.http_status, BTreeMap::from([(200, 50)]));
+            assert!(
+                m.recorder.bytes > 50 * 200,
+                "echo bodies counted: {}",
+                m.recorder.bytes
+            );
+            assert_eq!(m.recorder.unsent, 0);
+        }
+    }
+    assert_eq!(agent.echo.count("p"), 300);
+}
+
+#[tokio::test]
+async fn keep_alive_reuses_connections_and_can_be_turned_off() {
+    let agent = agent().await;
+    let url = format!("http://{}/", pick(&agent.http, false));
+    let connections = || {
+        agent
+            .registry
+            .connections
+            .with_label_values(&["http"])
+            .get()
+    };
+    let m = probe_http(http_spec(&url), None, None, 40.0, SECOND, SECOND).await;
+    assert_eq!(m.recorder.successes, 40);
+    let reused = connections();
+    assert!(
+        reused <= 3,
+        "keep-alive opened {reused} connections for 40 sequential requests"
+    );
+    assert_eq!(m.recorder.connect.len(), reused);
+    let mut spec = http_spec(&url);
+    spec.keep_alive = false;
+    let m = probe_http(spec, None, None, 40.0, SECOND, SECOND).await;
+    assert_eq!(m.recorder.successes, 40);
+    assert_eq!(connections() - reused, 40, "one connection per request");
+    assert_eq!(m.recorder.connect.len(), 40);
+}
+
+#[tokio::test]
+async fn nginx_http_https_http2_and_methods() {
+    let nginx = Nginx::start();
+    let roots = read_roots(&nginx.cert).expect("nginx cert as CA");
+    for host in ["127.0.0.1", "[::1]"] {
+        let m = probe_http(
+            http_spec(&format!("http://{host}:{}/", nginx.http_port)),
+            None,
+            None,
+            50.0,
+            SECOND,
+            SECOND,
+        )
+        .await;
+        assert_eq!(m.recorder.successes, 50, "{}", errors(&m));
+        assert_eq!(m.recorder.bytes, 50 * 17, "index.html is 17 bytes");
+        let mut spec = http_spec(&format!("https://{host}:{}/big", nginx.https_port));
+        spec.http2 = true;
+        let m = probe_http(
+            spec,
+            Some(ServerTrust::Roots(roots.clone())),
+            None,
+            20.0,
+            SECOND,
+            SECOND,
+        )
+        .await;
+        assert_eq!(m.recorder.successes, 20, "{}", errors(&m));
+        assert_eq!(m.recorder.bytes, 20 * 100_000);
+    }
+    let mut spec = http_spec(&format!("http://localhost:{}/echo", nginx.http_port));
+    spec.method = http::Method::POST;
+    spec.headers = vec![("X-Probe".into(), "yes".into())];
+    spec.body = bytes::Bytes::from_static(b"payload");
+    let m = probe_http(spec, None, None, 10.0, SECOND, SECOND).await;
+    assert_eq!(m.recorder.successes, 10, "{}", errors(&m));
+    assert_eq!(m.recorder.bytes, 10 * "POST yes\n".len() as u64);
+}
+
+#[tokio::test]
+async fn wrong_status_fails_unless_expected() {
+    let nginx = Nginx::start();
+    let url = format!("http://127.0.0.1:{}/status/503", nginx.http_port);
+    let m = probe_http(http_spec(&url), None, None, 20.0, SECOND, SECOND).await;
+    assert_eq!(
+        m.recorder.successes, 0,
+        "5xx is a failure (upstream counted it as success)"
+    );
+    assert_eq!(
+        m.recorder.errors,
+        BTreeMap::from([("status 503".to_string(), 20)])
+    );
+    assert_eq!(m.recorder.http_status, BTreeMap::from([(503, 20)]));
+    let mut spec = http_spec(&url);
+    spec.expected_status = Some(503);
+    let m = probe_http(spec, None, None, 20.0, SECOND, SECOND).await;
+    assert_eq!(m.recorder.successes, 20);
+    let mut spec = http_spec(&format!("http://127.0.0.1:{}/", nginx.http_port));
+    spec.expected_status = Some(201);
+    let m = probe_http(spec, None, None, 10.0, SECOND, SECOND).await;
+    assert_eq!(
+        m.recorder.errors,
+        BTreeMap::from([("status 200".to_string(), 10)])
+    );
+}
+
+#[tokio::test]
+async fn connection_refused() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let m = probe_http(
+        http_spec(&format!("http://127.0.0.1:{port}/")),
+        None,
+        None,
+        20.0,
+        SECOND,
+        SECOND,
+    )
+    .await;
+    assert_eq!(m.recorder.requests, 20);
+    assert_eq!(m.recorder.successes, 0);
+    let refused: i64 = m
+        .recorder
+        .errors
+        .iter()
+        .filter(|(k, _)| k.starts_with("refused"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(refused, 20, "{}", errors(&m));
+    assert_eq!(m.recorder.http_status, BTreeMap::from([(0, 20)]));
+}
+
+#[tokio::test]
+async fn silent_server_times_out_at_the_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Accepts and holds connections without answering.
+    let server = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            held.push(s);
+        }
+    });
+    let timeout = Duration::from_millis(200);
+    let m = probe_http(
+        http_spec(&format!("http://{addr}/")),
+        None,
+        None,
+        20.0,
+        SECOND,
+        timeout,
+    )
+    .await;
+    server.abort();
+    assert_eq!(
+        m.recorder.errors,
+        BTreeMap::from([("timeout".to_string(), 20)])
+    );
+    let p50 = m.recorder.response.value_at_quantile(0.5);
+    assert!(
+        (200_000..260_000).contains(&p50),
+        "timeouts recorded at the timeout: {p50} µs"
+    );
+}
+
+#[tokio::test]
+async fn server_closing_mid_body_is_a_reset() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nonly ten b")
+                    .await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    let m = probe_http(
+        http_spec(&format!("http://{addr}/")),
+        None,
+        None,
+        10.0,
+        SECOND,
+        SECOND,
+    )
+    .await;
+    server.abort();
+    assert_eq!(m.recorder.successes, 0);
+    assert_eq!(
+        m.recorder.http_status,
+        BTreeMap::from([(200, 10)]),
+        "the status came"
+    );
+    assert_eq!(m.recorder.bytes, 100, "the partial bodies are counted");
+    let resets: i64 = m
+        .recorder
+        .errors
+        .iter()
+        .filter(|(k, _)| k.starts_with("reset"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(resets, 10, "{}", errors(&m));
+    assert!(
+        errors(&m).contains("answer body cut short"),
+        "{}",
+        errors(&m)
+    );
+}
+
+#[tokio::test]
+async fn tls_failures_are_classified() {
+    let agent = agent().await;
+    let url = format!("https://{}/", pick(&agent.https, false));
+    // A CA that did not sign the agent's certificate.
+    let dir = TempDir::new("other-ca");
+    let (other, _, _) = write_cert(&dir.0);
+    let roots = read_roots(&other).unwrap();
+    let m = probe_http(
+        http_spec(&url),
+        Some(ServerTrust::Roots(roots)),
+        None,
+        10.0,
+        SECOND,
+        SECOND,
+    )
+    .await;
+    assert_eq!(m.recorder.successes, 0);
+    let keys: Vec<&String> = m.recorder.errors.keys().collect();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(
+        keys[0].starts_with("tls: invalid peer certificate"),
+        "{keys:?}"
+    );
+    // Plain HTTP spoken to the TLS port: the server's TLS layer rejects it.
+    let m = probe_http(
+        http_spec(&format!("http://{}/", pick(&agent.https, false))),
+        None,
+        None,
+        5.0,
+        SECOND,
+        SECOND,
+    )
+    .await;
+    assert_eq!(m.recorder.successes, 0, "{}", errors(&m));
+    // TLS spoken to a plain HTTP port.
+    let m = probe_http(
+        http_spec(&format!("https://{}/", pick(&agent.http, false))),
+        None,
+        None,
+        5.0,
+        SECOND,
+        SECOND,
+    )
+    .await;
+    assert_eq!(m.recorder.successes, 0);
+    assert!(
+        m.recorder.errors.keys().all(|k| k.starts_with("tls")),
+        "{}",
+        errors(&m)
+    );
+}
+
+#[tokio::test]
+async fn unknown_host_is_a_dns_error() {
+    let m = probe_http(
+        http_spec("http://no-such-host.invalid/"),
+        None,
+        None,
+        3.0,
+        SECOND,
+        SECOND,
+    )
+    .await;
+    assert_eq!(m.recorder.successes, 0);
+    assert!(
+        m.recorder.errors.keys().all(|k| k.starts_with("dns")),
+        "{}",
+        errors(&m)
+    );
+}
