@@ -314,3 +314,30 @@ async fn unknown_host_is_a_dns_error() {
         errors(&m)
     );
 }
+
+#[tokio::test]
+async fn report_of_a_real_run_has_fractional_latencies_and_mergeable_histograms() {
+    use kdoctor_agent::histogram::decode;
+    use kdoctor_agent::report::{APP_HTTP_HEALTHY_TARGET_NAME, app_http_detail, histogram_names};
+    let agent = agent().await;
+    let url = format!("http://{}/?delay=3ms", pick(&agent.http, false));
+    let m = probe_http(http_spec(&url), None, None, 20.0, SECOND, SECOND).await;
+    let detail = app_http_detail(APP_HTTP_HEALTHY_TARGET_NAME, &url, "GET", &m, None);
+    assert!(detail.request_succeed, "{:?}", detail.failure_reason);
+    let json = serde_json::to_value(&detail).unwrap();
+    let metrics = &json["requestTargetMetrics"];
+    assert_eq!(metrics["requestCounts"], 20);
+    let mean = metrics["latencies"]["meanInMs"].as_f64().unwrap();
+    assert!(
+        (3.0..10.0).contains(&mean) && mean.fract() != 0.0,
+        "fractional ms: {mean}"
+    );
+    assert_eq!(json["requestMeanDelay"].as_f64(), Some(mean));
+    let encoded = detail.request_target_metrics.histograms.as_ref().unwrap();
+    let mut merged = decode(&encoded[histogram_names::RESPONSE_TIME]).unwrap();
+    merged
+        .add(decode(&encoded[histogram_names::RESPONSE_TIME]).unwrap())
+        .unwrap();
+    assert_eq!(merged.len(), 40, "two copies merge exactly");
+    assert!(merged.min() >= 3000);
+}

@@ -1,0 +1,163 @@
+//! Per-target judgement (upstream §10.3, first matching rule), with upstream's bugs fixed: a
+//! target with no request fails instead of producing NaN, the mean is over successful requests
+//! only, and a mean limit cannot be met by a target where nothing succeeded.
+
+use kdoctor_api::task::NetSuccessCondition;
+
+/// What a target's judgement is made from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Counts {
+    /// Requests sent.
+    pub requests: u64,
+    /// Requests that succeeded.
+    pub successes: u64,
+    /// Mean response time of successful requests, milliseconds.
+    pub mean_ok_ms: Option<f64>,
+    /// Planned requests were not sent.
+    pub unsent: bool,
+}
+
+/// The verdict on one target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    /// The target met `expect`.
+    pub succeed: bool,
+    /// Why not.
+    pub reason: Option<String>,
+    /// successes / requests (0 without requests).
+    pub success_rate: f64,
+}
+
+/// Share of successful requests; 0 when nothing was sent (upstream divided by zero).
+pub fn success_rate(requests: u64, successes: u64) -> f64 {
+    if requests == 0 {
+        0.0
+    } else {
+        successes as f64 / requests as f64
+    }
+}
+
+/// Judges one target against `expect` (absent: every request must succeed, as the CRD's
+/// default `successRate: 1`).
+pub fn judge(expect: Option<&NetSuccessCondition>, counts: Counts) -> Verdict {
+    let rate = success_rate(counts.requests, counts.successes);
+    let fail = |reason: String| Verdict {
+        succeed: false,
+        reason: Some(reason),
+        success_rate: rate,
+    };
+    if counts.requests == 0 {
+        return fail("no request was sent".to_string());
+    }
+    let want_rate = match expect {
+        Some(e) => e.success_rate,
+        None => Some(kdoctor_api::task::common::DEFAULT_SUCCESS_RATE),
+    };
+    if let Some(want) = want_rate
+        && rate < want
+    {
+        return fail(format!("Success Rate {rate} is lower than request {want}"));
+    }
+    if let Some(limit) = expect.and_then(|e| e.mean_access_delay_in_ms) {
+        match counts.mean_ok_ms {
+            Some(mean) if mean > limit as f64 => {
+                return fail(format!(
+                    "mean delay {} ms is bigger than request {limit} ms",
+                    mean as f32
+                ));
+            }
+            Some(_) => {}
+            None => return fail("mean delay cannot be measured: no request succeeded".to_string()),
+        }
+    }
+    if counts.unsent {
+        return fail(
+            "There are unsent requests after the execution time has been reached".to_string(),
+        );
+    }
+    Verdict {
+        succeed: true,
+        reason: None,
+        success_rate: rate,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(requests: u64, successes: u64, mean: Option<f64>) -> Counts {
+        Counts {
+            requests,
+            successes,
+            mean_ok_ms: mean,
+            unsent: false,
+        }
+    }
+
+    fn expect(rate: Option<f64>, mean: Option<i64>) -> NetSuccessCondition {
+        NetSuccessCondition {
+            success_rate: rate,
+            mean_access_delay_in_ms: mean,
+            status_code: None,
+        }
+    }
+
+    #[test]
+    fn zero_requests_fail_without_nan() {
+        let v = judge(None, counts(0, 0, None));
+        assert!(!v.succeed);
+        assert_eq!(v.success_rate, 0.0);
+        assert_eq!(v.reason.as_deref(), Some("no request was sent"));
+    }
+
+    #[test]
+    fn rules_in_upstream_order_with_upstream_messages() {
+        let e = expect(Some(0.9), Some(10));
+        let v = judge(Some(&e), counts(10, 8, Some(50.0)));
+        assert_eq!(
+            v.reason.as_deref(),
+            Some("Success Rate 0.8 is lower than request 0.9")
+        );
+        let v = judge(Some(&e), counts(10, 10, Some(12.5)));
+        assert_eq!(
+            v.reason.as_deref(),
+            Some("mean delay 12.5 ms is bigger than request 10 ms")
+        );
+        let v = judge(
+            Some(&e),
+            Counts {
+                unsent: true,
+                ..counts(10, 10, Some(1.0))
+            },
+        );
+        assert_eq!(
+            v.reason.as_deref(),
+            Some("There are unsent requests after the execution time has been reached")
+        );
+        let v = judge(Some(&e), counts(10, 9, Some(10.0)));
+        assert!(v.succeed, "{v:?}");
+        assert_eq!(v.success_rate, 0.9);
+    }
+
+    #[test]
+    fn default_expectation_is_every_request_succeeds() {
+        assert!(judge(None, counts(5, 5, Some(1.0))).succeed);
+        assert!(!judge(None, counts(5, 4, Some(1.0))).succeed);
+    }
+
+    #[test]
+    fn mean_limit_needs_a_successful_request() {
+        let e = expect(None, Some(100));
+        let v = judge(Some(&e), counts(5, 0, None));
+        assert_eq!(
+            v.reason.as_deref(),
+            Some("mean delay cannot be measured: no request succeeded")
+        );
+        let e = expect(Some(0.0), None);
+        assert!(
+            judge(Some(&e), counts(5, 0, None)).succeed,
+            "successRate 0 accepts failures"
+        );
+    }
+}
