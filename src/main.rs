@@ -25,6 +25,12 @@ enum Command {
     Validate(cmd::validate::Args),
     /// Back up, restore, migrate and inspect a report store.
     Store(cmd::store::Args),
+    /// Serve the KdoctorReport API from a store (standalone, or delegated in a cluster).
+    Apiserver(cmd::apiserver::Args),
+    /// Serve the probe targets (echo API over HTTP/HTTPS), health endpoints and metrics.
+    Agent(cmd::agent::Args),
+    /// Probe an HTTP(S) URL or a DNS server once from here, at a fixed rate.
+    Probe(cmd::probe::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +40,9 @@ fn main() -> ExitCode {
         Command::Crd(args) => cmd::crd::run(&args),
         Command::Validate(args) => cmd::validate::run(&args),
         Command::Store(args) => cmd::store::run(&args),
+        Command::Apiserver(args) => cmd::apiserver::run(&args),
+        Command::Agent(args) => cmd::agent::run(&args),
+        Command::Probe(args) => cmd::probe::run(&args),
     };
     match outcome {
         Ok(code) => code,

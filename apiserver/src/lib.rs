@@ -9,16 +9,21 @@ pub mod health;
 pub mod metrics;
 pub mod negotiate;
 pub mod openapi;
+pub mod pki;
 pub mod query;
 pub mod resource;
+pub mod serve;
+pub mod server;
 pub mod state;
 pub mod status;
+pub mod tls;
 
 use axum::Router;
 use axum::extract::{Path, RawQuery, State};
 use axum::middleware;
 use axum::routing::get;
 use tower_http::compression::CompressionLayer;
+use tower_http::compression::predicate::{DefaultPredicate, Predicate};
 
 pub use state::AppState;
 
@@ -77,6 +82,24 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { status::ApiError::no_route() })
         .layer(middleware::from_fn_with_state(state.clone(), auth::guard))
         .layer(middleware::from_fn_with_state(state.clone(), metrics::track))
-        .layer(CompressionLayer::new().gzip(true))
+        .layer(CompressionLayer::new().gzip(true).compress_when(DefaultPredicate::new().and(NotAWatch)))
         .with_state(state)
+}
+
+/// Marks a response that must reach the client event by event (a watch): compressing it would
+/// hold events back in the encoder's buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Unbuffered;
+
+/// Compression predicate: everything but watches.
+#[derive(Clone, Copy, Debug)]
+struct NotAWatch;
+
+impl Predicate for NotAWatch {
+    fn should_compress<B>(&self, response: &axum::http::Response<B>) -> bool
+    where
+        B: axum::body::HttpBody,
+    {
+        response.extensions().get::<Unbuffered>().is_none()
+    }
 }

@@ -1,7 +1,10 @@
 //! The subcommands. Each returns its exit code; an `Err` is a usage or environment problem.
 
+pub mod agent;
+pub mod apiserver;
 pub mod crd;
 pub mod output;
+pub mod probe;
 pub mod store;
 pub mod validate;
 

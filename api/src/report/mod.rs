@@ -139,6 +139,18 @@ pub struct ReportStatus {
     pub status: String,
     /// Round the reports are from (0 when there are none).
     pub round_number: i64,
+    /// Result of that round: `succeed`, `fail` or `none` (beyond upstream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_result: Option<String>,
+    /// Rounds still stored, each readable as `<name>.round-<N>` (beyond upstream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retained_rounds: Option<Vec<i64>>,
+    /// `Present`, or `Deleted` once the task CR is gone (beyond upstream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_state: Option<String>,
+    /// When the task CR was deleted (beyond upstream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_deleted_at: Option<Time>,
 }
 
 /// `report`: the agents' reports of one round.

@@ -248,8 +248,11 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
     );
     match auth.authorize(&user, &info).await {
         Ok(decision) if decision.allowed => {
-            request.extensions_mut().insert(user);
-            next.run(request).await
+            request.extensions_mut().insert(user.clone());
+            let mut response = next.run(request).await;
+            // For the access log, which sits outside this layer.
+            response.extensions_mut().insert(user);
+            response
         }
         Ok(decision) => {
             let mut response = forbidden(&user, &info, &decision.reason).into_response();

@@ -365,11 +365,29 @@ pub async fn watch(
         metrics.watches.dec();
     });
     let mut response = Response::new(body_from(rx));
+    response.extensions_mut().insert(crate::Unbuffered);
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
         axum::http::HeaderValue::from_static("application/json"),
     );
     Ok(response)
+}
+
+/// Ends a watch whose start failed: logged, and told to the client as an ERROR event.
+async fn fail<F, Fut>(result: Option<Result<(Vec<u8>, u64), ApiError>>, send: &F)
+where
+    F: Fn(Vec<u8>) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let error = match result {
+        Some(Err(e)) => e,
+        _ => ApiError::internal("the watch could not start"),
+    };
+    tracing::error!(error = %error, "watch failed to start");
+    let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": error.to_status()}))
+        .unwrap_or_default();
+    line.push(b'\n');
+    let _ = send(line).await;
 }
 
 /// How a watch begins.
@@ -408,10 +426,10 @@ async fn run(
         Start::Resume(from, sub) => {
             let st = store.clone();
             let backlog = sub.backlog;
-            let Some((w, Ok((out, rv)))) =
-                blocking(watcher, move |w| w.resume(&st, from, &backlog)).await
-            else {
-                return;
+            let (w, out, rv) = match blocking(watcher, move |w| w.resume(&st, from, &backlog)).await
+            {
+                Some((w, Ok((out, rv)))) => (w, out, rv),
+                failed => return fail(failed.map(|(_, r)| r), &send).await,
             };
             if !send(out).await {
                 return;
@@ -420,9 +438,9 @@ async fn run(
         }
         Start::Fresh(sub) => {
             let st = store.clone();
-            let Some((w, Ok((mut out, rv)))) = blocking(watcher, move |w| w.initial(&st)).await
-            else {
-                return;
+            let (w, mut out, rv) = match blocking(watcher, move |w| w.initial(&st)).await {
+                Some((w, Ok((out, rv)))) => (w, out, rv),
+                failed => return fail(failed.map(|(_, r)| r), &send).await,
             };
             if send_initial {
                 out.extend(bookmark(rv, true));

@@ -2,6 +2,7 @@
 
 mod access;
 mod discovery;
+mod kubectl;
 mod reports;
 mod support;
 mod watch;

@@ -188,3 +188,21 @@ async fn send_initial_events_ends_with_an_annotated_bookmark_and_timeouts_close(
         .expect("the watch ends");
     assert!(closed.is_none());
 }
+
+#[tokio::test]
+async fn watches_are_never_compressed_so_events_are_not_held_back() {
+    let s = server("watch-gzip");
+    fill(&s.store);
+    let request = Request::builder()
+        .uri(format!("{BASE}?watch=true&timeoutSeconds=1"))
+        .header("authorization", "Bearer admin-token")
+        .header("accept-encoding", "gzip")
+        .body(Body::empty())
+        .expect("request");
+    let response = s.router.clone().oneshot(request).await.expect("answered");
+    assert!(
+        response.headers().get("content-encoding").is_none(),
+        "{:?}",
+        response.headers()
+    );
+}
