@@ -2,6 +2,8 @@
 
 mod access;
 mod discovery;
+mod frontproxy;
+mod kube_client;
 mod kubectl;
 mod reports;
 mod support;

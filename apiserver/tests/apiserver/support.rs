@@ -32,6 +32,8 @@ pub struct FakeReviews {
     pub down: bool,
     /// Every access review asked.
     pub asked: Mutex<Vec<(String, Attributes)>>,
+    /// The users of those reviews, in full.
+    pub users: Mutex<Vec<User>>,
 }
 
 impl Reviews for FakeReviews {
@@ -54,6 +56,7 @@ impl Reviews for FakeReviews {
                 .lock()
                 .expect("lock")
                 .push((user.name.clone(), attributes.clone()));
+            self.users.lock().expect("lock").push(user.clone());
             if self.down {
                 return Err("connection refused".into());
             }
