@@ -47,6 +47,8 @@ pub struct ServerOptions {
     pub store: Option<Arc<Store>>,
     /// How often retention runs.
     pub retention_every: Duration,
+    /// How often the serving certificate files are checked for changes.
+    pub tls_reload_every: Duration,
 }
 
 impl ServerOptions {
@@ -61,6 +63,7 @@ impl ServerOptions {
             auth: AuthMode::Standalone,
             store: None,
             retention_every: Duration::from_secs(600),
+            tls_reload_every: Duration::from_secs(10),
         }
     }
 }
@@ -167,7 +170,7 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
             tokio::spawn(serving.clone().watch_files(
                 cert.clone(),
                 key.clone(),
-                Duration::from_secs(10),
+                options.tls_reload_every,
             ));
             serving
         }

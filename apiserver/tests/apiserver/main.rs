@@ -1,7 +1,9 @@
 //! The kdoctor-apiserver test suite (one binary).
 
 mod access;
+mod delegated;
 mod discovery;
+mod fake_kube;
 mod frontproxy;
 mod kube_client;
 mod kubectl;
