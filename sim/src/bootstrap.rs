@@ -1,0 +1,50 @@
+//! The objects a fresh cluster has: the system namespaces, the `kubernetes` Service, and the
+//! `kube-system/extension-apiserver-authentication` ConfigMap built from the sim's CAs.
+
+use serde_json::{Value, json};
+
+use crate::certs::Pki;
+use crate::cluster::{Cluster, WriteOptions};
+use crate::error::ApiResult;
+
+/// Name of the authentication ConfigMap (in kube-system).
+pub const AUTH_CONFIGMAP: &str = "extension-apiserver-authentication";
+
+/// The authentication ConfigMap as kube-apiserver writes it (header lists are JSON arrays).
+pub fn auth_configmap(pki: &Pki) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": AUTH_CONFIGMAP, "namespace": "kube-system"},
+        "data": {
+            "client-ca-file": pki.client_ca.cert_pem,
+            "requestheader-client-ca-file": pki.front_proxy_ca.cert_pem,
+            "requestheader-allowed-names": "[\"front-proxy-client\"]",
+            "requestheader-extra-headers-prefix": "[\"X-Remote-Extra-\"]",
+            "requestheader-group-headers": "[\"X-Remote-Group\"]",
+            "requestheader-username-headers": "[\"X-Remote-User\"]",
+        }
+    })
+}
+
+/// Creates the system namespaces, the `kubernetes` Service and the authentication ConfigMap.
+pub fn run(c: &Cluster, pki: &Pki) -> ApiResult<()> {
+    let opts = WriteOptions::manager("kube-apiserver");
+    let ns = c.builtin("", "Namespace")?;
+    for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        c.create(&ns, "", json!({"metadata": {"name": name}}), &opts)?;
+    }
+    let svc = c.builtin("", "Service")?;
+    c.create(
+        &svc,
+        "default",
+        json!({
+            "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}
+        }),
+        &opts,
+    )?;
+    let cm = c.builtin("", "ConfigMap")?;
+    c.create(&cm, "kube-system", auth_configmap(pki), &opts)?;
+    Ok(())
+}

@@ -1,0 +1,39 @@
+//! kube-sim: a simulated Kubernetes cluster for kdoctor's system tests.
+//!
+//! An in-memory API server (discovery, CRUD, patch and server-side apply, watch, selectors,
+//! finalizers, garbage collection, CRDs, TokenReview/SubjectAccessReview tables) served over
+//! HTTP or HTTPS on loopback, so kube-rs and kubectl talk to it as to a real cluster.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kube_sim::SimError> {
+//! let sim = kube_sim::Sim::start(kube_sim::SimConfig::default()).await?;
+//! let client = sim.client().await?;
+//! # let _ = client; Ok(()) }
+//! ```
+
+pub mod alloc;
+pub mod apply;
+pub mod bootstrap;
+pub mod certs;
+pub mod clock;
+pub mod cluster;
+pub mod controllers;
+pub mod convert;
+pub mod error;
+pub mod kinds;
+pub mod listtype;
+pub mod patch;
+pub mod resources;
+pub mod reviews;
+pub mod rng;
+pub mod selector;
+pub mod server;
+pub mod store;
+
+mod sim;
+
+pub use certs::{CertPair, Pki};
+pub use cluster::Cluster;
+pub use error::ApiError;
+pub use reviews::{Reviews, SarRule, UserInfo};
+pub use sim::{Sim, SimConfig, SimError};

@@ -1,0 +1,257 @@
+//! `Sim`: starts the cluster, its controllers and its API server, and hands tests what they need
+//! to talk to it (URL, kubeconfig, kube clients, certificates, review tables).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+use crate::certs::{CertError, CertPair, Pki};
+use crate::cluster::Cluster;
+use crate::controllers::{self, gc::GarbageCollector, namespace::NamespaceController};
+use crate::error::ApiError;
+use crate::reviews::Reviews;
+use crate::server::{self, App, TlsError};
+use crate::{bootstrap, resources};
+
+/// How to start a simulated cluster.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Address to listen on (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// Serve HTTPS (with the sim's serving CA) instead of plain HTTP.
+    pub tls: bool,
+    /// Seed for uids, generated names and stage randomness.
+    pub seed: u64,
+    /// Events kept for watches to resume from (older resourceVersions get 410 Expired).
+    pub history: usize,
+    /// Interval of BOOKMARK events on watches that allow them.
+    pub bookmark_interval: Duration,
+    /// Kubernetes version reported by /version (major, minor); kubectl's dispatcher picks its
+    /// binary by the minor.
+    pub version: (String, String),
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            tls: true,
+            seed: 1,
+            history: 200_000,
+            bookmark_interval: Duration::from_secs(5),
+            version: ("1".into(), "32".into()),
+        }
+    }
+}
+
+/// Errors starting the simulated cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// Binding the listen address failed.
+    #[error("binding {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    /// Certificates could not be generated.
+    #[error(transparent)]
+    Cert(#[from] CertError),
+    /// TLS configuration failed.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// Creating the initial objects failed.
+    #[error("bootstrapping the cluster: {0}")]
+    Bootstrap(#[from] ApiError),
+    /// The kube client could not be built.
+    #[error("building a kube client: {0}")]
+    Client(String),
+    /// Writing a file failed.
+    #[error("writing {0}: {1}")]
+    Write(String, std::io::Error),
+}
+
+/// A running simulated cluster; it stops when dropped.
+pub struct Sim {
+    cluster: Arc<Cluster>,
+    pki: Arc<Pki>,
+    addr: SocketAddr,
+    tls: bool,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+impl Sim {
+    /// Starts the cluster: store, controllers, bootstrap objects and the API server.
+    pub async fn start(cfg: SimConfig) -> Result<Sim, SimError> {
+        let cluster = Arc::new(Cluster::new(cfg.history, cfg.seed));
+        let pki = Arc::new(Pki::generate()?);
+        let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
+        let mut tasks = vec![
+            controllers::spawn(cluster.clone(), GarbageCollector, shutdown_rx.clone()),
+            controllers::spawn(cluster.clone(), NamespaceController, shutdown_rx.clone()),
+        ];
+        bootstrap::run(&cluster, &pki)?;
+        let listener = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|e| SimError::Bind(cfg.listen, e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| SimError::Bind(cfg.listen, e))?;
+        let app = Arc::new(App {
+            cluster: cluster.clone(),
+            version: json!({
+                "major": cfg.version.0,
+                "minor": cfg.version.1,
+                "gitVersion": format!("v{}.{}.0-kube-sim", cfg.version.0, cfg.version.1),
+                "gitCommit": "0000000000000000000000000000000000000000",
+                "gitTreeState": "clean",
+                "buildDate": "2026-01-01T00:00:00Z",
+                "goVersion": "go1.23.0",
+                "compiler": "gc",
+                "platform": "linux/amd64",
+            }),
+            bookmark_interval: cfg.bookmark_interval,
+            shutdown: shutdown_rx.clone(),
+        });
+        let router = server::router(app);
+        if cfg.tls {
+            let tls = server::tls_config(
+                &pki.serving.cert_pem,
+                &pki.serving.key_pem,
+                &pki.client_ca.cert_pem,
+            )?;
+            tasks.push(tokio::spawn(server::serve_https(
+                listener,
+                tls,
+                router,
+                shutdown_rx,
+            )));
+        } else {
+            tasks.push(tokio::spawn(server::serve_http(
+                listener,
+                router,
+                shutdown_rx,
+            )));
+        }
+        Ok(Sim {
+            cluster,
+            pki,
+            addr,
+            tls: cfg.tls,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// `https://127.0.0.1:PORT` (or http).
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The cluster state, for tests that look behind the API.
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    /// TokenReview/SubjectAccessReview tables and the record of reviews asked.
+    pub fn reviews(&self) -> &Reviews {
+        &self.cluster.reviews
+    }
+
+    /// The sim's CAs and standard certificates.
+    pub fn pki(&self) -> &Pki {
+        &self.pki
+    }
+
+    /// A client certificate from the sim's client CA (listed as `client-ca-file` in the
+    /// authentication ConfigMap) for user `cn` with groups `orgs`.
+    pub fn client_cert(&self, cn: &str, orgs: &[&str]) -> Result<CertPair, SimError> {
+        Ok(self.pki.client_ca.client_cert(cn, orgs)?)
+    }
+
+    /// A kubeconfig (YAML) for the admin user, with the client certificate inline.
+    pub fn kubeconfig_yaml(&self) -> String {
+        self.kubeconfig_for(&self.pki.admin)
+    }
+
+    /// A kubeconfig (YAML) authenticating with the given client certificate.
+    pub fn kubeconfig_for(&self, cert: &CertPair) -> String {
+        let ca = if self.tls {
+            format!(
+                "    certificate-authority-data: {}\n",
+                b64(&self.pki.server_ca.cert_pem)
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {url}\n{ca}contexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: kube-sim-admin\n    namespace: default\ncurrent-context: kube-sim\nusers:\n- name: kube-sim-admin\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\n",
+            url = self.url(),
+            cert = b64(&cert.cert_pem),
+            key = b64(&cert.key_pem),
+        )
+    }
+
+    /// Writes the admin kubeconfig to `path`.
+    pub fn write_kubeconfig(&self, path: &Path) -> Result<(), SimError> {
+        std::fs::write(path, self.kubeconfig_yaml())
+            .map_err(|e| SimError::Write(path.display().to_string(), e))
+    }
+
+    /// A kube client authenticated as the admin.
+    pub async fn client(&self) -> Result<kube::Client, SimError> {
+        self.client_with(&self.kubeconfig_yaml()).await
+    }
+
+    /// A kube client from kubeconfig YAML (e.g. `kubeconfig_for` with another user's cert).
+    pub async fn client_with(&self, kubeconfig: &str) -> Result<kube::Client, SimError> {
+        let kc = kube::config::Kubeconfig::from_yaml(kubeconfig)
+            .map_err(|e| SimError::Client(e.to_string()))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| SimError::Client(e.to_string()))?;
+        kube::Client::try_from(config).map_err(|e| SimError::Client(e.to_string()))
+    }
+
+    /// Kinds served right now (built-ins plus registered CRDs), as `group/version/plural`.
+    pub fn served(&self) -> Vec<String> {
+        self.cluster
+            .catalogue
+            .all()
+            .iter()
+            .map(|r: &Arc<resources::ResourceInfo>| {
+                format!("{}/{}/{}", r.group, r.version, r.plural)
+            })
+            .collect()
+    }
+
+    /// Stops the server and the controllers and waits for them.
+    pub async fn stop(mut self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! kube-sim's integration tests: API semantics through kube-rs and kubectl.
+
+mod api;
+mod auth;
+mod kubectl;
+mod support;
