@@ -158,25 +158,7 @@ pub fn parse_query(query: Option<&str>) -> Result<EchoQuery, String> {
 /// `delay`: seconds as upstream (`2`), fractional seconds (`0.05`), or with a unit
 /// (`50ms`, `500us`, `1.5s`) so that sub-second delays can be injected.
 pub fn parse_delay(text: &str) -> Result<Duration, String> {
-    let bad = || {
-        format!(
-            "query parameter delay: {text:?} is not a number of seconds or a duration like 50ms"
-        )
-    };
-    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = text.strip_suffix("us").or_else(|| text.strip_suffix("µs")) {
-        (n, 1e-6)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        (text, 1.0)
-    };
-    let value: f64 = number.trim().parse().map_err(|_| bad())?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(bad());
-    }
-    let delay = Duration::try_from_secs_f64(value * scale).map_err(|_| bad())?;
+    let delay = crate::duration::parse(text).map_err(|e| format!("query parameter delay: {e}"))?;
     if delay > MAX_DELAY {
         return Err(format!(
             "query parameter delay: {text:?} is longer than the maximum of {}s",

@@ -3,10 +3,12 @@
 
 pub mod agent;
 pub mod config;
+pub mod duration;
 pub mod echo;
 pub mod histogram;
 pub mod judge;
 pub mod metrics;
+pub mod oneshot;
 pub mod pacer;
 pub mod probe;
 pub mod report;

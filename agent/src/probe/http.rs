@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+pub use http::Method;
 use http::header::{HOST, HeaderName, HeaderValue};
-use http::{HeaderMap, Method, Request, Uri};
+use http::{HeaderMap, Request, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};

@@ -1,0 +1,235 @@
+//! One probe run outside any task (`kdoctor probe http|dns`): build the prober, run it with a
+//! progress counter, and return the agent report a round with that one target would produce.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kdoctor_api::report::{Report, TotalRunningLoad};
+use kdoctor_api::task::NetSuccessCondition;
+
+use crate::config::host_name;
+use crate::metrics::Metrics;
+use crate::pacer::ScheduleError;
+use crate::probe::dns::{DnsProber, DnsRequestSpec, DnsSetupError};
+use crate::probe::http::{HttpProber, HttpRequestSpec, HttpSetupError, client_alpn};
+use crate::probe::{Measurement, Plan, Progress, run};
+use crate::report::{
+    APP_HTTP_HEALTHY_TARGET_NAME, RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY, TARGET_TYPE_NETDNS,
+    app_http_detail, dns_detail, round_report, task_result,
+};
+use crate::resource::Sampler;
+use crate::tls::{Identity, ServerTrust, TlsError, client_config, read_roots};
+
+/// Why a probe run could not start (a usage or environment problem, not a failed probe).
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// qps, duration or timeout.
+    #[error("{0}")]
+    Plan(#[from] ScheduleError),
+    /// CA or client certificate.
+    #[error("{0}")]
+    Tls(#[from] TlsError),
+    /// URL, headers.
+    #[error("{0}")]
+    Http(#[from] HttpSetupError),
+    /// Domain, DoT settings.
+    #[error("{0}")]
+    Dns(#[from] DnsSetupError),
+    /// The timeout is zero.
+    #[error("timeout must be positive")]
+    Timeout,
+}
+
+/// Load and checks common to both kinds.
+#[derive(Clone, Debug)]
+pub struct Load {
+    /// Requests per second.
+    pub qps: f64,
+    /// How long.
+    pub duration: Duration,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// In-flight cap (default: qps × timeout plus slack).
+    pub max_in_flight: Option<usize>,
+    /// Success condition (default: every request succeeds).
+    pub expect: Option<NetSuccessCondition>,
+}
+
+/// TLS settings of the client.
+#[derive(Clone, Debug, Default)]
+pub struct ClientTls {
+    /// Verify the server against this CA (PEM); without it any certificate is accepted.
+    pub ca: Option<PathBuf>,
+    /// Client certificate and key (PEM).
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl ClientTls {
+    fn config(&self, alpn: &[&[u8]]) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+        let trust = match &self.ca {
+            Some(ca) => ServerTrust::Roots(read_roots(ca)?),
+            None => ServerTrust::Any,
+        };
+        let identity = match &self.identity {
+            Some((cert, key)) => Some(Identity::from_files(cert, key)?),
+            None => None,
+        };
+        Ok(Arc::new(client_config(trust, identity, alpn)?))
+    }
+}
+
+/// A finished run.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The agent report (round 1, one target).
+    pub report: Report,
+    /// The raw measurement, for summaries.
+    pub measurement: Measurement,
+    /// The target met the success condition.
+    pub succeed: bool,
+}
+
+fn plan(load: &Load) -> Result<Plan, SetupError> {
+    if load.timeout.is_zero() {
+        return Err(SetupError::Timeout);
+    }
+    let mut plan = Plan::new(load.qps, load.duration, load.timeout)?;
+    if let Some(cap) = load.max_in_flight {
+        plan.max_in_flight = cap.max(1);
+    }
+    Ok(plan)
+}
+
+fn context(
+    started: jiff::Timestamp,
+    sampler_usage: crate::resource::Usage,
+    load: TotalRunningLoad,
+) -> RoundContext {
+    let host = host_name();
+    RoundContext {
+        round: 1,
+        node: host.clone(),
+        pod: format!("kdoctor-probe-{}", std::process::id()),
+        started,
+        ended: jiff::Timestamp::now(),
+        resources: sampler_usage.system_resource(),
+        load,
+    }
+}
+
+/// Probes one HTTP target.
+pub async fn probe_http(
+    spec: HttpRequestSpec,
+    tls: &ClientTls,
+    load: &Load,
+    progress: Arc<Progress>,
+    metrics: Option<Metrics>,
+) -> Result<Outcome, SetupError> {
+    let plan = plan(load)?;
+    let config = tls.config(client_alpn(spec.http2))?;
+    let url = spec.url.clone();
+    let method = spec.method.to_string();
+    let prober = HttpProber::new(spec, Some(config))?;
+    let started = jiff::Timestamp::now();
+    let sampler = Sampler::start(Duration::from_secs(1));
+    let measurement = run(Arc::new(prober), plan, progress, metrics).await;
+    let usage = sampler.finish().await;
+    let detail = app_http_detail(
+        APP_HTTP_HEALTHY_TARGET_NAME,
+        &url,
+        &method,
+        &measurement,
+        load.expect.as_ref(),
+    );
+    let context = context(
+        started,
+        usage,
+        TotalRunningLoad {
+            app_http_healthy_qps: load.qps.round() as i64,
+            ..TotalRunningLoad::default()
+        },
+    );
+    let result = task_result(
+        TARGET_TYPE_APP_HTTP_HEALTHY,
+        vec![detail],
+        |d| {
+            (
+                d.name.as_str(),
+                d.request_succeed,
+                d.failure_reason.as_deref(),
+            )
+        },
+        &context,
+    );
+    let succeed = result.round_succeed;
+    let mut report = round_report(&context, succeed, result.failure_reason.clone());
+    report.task_app_http_healthy = Some(result);
+    Ok(Outcome {
+        report,
+        measurement,
+        succeed,
+    })
+}
+
+/// Upstream's DNS target name: `typeA_<server:port>_<domain>` / `typeAAAA_…`.
+pub fn dns_target_name(spec: &DnsRequestSpec) -> String {
+    format!("type{}_{}_{}", spec.record_type, spec.server, spec.domain)
+}
+
+/// Probes one DNS server.
+pub async fn probe_dns(
+    spec: DnsRequestSpec,
+    tls: &ClientTls,
+    load: &Load,
+    progress: Arc<Progress>,
+    metrics: Option<Metrics>,
+) -> Result<Outcome, SetupError> {
+    let plan = plan(load)?;
+    let config = tls.config(&[])?;
+    let name = dns_target_name(&spec);
+    let server = spec.server.to_string();
+    let protocol = spec.protocol.as_str();
+    let prober = DnsProber::new(spec, Some(config))?;
+    let domain = prober.name().to_string();
+    let started = jiff::Timestamp::now();
+    let sampler = Sampler::start(Duration::from_secs(1));
+    let measurement = run(Arc::new(prober), plan, progress, metrics).await;
+    let usage = sampler.finish().await;
+    let detail = dns_detail(
+        &name,
+        &server,
+        protocol,
+        &domain,
+        &measurement,
+        load.expect.as_ref(),
+    );
+    let context = context(
+        started,
+        usage,
+        TotalRunningLoad {
+            net_dns_qps: load.qps.round() as i64,
+            ..TotalRunningLoad::default()
+        },
+    );
+    let result = task_result(
+        TARGET_TYPE_NETDNS,
+        vec![detail],
+        |d| {
+            (
+                d.name.as_str(),
+                d.request_succeed,
+                d.failure_reason.as_deref(),
+            )
+        },
+        &context,
+    );
+    let succeed = result.round_succeed;
+    let mut report = round_report(&context, succeed, result.failure_reason.clone());
+    report.task_net_dns = Some(result);
+    Ok(Outcome {
+        report,
+        measurement,
+        succeed,
+    })
+}

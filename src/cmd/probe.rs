@@ -1,0 +1,523 @@
+//! `kdoctor probe http URL` and `kdoctor probe dns SERVER`: one probe run from this machine,
+//! at a fixed rate for a fixed time, printing a summary (or the full agent report with
+//! `-o json|yaml`) and a progress line on standard error while it runs. Exit 0 when the target
+//! met the success condition, 1 when it did not, 2 on a usage or environment error.
+
+use std::io::IsTerminal;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use kdoctor_agent::oneshot::{ClientTls, Load, Outcome, probe_dns, probe_http};
+use kdoctor_agent::probe::Progress;
+use kdoctor_agent::probe::dns::{DnsProtocol, DnsRequestSpec, RecordType};
+use kdoctor_agent::probe::http::HttpRequestSpec;
+use kdoctor_api::task::NetSuccessCondition;
+use kdoctor_api::task::apphttphealthy::parse_header;
+
+use super::output::{Format, render};
+
+/// Arguments of `kdoctor probe`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Probe an HTTP(S) URL.
+    Http(HttpArgs),
+    /// Probe a DNS server.
+    Dns(DnsArgs),
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    kdoctor_agent::duration::parse(text)
+}
+
+#[derive(clap::Args)]
+struct LoadArgs {
+    /// Requests per second.
+    #[arg(long, default_value_t = 10.0)]
+    qps: f64,
+    /// How long to probe (`10s`, `1m`, or seconds).
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    duration: Duration,
+    /// Timeout of one request, over connect, request and the whole answer.
+    #[arg(long, default_value = "500ms", value_parser = duration)]
+    timeout: Duration,
+    /// Most requests in flight (default: qps × timeout plus slack); due requests beyond it are
+    /// not sent and counted as unsent.
+    #[arg(long)]
+    max_in_flight: Option<usize>,
+    /// Lowest share of successful requests for success, 0 to 1.
+    #[arg(long, default_value_t = 1.0)]
+    success_rate: f64,
+    /// Highest mean latency of successful requests for success, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    mean_delay_ms: Option<i64>,
+    /// CA certificate (PEM) to verify the server with; without it any certificate is accepted.
+    #[arg(long, value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// `table`: a summary; `json`/`yaml`: the agent report, with serialized histograms.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    output: Format,
+    /// No progress line.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+#[derive(clap::Args)]
+struct HttpArgs {
+    /// URL to probe (`http://` is assumed without a scheme).
+    url: String,
+    /// HTTP method.
+    #[arg(short = 'X', long, default_value = "GET")]
+    method: String,
+    /// A request header, `"Name: value"` (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    headers: Vec<String>,
+    /// Request body.
+    #[arg(short = 'd', long, conflicts_with = "body_file")]
+    body: Option<String>,
+    /// Request body from a file.
+    #[arg(long, value_name = "FILE")]
+    body_file: Option<PathBuf>,
+    /// Offer HTTP/2 (ALPN over TLS; prior knowledge over plain HTTP).
+    #[arg(long)]
+    http2: bool,
+    /// Open a new connection for every request instead of keeping connections alive.
+    #[arg(long)]
+    no_keep_alive: bool,
+    /// The status code every answer must have (default: 2xx and 3xx succeed).
+    #[arg(long, value_name = "CODE")]
+    expect_status: Option<u16>,
+    /// Client certificate (PEM).
+    #[arg(long, value_name = "FILE", requires = "key")]
+    cert: Option<PathBuf>,
+    /// Private key (PEM) of `--cert`.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    key: Option<PathBuf>,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+#[derive(clap::Args)]
+struct DnsArgs {
+    /// Server: `IP` or `IP:PORT` (port 53, or 853 for tcp-tls).
+    server: String,
+    /// Name to resolve.
+    #[arg(long, default_value = kdoctor_api::task::netdns::DEFAULT_DOMAIN)]
+    domain: String,
+    /// Transport.
+    #[arg(long, value_enum, default_value = "udp")]
+    protocol: DnsProtocol,
+    /// Record type (default: A for an IPv4 server, AAAA for an IPv6 one, as upstream).
+    #[arg(long = "type", value_parser = ["A", "AAAA"])]
+    record_type: Option<String>,
+    /// Name expected in the server's certificate (tcp-tls; default: the server's IP).
+    #[arg(long)]
+    tls_server_name: Option<String>,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+/// Runs `kdoctor probe`.
+pub fn run(args: &Args) -> Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        match &args.command {
+            Command::Http(a) => run_http(a).await,
+            Command::Dns(a) => run_dns(a).await,
+        }
+    })
+}
+
+fn load(args: &LoadArgs) -> Result<Load> {
+    if !(0.0..=1.0).contains(&args.success_rate) {
+        bail!(
+            "--success-rate must be between 0 and 1, got {}",
+            args.success_rate
+        );
+    }
+    Ok(Load {
+        qps: args.qps,
+        duration: args.duration,
+        timeout: args.timeout,
+        max_in_flight: args.max_in_flight,
+        expect: Some(NetSuccessCondition {
+            success_rate: Some(args.success_rate),
+            mean_access_delay_in_ms: args.mean_delay_ms,
+            status_code: None,
+        }),
+    })
+}
+
+async fn run_http(args: &HttpArgs) -> Result<ExitCode> {
+    let mut headers = Vec::new();
+    for entry in &args.headers {
+        let header = parse_header(entry).with_context(|| format!("--header {entry:?}"))?;
+        headers.push(header);
+    }
+    let method: kdoctor_agent::probe::http::Method = args
+        .method
+        .to_uppercase()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--method {:?} is not an HTTP method", args.method))?;
+    let body = match (&args.body, &args.body_file) {
+        (Some(body), _) => body.clone().into_bytes(),
+        (None, Some(file)) => {
+            std::fs::read(file).with_context(|| format!("--body-file {}", file.display()))?
+        }
+        (None, None) => Vec::new(),
+    };
+    let spec = HttpRequestSpec {
+        url: args.url.clone(),
+        method,
+        headers,
+        body: body.into(),
+        http2: args.http2,
+        keep_alive: !args.no_keep_alive,
+        expected_status: args.expect_status,
+    };
+    let tls = ClientTls {
+        ca: args.load.ca.clone(),
+        identity: args.cert.clone().zip(args.key.clone()),
+    };
+    let load = load(&args.load)?;
+    let progress = Arc::new(Progress::default());
+    let ticker = progress_line(progress.clone(), &load, args.load.quiet);
+    let outcome = probe_http(spec, &tls, &load, progress, None).await;
+    ticker.abort();
+    finish_progress(args.load.quiet);
+    let outcome = outcome?;
+    print(&outcome, &args.url, &load, args.load.output)
+}
+
+async fn run_dns(args: &DnsArgs) -> Result<ExitCode> {
+    let server = parse_server(&args.server, args.protocol)?;
+    let record_type = match args.record_type.as_deref() {
+        Some("AAAA") => RecordType::AAAA,
+        Some(_) => RecordType::A,
+        None if server.is_ipv6() => RecordType::AAAA,
+        None => RecordType::A,
+    };
+    let spec = DnsRequestSpec {
+        server,
+        domain: args.domain.clone(),
+        record_type,
+        protocol: args.protocol,
+        tls_server_name: args.tls_server_name.clone(),
+        timeout: args.load.timeout,
+    };
+    let tls = ClientTls {
+        ca: args.load.ca.clone(),
+        identity: None,
+    };
+    let load = load(&args.load)?;
+    let progress = Arc::new(Progress::default());
+    let ticker = progress_line(progress.clone(), &load, args.load.quiet);
+    let outcome = probe_dns(spec, &tls, &load, progress, None).await;
+    ticker.abort();
+    finish_progress(args.load.quiet);
+    let outcome = outcome?;
+    print(&outcome, &server.to_string(), &load, args.load.output)
+}
+
+/// `IP` or `IP:PORT`, IPv6 with or without brackets.
+fn parse_server(text: &str, protocol: DnsProtocol) -> Result<SocketAddr> {
+    let port = if protocol == DnsProtocol::TcpTls {
+        853
+    } else {
+        53
+    };
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let ip = text.trim_start_matches('[').trim_end_matches(']');
+    match ip.parse::<IpAddr>() {
+        Ok(ip) => Ok(SocketAddr::new(ip, port)),
+        Err(_) => bail!("server {text:?}: must be IP or IP:PORT"),
+    }
+}
+
+/// Prints a progress line on standard error: rewritten in place on a terminal, one line per
+/// second otherwise (so logs stay readable).
+fn progress_line(progress: Arc<Progress>, load: &Load, quiet: bool) -> tokio::task::JoinHandle<()> {
+    let total = load.duration;
+    tokio::spawn(async move {
+        if quiet {
+            return;
+        }
+        let terminal = std::io::stderr().is_terminal();
+        let every = if terminal {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_secs(1)
+        };
+        let began = Instant::now();
+        loop {
+            tokio::time::sleep(every).await;
+            let line = format!(
+                "[{:>6.1}s/{:.1}s] sent {} done {} failed {} unsent {}",
+                began.elapsed().as_secs_f64(),
+                total.as_secs_f64(),
+                progress.sent.load(Ordering::Relaxed),
+                progress.done.load(Ordering::Relaxed),
+                progress.failed.load(Ordering::Relaxed),
+                progress.unsent.load(Ordering::Relaxed),
+            );
+            if terminal {
+                eprint!("\r{line}\x1b[K");
+            } else {
+                eprintln!("{line}");
+            }
+        }
+    })
+}
+
+fn finish_progress(quiet: bool) {
+    if !quiet && std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[K");
+    }
+}
+
+fn print(outcome: &Outcome, target: &str, load: &Load, format: Format) -> Result<ExitCode> {
+    let text = match format {
+        Format::Table => summary(outcome, target, load),
+        // Serialized directly (not through a JSON value) so that keys keep the report's order
+        // and f32 latencies print as f32 (0.312, not 0.31200000643730164).
+        Format::Json => serde_json::to_string_pretty(&outcome.report)? + "\n",
+        Format::Yaml => render(std::slice::from_ref(&outcome.report), format)?,
+    };
+    print!("{text}");
+    Ok(if outcome.succeed {
+        ExitCode::SUCCESS
+    } else {
+        super::exit_failed()
+    })
+}
+
+fn ms(micros: u64) -> String {
+    format!("{:.3}", micros as f64 / 1000.0)
+}
+
+fn quantiles(h: &kdoctor_agent::histogram::Latencies) -> String {
+    if h.is_empty() {
+        return "-".to_string();
+    }
+    format!(
+        "p50 {}  p90 {}  p99 {}  max {}",
+        ms(h.value_at_quantile(0.5)),
+        ms(h.value_at_quantile(0.9)),
+        ms(h.value_at_quantile(0.99)),
+        ms(h.max())
+    )
+}
+
+fn counts<K: std::fmt::Display>(map: impl IntoIterator<Item = (K, i64)>) -> String {
+    let parts: Vec<String> = map.into_iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    if parts.is_empty() {
+        "none".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The summary table: one line per fact, latencies in milliseconds.
+fn summary(outcome: &Outcome, target: &str, load: &Load) -> String {
+    let m = &outcome.measurement;
+    let r = &m.recorder;
+    let reason = outcome
+        .report
+        .failed_reason
+        .as_deref()
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default();
+    let mut rows = vec![
+        ("TARGET", target.to_string()),
+        (
+            "RESULT",
+            format!(
+                "{}{reason}",
+                if outcome.succeed { "succeed" } else { "fail" }
+            ),
+        ),
+        (
+            "REQUESTS",
+            format!(
+                "{} sent of {} planned, {} succeeded, {} failed, {} unsent",
+                r.requests,
+                m.planned,
+                r.successes,
+                r.requests - r.successes,
+                r.unsent
+            ),
+        ),
+        (
+            "RATE",
+            format!("{:.1}/s achieved of {}/s", m.achieved_rate(), load.qps),
+        ),
+        (
+            "MEAN (ms)",
+            r.mean_ok_micros()
+                .map(|us| format!("{:.3} (successful requests)", us / 1000.0))
+                .unwrap_or_else(|| "-".to_string()),
+        ),
+        ("RESPONSE (ms)", quantiles(&r.response_ok)),
+        ("ALL RESPONSES (ms)", quantiles(&r.response)),
+        ("SERVICE (ms)", quantiles(&r.service)),
+        ("PACER LATE (ms)", quantiles(&r.lateness)),
+        ("CONNECT (ms)", quantiles(&r.connect)),
+    ];
+    if r.rcodes.is_empty() {
+        rows.push(("STATUS", counts(r.http_status.iter().map(|(k, v)| (k, *v)))));
+    } else {
+        rows.push(("RCODE", counts(r.rcodes.iter().map(|(k, v)| (k, *v)))));
+    }
+    rows.push(("ERRORS", counts(r.errors.iter().map(|(k, v)| (k, *v)))));
+    rows.push(("BYTES", r.bytes.to_string()));
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    rows.iter()
+        .map(|(k, v)| format!("{k:<width$}  {v}\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use kdoctor_agent::config::AgentArgs;
+
+    use super::*;
+
+    fn load_args() -> LoadArgs {
+        LoadArgs {
+            qps: 20.0,
+            duration: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            max_in_flight: None,
+            success_rate: 1.0,
+            mean_delay_ms: None,
+            ca: None,
+            output: Format::Table,
+            quiet: true,
+        }
+    }
+
+    fn http_args(url: String) -> HttpArgs {
+        HttpArgs {
+            url,
+            method: "get".to_string(),
+            headers: vec!["X-Probe: 1".to_string()],
+            body: None,
+            body_file: None,
+            http2: false,
+            no_keep_alive: false,
+            expect_status: None,
+            cert: None,
+            key: None,
+            load: load_args(),
+        }
+    }
+
+    #[test]
+    fn servers_take_default_ports_by_protocol() {
+        assert_eq!(
+            parse_server("10.0.0.1", DnsProtocol::Udp).unwrap(),
+            "10.0.0.1:53".parse().unwrap()
+        );
+        assert_eq!(
+            parse_server("10.0.0.1", DnsProtocol::TcpTls).unwrap(),
+            "10.0.0.1:853".parse().unwrap()
+        );
+        assert_eq!(
+            parse_server("[::1]:5353", DnsProtocol::Udp).unwrap(),
+            "[::1]:5353".parse().unwrap()
+        );
+        assert_eq!(
+            parse_server("::1", DnsProtocol::Tcp).unwrap(),
+            "[::1]:53".parse().unwrap()
+        );
+        let err = parse_server("dns.example", DnsProtocol::Udp).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "server \"dns.example\": must be IP or IP:PORT"
+        );
+    }
+
+    #[tokio::test]
+    async fn http_probe_of_the_echo_server_succeeds_and_summarises() {
+        let agent = kdoctor_agent::agent::start(&AgentArgs::ephemeral(vec![IpAddr::V4(
+            Ipv4Addr::LOCALHOST,
+        )]))
+        .await
+        .unwrap();
+        let url = format!("http://{}/?task=cli", agent.http[0]);
+        assert_eq!(
+            run_http(&http_args(url.clone())).await.unwrap(),
+            ExitCode::SUCCESS
+        );
+        assert_eq!(agent.echo.count("cli"), 20);
+        let spec = HttpRequestSpec {
+            url: url.clone(),
+            method: kdoctor_agent::probe::http::Method::GET,
+            headers: vec![],
+            body: Default::default(),
+            http2: false,
+            keep_alive: true,
+            expected_status: None,
+        };
+        let load = load(&load_args()).unwrap();
+        let outcome = probe_http(spec, &ClientTls::default(), &load, Arc::default(), None)
+            .await
+            .unwrap();
+        let text = summary(&outcome, &url, &load);
+        assert!(text.contains("RESULT              succeed"), "{text}");
+        assert!(
+            text.contains("20 sent of 20 planned, 20 succeeded"),
+            "{text}"
+        );
+        assert!(text.contains("STATUS              200: 20"), "{text}");
+        let json = serde_json::to_string_pretty(&outcome.report).unwrap();
+        assert!(json.contains("\"taskAppHealthy\""), "{json}");
+    }
+
+    #[tokio::test]
+    async fn failed_probe_exits_1_and_bad_usage_is_an_error() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let code = run_http(&http_args(format!("http://127.0.0.1:{port}/")))
+            .await
+            .unwrap();
+        assert_eq!(code, super::super::exit_failed());
+        let mut bad = http_args("http://127.0.0.1:1/".to_string());
+        bad.headers = vec!["no colon".to_string()];
+        let err = run_http(&bad).await.unwrap_err();
+        assert!(
+            format!("{err:#}").starts_with("--header \"no colon\""),
+            "{err:#}"
+        );
+        let mut bad = http_args("ftp://x/".to_string());
+        bad.load.quiet = true;
+        let err = run_http(&bad).await.unwrap_err();
+        assert!(
+            format!("{err:#}").contains("the scheme must be http or https"),
+            "{err:#}"
+        );
+        let mut bad = http_args("http://x/".to_string());
+        bad.load.success_rate = 2.0;
+        assert!(run_http(&bad).await.is_err());
+    }
+}
