@@ -10,7 +10,8 @@ use crate::echo::Echo;
 use crate::metrics::Metrics;
 use crate::server::health::{Health, health_router, metrics_router};
 use crate::server::{ListenError, bind, serve};
-use crate::tls::{Identity, TlsError, server_config};
+use crate::spool::{Spool, SpoolError};
+use crate::tls::{Identity, TlsError, read_roots, server_config};
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +22,12 @@ pub enum StartError {
     /// The HTTPS target's certificate is unusable.
     #[error("HTTPS target certificate: {0}")]
     Tls(#[from] TlsError),
+    /// The report API's CA certificate is unusable.
+    #[error("report API client CA (--tls-ca-cert): {0}")]
+    ClientCa(TlsError),
+    /// The spool directory cannot be used.
+    #[error("report spool (--report-dir): {0}")]
+    Spool(#[from] SpoolError),
 }
 
 /// The running servers and where they listen.
@@ -33,6 +40,10 @@ pub struct RunningAgent {
     pub health: Vec<SocketAddr>,
     /// `/metrics` addresses.
     pub metrics: Vec<SocketAddr>,
+    /// Report API addresses (empty without a spool).
+    pub reports: Vec<SocketAddr>,
+    /// The report spool, when configured.
+    pub spool: Option<Arc<Spool>>,
     /// The echo API's state (counters).
     pub echo: Echo,
     /// Metrics registry.
@@ -103,12 +114,21 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
             Identity::self_signed(&names)?
         }
     };
+    let report_tls = match &args.report_dir {
+        Some(_) => {
+            let roots = read_roots(&args.tls_ca_cert).map_err(StartError::ClientCa)?;
+            Some(Arc::new(server_config(identity.clone(), Some(roots))?))
+        }
+        None => None,
+    };
     let tls = Arc::new(server_config(identity, None)?);
     let mut running = RunningAgent {
         http: Vec::new(),
         https: Vec::new(),
         health: Vec::new(),
         metrics: Vec::new(),
+        reports: Vec::new(),
+        spool: None,
         echo: echo.clone(),
         registry: metrics.clone(),
         health_state: health.clone(),
@@ -152,10 +172,27 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
             metrics.clone(),
         ));
     }
+    if let (Some(dir), Some(report_tls)) = (&args.report_dir, report_tls) {
+        let spool = Arc::new(Spool::open(dir)?);
+        for listener in bind_all("report API", &args.bind, args.report_port).await? {
+            running.reports.extend(local(&listener));
+            running.tasks.push(serve(
+                listener,
+                crate::report_api::router(spool.clone()),
+                Some(report_tls.clone()),
+                // Harvests are not probe traffic: keep them out of the target counters.
+                Metrics::new(),
+            ));
+        }
+        running
+            .tasks
+            .push(crate::report_api::sweeper(spool.clone()));
+        running.spool = Some(spool);
+    }
     health.set_ready(true);
     tracing::info!(
         http = ?running.http, https = ?running.https, health = ?running.health,
-        metrics = ?running.metrics, server_name = %name, "agent servers listening"
+        metrics = ?running.metrics, reports = ?running.reports, server_name = %name, "agent servers listening"
     );
     Ok(running)
 }

@@ -43,6 +43,19 @@ pub struct AgentArgs {
     /// Node the agent runs on (reports carry it).
     #[arg(long, env = "ENV_LOCAL_NODE_NAME")]
     pub node_name: Option<String>,
+
+    /// Report spool directory (kept across restarts); with it the report API is served.
+    #[arg(long, value_name = "DIR", env = "ENV_AGENT_REPORT_STORAGE_PATH")]
+    pub report_dir: Option<PathBuf>,
+
+    /// Port of the report API (HTTPS, client certificates of `--tls-ca-cert` only); upstream's
+    /// gRPC port, whose remote commands it replaces.
+    #[arg(long, env = "ENV_AGENT_GRPC_LISTEN_PORT", default_value_t = 3000)]
+    pub report_port: u16,
+
+    /// The install's CA certificate (PEM): the report API accepts only clients it signed.
+    #[arg(long, value_name = "FILE", default_value = "/etc/tls/ca.crt")]
+    pub tls_ca_cert: PathBuf,
 }
 
 impl AgentArgs {
@@ -58,6 +71,9 @@ impl AgentArgs {
             tls_key: None,
             pod_name: Some("kdoctor-agent-test".to_string()),
             node_name: None,
+            report_dir: None,
+            report_port: 0,
+            tls_ca_cert: PathBuf::from("/etc/tls/ca.crt"),
         }
     }
 }

@@ -12,6 +12,8 @@ pub mod oneshot;
 pub mod pacer;
 pub mod probe;
 pub mod report;
+pub mod report_api;
 pub mod resource;
 pub mod server;
+pub mod spool;
 pub mod tls;

@@ -6,4 +6,5 @@ mod dns_probe;
 mod echo;
 mod http_probe;
 mod peers;
+mod report_api;
 mod support;

@@ -1,0 +1,96 @@
+//! The report API the harvester pulls from, over HTTPS with client certificates signed by the
+//! install's CA (the agent holds the CA certificate only, never its key). List, fetch,
+//! acknowledge — nothing else: no remote command execution of any kind (upstream's gRPC ran
+//! shell commands on agents to fetch reports).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+use crate::spool::{Spool, SpoolError};
+
+/// How often acknowledged and expired reports are removed.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, axum::Json(json!({ "error": message }))).into_response()
+}
+
+fn spool_error(e: SpoolError) -> Response {
+    match e {
+        SpoolError::NotFound(_) => error(StatusCode::NOT_FOUND, e.to_string()),
+        SpoolError::BadName(_) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        other => {
+            tracing::warn!(error = %other, "report spool");
+            error(StatusCode::INTERNAL_SERVER_ERROR, other.to_string())
+        }
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, SpoolError> + Send + 'static,
+) -> Result<T, Response> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result.map_err(spool_error),
+        Err(e) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+    }
+}
+
+async fn list(State(spool): State<Arc<Spool>>) -> Response {
+    match blocking(move || spool.list()).await {
+        Ok(items) => axum::Json(json!({ "items": items })).into_response(),
+        Err(response) => response,
+    }
+}
+
+async fn fetch(State(spool): State<Arc<Spool>>, Path(name): Path<String>) -> Response {
+    match blocking(move || spool.read(&name)).await {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(response) => response,
+    }
+}
+
+async fn acknowledge(State(spool): State<Arc<Spool>>, Path(name): Path<String>) -> Response {
+    let now = jiff::Timestamp::now();
+    match blocking(move || spool.acknowledge(&name, now)).await {
+        Ok(at) => axum::Json(json!({ "acknowledged": at })).into_response(),
+        Err(response) => response,
+    }
+}
+
+/// `GET /v1/reports`, `GET /v1/reports/{name}`, `POST /v1/reports/{name}/ack`.
+pub fn router(spool: Arc<Spool>) -> Router {
+    Router::new()
+        .route("/v1/reports", get(list))
+        .route("/v1/reports/{name}", get(fetch))
+        .route("/v1/reports/{name}/ack", post(acknowledge))
+        .with_state(spool)
+}
+
+/// Removes acknowledged and expired reports every [`SWEEP_INTERVAL`].
+pub fn sweeper(spool: Arc<Spool>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let s = spool.clone();
+            let swept = tokio::task::spawn_blocking(move || s.sweep(jiff::Timestamp::now())).await;
+            match swept {
+                Ok(Ok(removed)) if !removed.is_empty() => {
+                    tracing::info!(
+                        count = removed.len(),
+                        "removed acknowledged or expired reports"
+                    )
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "report spool sweep failed"),
+                _ => {}
+            }
+            tokio::time::sleep(SWEEP_INTERVAL).await;
+        }
+    })
+}

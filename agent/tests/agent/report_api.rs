@@ -1,0 +1,260 @@
+//! The report spool and the report API: mutual TLS with the install's CA, list, fetch,
+//! acknowledge; a killed writer leaves only complete reports.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use kdoctor_agent::agent::start;
+use kdoctor_agent::config::AgentArgs;
+use kdoctor_agent::spool::{Spool, TEMP_PREFIX};
+use kdoctor_agent::tls::{Identity, ServerTrust, client_config};
+use kdoctor_api::report::Report;
+use kdoctor_api::task::TaskKind;
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{PrivateKeyDer, ServerName};
+use tokio::net::TcpStream;
+
+use crate::peers::TempDir;
+
+/// A CA: its PEM certificate and an issuer for client certificates.
+struct Ca {
+    pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+fn ca(name: &str) -> Ca {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let cert = params.self_signed(&key).unwrap();
+    Ca {
+        pem: cert.pem(),
+        issuer: Issuer::new(params, key),
+    }
+}
+
+fn client_identity(ca: &Ca) -> Identity {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "kdoctor-harvester");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &ca.issuer).unwrap();
+    Identity {
+        certs: vec![cert.der().clone()],
+        key: PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+    }
+}
+
+fn report(round: i64) -> Report {
+    let mut r = kdoctor_api::fixtures::net_reach_report("node-1", round, 3, round as u64);
+    r.round_number = round;
+    r
+}
+
+/// One request; `Err` when the TLS handshake or the request fails.
+async fn call(
+    addr: SocketAddr,
+    identity: Option<Identity>,
+    method: &str,
+    path: &str,
+) -> Result<(u16, String), String> {
+    let config =
+        client_config(ServerTrust::Any, identity, &[b"http/1.1"]).map_err(|e| e.to_string())?;
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::from(addr.ip()), tcp)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let (mut sender, conn) = http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "agent")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+#[tokio::test]
+async fn harvester_lists_fetches_and_acknowledges_with_a_ca_signed_certificate() {
+    let dir = TempDir::new("report-api");
+    let install = ca("kdoctor-ca");
+    let other = ca("someone-else");
+    let ca_file = dir.0.join("ca.crt");
+    std::fs::write(&ca_file, &install.pem).unwrap();
+    let mut args = AgentArgs::ephemeral(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+    args.report_dir = Some(dir.0.join("spool"));
+    args.tls_ca_cert = ca_file;
+    let agent = start(&args).await.expect("agent with report API");
+    let spool = agent.spool.clone().expect("spool");
+    let expiry = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(3600);
+    let a = spool
+        .write(TaskKind::NetReach, "reach", "node-1", &report(1), expiry)
+        .unwrap();
+    let b = spool
+        .write(TaskKind::NetReach, "reach", "node-1", &report(2), expiry)
+        .unwrap();
+    let addr = agent.reports[0];
+
+    // Refused without a certificate, and with one from another CA.
+    let none = call(addr, None, "GET", "/v1/reports").await;
+    assert!(none.is_err(), "no client certificate: {none:?}");
+    let foreign = call(addr, Some(client_identity(&other)), "GET", "/v1/reports").await;
+    assert!(foreign.is_err(), "certificate of another CA: {foreign:?}");
+
+    let me = || Some(client_identity(&install));
+    let (status, body) = call(addr, me(), "GET", "/v1/reports").await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec![a.as_str(), b.as_str()]);
+    assert_eq!(list["items"][0]["kind"], "NetReach");
+    assert_eq!(list["items"][1]["round"], 2);
+
+    let (status, body) = call(addr, me(), "GET", &format!("/v1/reports/{a}"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let fetched: Report = serde_json::from_str(&body).unwrap();
+    assert_eq!(fetched, report(1));
+
+    let (status, _) = call(addr, me(), "POST", &format!("/v1/reports/{a}/ack"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let (_, body) = call(addr, me(), "GET", "/v1/reports").await.unwrap();
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(list["items"][0]["acknowledged"].is_string(), "{body}");
+    assert!(list["items"][1].get("acknowledged").is_none(), "{body}");
+
+    let (status, _) = call(
+        addr,
+        me(),
+        "GET",
+        "/v1/reports/NetReach_x_round9_node-1_2026-01-01T00:00:00Z",
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 404);
+    let (status, _) = call(addr, me(), "GET", "/v1/reports/..%2Fca.crt")
+        .await
+        .unwrap();
+    assert_eq!(status, 400);
+    let (status, _) = call(addr, me(), "DELETE", &format!("/v1/reports/{b}"))
+        .await
+        .unwrap();
+    assert_eq!(status, 405, "nothing but list, fetch and acknowledge");
+}
+
+const CHILD_DIR: &str = "KDOCTOR_SPOOL_WRITER_DIR";
+
+fn count_reports(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Run as a child (the env var set), this test writes reports until it is killed; as the
+/// parent, it kills such a writer three times mid-flight and checks what a restarted agent sees.
+#[test]
+fn killed_writer_leaves_only_complete_reports() {
+    if let Ok(dir) = std::env::var(CHILD_DIR) {
+        let spool = Spool::open(&dir).unwrap();
+        let expiry = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(3600);
+        for round in 1.. {
+            // Big reports (many targets) so that a kill often lands inside a write.
+            let r = kdoctor_api::fixtures::net_reach_report("node-1", round, 300, round as u64);
+            let task = format!("t{}", std::process::id());
+            spool
+                .write(TaskKind::NetReach, &task, "node-1", &r, expiry)
+                .unwrap();
+        }
+        return;
+    }
+    let dir = TempDir::new("spool-kill");
+    let spool_dir = dir.0.join("spool");
+    let exe = std::env::current_exe().unwrap();
+    let mut expected_at_least = 0;
+    for _ in 0..3 {
+        let mut child = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "report_api::killed_writer_leaves_only_complete_reports",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CHILD_DIR, &spool_dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while count_reports(&spool_dir) < expected_at_least + 20 {
+            assert!(
+                Instant::now() < deadline,
+                "the writer did not write 20 reports in 30 s"
+            );
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the writer exited on its own"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let spool = Spool::open(&spool_dir).unwrap();
+        let entries = spool.list().unwrap();
+        assert!(entries.len() >= expected_at_least + 20);
+        for entry in &entries {
+            let bytes = spool.read(&entry.name).unwrap();
+            let report: Report = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{} is not a complete report: {e}", entry.name));
+            assert_eq!(report.round_number as u64, entry.round);
+        }
+        let leftovers = std::fs::read_dir(&spool_dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(TEMP_PREFIX))
+            .count();
+        assert_eq!(
+            leftovers, 0,
+            "reopening removes half-written temporary files"
+        );
+        expected_at_least = entries.len();
+    }
+}
