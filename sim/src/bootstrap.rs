@@ -48,3 +48,32 @@ pub fn run(c: &Cluster, pki: &Pki) -> ApiResult<()> {
     c.create(&cm, "kube-system", auth_configmap(pki), &opts)?;
     Ok(())
 }
+
+/// Creates nodes `node-<i>` for each i (labels like a kubelet registers, kwok's annotation);
+/// the node-initialize stage makes them Ready.
+pub fn nodes(c: &Cluster, range: std::ops::RangeInclusive<usize>) -> ApiResult<()> {
+    let info = c.builtin("", "Node")?;
+    let opts = WriteOptions::manager("kubelet");
+    for i in range {
+        let name = format!("node-{i}");
+        c.create(
+            &info,
+            "",
+            json!({
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                        "type": "kube-sim"
+                    },
+                    "annotations": {"kwok.x-k8s.io/node": "fake"}
+                },
+                "spec": {}
+            }),
+            &opts,
+        )?;
+    }
+    Ok(())
+}

@@ -304,6 +304,9 @@ impl Cluster {
         opts: &WriteOptions,
     ) -> ApiResult<Value> {
         self.check_type(info, &obj)?;
+        let mut obj = obj;
+        obj["apiVersion"] = json!(info.api_version());
+        obj["kind"] = json!(info.kind);
         let mut obj = to_internal(info, obj);
         let ns = if info.namespaced { ns } else { "" };
         let body_ns = meta_str(&obj, "namespace").unwrap_or("").to_string();

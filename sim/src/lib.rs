@@ -28,6 +28,7 @@ pub mod reviews;
 pub mod rng;
 pub mod selector;
 pub mod server;
+pub mod stages;
 pub mod store;
 
 mod sim;

@@ -22,6 +22,9 @@ struct Args {
     /// Seed for uids, generated names and stage randomness.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Number of simulated nodes (`node-1` ... `node-N`).
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
 }
 
 #[tokio::main]
@@ -38,6 +41,7 @@ async fn main() -> anyhow::Result<()> {
         listen: args.listen,
         tls: !args.insecure_http,
         seed: args.seed,
+        nodes: args.nodes,
         ..Default::default()
     };
     let sim = kube_sim::Sim::start(cfg)

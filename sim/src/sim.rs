@@ -12,10 +12,15 @@ use tokio::task::JoinHandle;
 
 use crate::certs::{CertError, CertPair, Pki};
 use crate::cluster::Cluster;
-use crate::controllers::{self, gc::GarbageCollector, namespace::NamespaceController};
+use crate::controllers::{
+    self, daemonset::DaemonSetController, deployment::DeploymentController,
+    endpoints::EndpointsController, gc::GarbageCollector, loadbalancer::LoadBalancerController,
+    namespace::NamespaceController, replicaset::ReplicaSetController, scheduler::Scheduler,
+};
 use crate::error::ApiError;
 use crate::reviews::Reviews;
 use crate::server::{self, App, TlsError};
+use crate::stages::{CompiledStage, StageError, StageSet, default_stages};
 use crate::{bootstrap, resources};
 
 /// How to start a simulated cluster.
@@ -34,6 +39,13 @@ pub struct SimConfig {
     /// Kubernetes version reported by /version (major, minor); kubectl's dispatcher picks its
     /// binary by the minor.
     pub version: (String, String),
+    /// Run the built-in controllers (scheduler, workloads, endpoints, load balancers); the
+    /// garbage collector and namespace controller always run.
+    pub controllers: bool,
+    /// Nodes created at start (`node-1` ... `node-N`).
+    pub nodes: usize,
+    /// The stages played (None: the default stages; `Some(vec![])`: none, objects stay as written).
+    pub stages: Option<Vec<CompiledStage>>,
 }
 
 impl Default for SimConfig {
@@ -45,6 +57,9 @@ impl Default for SimConfig {
             history: 200_000,
             bookmark_interval: Duration::from_secs(5),
             version: ("1".into(), "32".into()),
+            controllers: true,
+            nodes: 0,
+            stages: None,
         }
     }
 }
@@ -67,6 +82,9 @@ pub enum SimError {
     /// The kube client could not be built.
     #[error("building a kube client: {0}")]
     Client(String),
+    /// The default stages did not load.
+    #[error(transparent)]
+    Stages(#[from] StageError),
     /// Writing a file failed.
     #[error("writing {0}: {1}")]
     Write(String, std::io::Error),
@@ -75,6 +93,7 @@ pub enum SimError {
 /// A running simulated cluster; it stops when dropped.
 pub struct Sim {
     cluster: Arc<Cluster>,
+    stages: Arc<StageSet>,
     pki: Arc<Pki>,
     addr: SocketAddr,
     tls: bool,
@@ -96,7 +115,49 @@ impl Sim {
             controllers::spawn(cluster.clone(), GarbageCollector, shutdown_rx.clone()),
             controllers::spawn(cluster.clone(), NamespaceController, shutdown_rx.clone()),
         ];
+        if cfg.controllers {
+            tasks.push(controllers::spawn(
+                cluster.clone(),
+                Scheduler::default(),
+                shutdown_rx.clone(),
+            ));
+            tasks.push(controllers::spawn(
+                cluster.clone(),
+                DaemonSetController::default(),
+                shutdown_rx.clone(),
+            ));
+            tasks.push(controllers::spawn(
+                cluster.clone(),
+                ReplicaSetController::default(),
+                shutdown_rx.clone(),
+            ));
+            tasks.push(controllers::spawn(
+                cluster.clone(),
+                DeploymentController::default(),
+                shutdown_rx.clone(),
+            ));
+            tasks.push(controllers::spawn(
+                cluster.clone(),
+                EndpointsController::default(),
+                shutdown_rx.clone(),
+            ));
+            tasks.push(controllers::spawn(
+                cluster.clone(),
+                LoadBalancerController,
+                shutdown_rx.clone(),
+            ));
+        }
+        let stages = Arc::new(StageSet::new(match cfg.stages.clone() {
+            Some(s) => s,
+            None => default_stages()?,
+        }));
+        tasks.push(crate::stages::engine::spawn(
+            cluster.clone(),
+            stages.clone(),
+            shutdown_rx.clone(),
+        ));
         bootstrap::run(&cluster, &pki)?;
+        bootstrap::nodes(&cluster, 1..=cfg.nodes)?;
         let listener = tokio::net::TcpListener::bind(cfg.listen)
             .await
             .map_err(|e| SimError::Bind(cfg.listen, e))?;
@@ -141,6 +202,7 @@ impl Sim {
         }
         Ok(Sim {
             cluster,
+            stages,
             pki,
             addr,
             tls: cfg.tls,
@@ -168,6 +230,11 @@ impl Sim {
     /// TokenReview/SubjectAccessReview tables and the record of reviews asked.
     pub fn reviews(&self) -> &Reviews {
         &self.cluster.reviews
+    }
+
+    /// Replaces the stages played from now on (e.g. a test's fault stages).
+    pub fn set_stages(&self, stages: Vec<CompiledStage>) {
+        self.stages.set(stages);
     }
 
     /// The sim's CAs and standard certificates.

@@ -1,8 +1,17 @@
 //! In-process controllers: each reads the store's event history in order and reacts, like the
 //! kube-controller-manager loops it stands in for.
 
+pub mod daemonset;
+pub mod deployment;
+pub mod eligibility;
+pub mod endpoints;
+pub mod events;
 pub mod gc;
+pub mod loadbalancer;
 pub mod namespace;
+pub mod podtemplate;
+pub mod replicaset;
+pub mod scheduler;
 
 use std::sync::Arc;
 
@@ -19,6 +28,8 @@ pub trait Controller: Send + 'static {
     fn handle(&mut self, c: &Cluster, e: &StoreEvent);
     /// Re-examines the whole state.
     fn resync(&mut self, c: &Cluster);
+    /// Runs after each batch of events (controllers that coalesce work do it here).
+    fn flush(&mut self, _c: &Cluster) {}
 }
 
 /// Runs a controller until `shutdown` turns true.
@@ -44,6 +55,9 @@ pub fn spawn(
                     ctl.resync(&cluster);
                 }
             }
+            ctl.flush(&cluster);
+            // Yield between batches so a busy controller does not starve the server.
+            tokio::task::yield_now().await;
             tokio::select! {
                 changed = notify.changed() => if changed.is_err() { return },
                 _ = shutdown.wait_for(|s| *s) => return,
@@ -63,6 +77,24 @@ pub fn info_for(c: &Cluster, storage: &str) -> Option<Arc<ResourceInfo>> {
             .then(crate::resources::compare_versions(&a.version, &b.version))
     });
     all.into_iter().next()
+}
+
+/// Creates the object or replaces the stored one (keeping its resourceVersion), as
+/// controllers that own an object outright do.
+pub fn upsert(c: &Cluster, info: &ResourceInfo, ns: &str, obj: Value, manager: &str) {
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let opts = crate::cluster::WriteOptions::manager(manager);
+    let res = match c.store.get(&info.storage, ns, &name) {
+        None => c.create(info, ns, obj, &opts),
+        Some(_) => c.update(info, ns, &name, obj, &opts),
+    };
+    if let Err(e) = res {
+        tracing::debug!(error = %e, name, "controller upsert failed");
+    }
 }
 
 /// The uid of an object.

@@ -85,6 +85,10 @@ pub fn released(c: &Cluster, info: &ResourceInfo, obj: &Value) {
         service::release(c, obj);
     } else if is(info, "", "pods") {
         pod::release(c, obj);
+    } else if is(info, "networking.k8s.io", "ingresses") {
+        service::release_load_balancer(c, obj);
+    } else if is(info, "", "nodes") {
+        pod::release_node(c, obj);
     }
 }
 

@@ -110,3 +110,19 @@ pub fn release(c: &Cluster, obj: &Value) {
         }
     }
 }
+
+/// Returns a node's InternalIP addresses to the pool.
+pub fn release_node(c: &Cluster, obj: &Value) {
+    if let Some(addrs) = obj.pointer("/status/addresses").and_then(Value::as_array) {
+        for a in addrs {
+            if a.get("type").and_then(Value::as_str) == Some("InternalIP")
+                && let Some(ip) = a
+                    .get("address")
+                    .and_then(Value::as_str)
+                    .and_then(|s| s.parse::<Ipv4Addr>().ok())
+            {
+                c.alloc().nodes.release(ip);
+            }
+        }
+    }
+}

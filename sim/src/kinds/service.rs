@@ -261,6 +261,13 @@ pub fn release(c: &Cluster, obj: &Value) {
             alloc.release_node_port(np);
         }
     }
+    drop(alloc);
+    release_load_balancer(c, obj);
+}
+
+/// Returns the LoadBalancer addresses in an object's status.
+pub fn release_load_balancer(c: &Cluster, obj: &Value) {
+    let mut alloc = c.alloc();
     if let Some(ing) = obj
         .pointer("/status/loadBalancer/ingress")
         .and_then(Value::as_array)

@@ -141,7 +141,14 @@ async fn crud_conflicts_and_not_found_speak_like_the_real_server() {
 
 #[tokio::test]
 async fn patches_apply_and_status_subresource() {
-    let (_sim, client) = start().await;
+    // No controllers: the test itself plays the Deployment controller's part on status.
+    let sim = kube_sim::Sim::start(kube_sim::SimConfig {
+        controllers: false,
+        ..Default::default()
+    })
+    .await
+    .expect("sim");
+    let client = sim.client().await.expect("client");
     let deploys: Api<Deployment> = Api::namespaced(client, "default");
     deploys
         .create(&PostParams::default(), &deployment("d", 1))

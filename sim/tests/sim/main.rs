@@ -3,4 +3,6 @@
 mod api;
 mod auth;
 mod kubectl;
+mod stages;
 mod support;
+mod workloads;

@@ -1,0 +1,116 @@
+//! The cloud load-balancer stand-in: gives every LoadBalancer Service and every Ingress a
+//! loopback address in `status.loadBalancer.ingress`, and takes it back when no longer needed.
+
+use std::net::Ipv4Addr;
+
+use serde_json::{Value, json};
+
+use crate::cluster::{Cluster, WriteOptions};
+use crate::controllers::Controller;
+use crate::patch::PatchType;
+use crate::store::{EventType, StoreEvent};
+
+const MANAGER: &str = "service-controller";
+
+/// The load-balancer controller.
+#[derive(Default)]
+pub struct LoadBalancerController;
+
+fn lb_ips(obj: &Value) -> Vec<Ipv4Addr> {
+    obj.pointer("/status/loadBalancer/ingress")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|i| i.get("ip").and_then(Value::as_str)?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn set_status(c: &Cluster, group: &str, kind: &str, ns: &str, name: &str, ingress: Value) {
+    let Ok(info) = c.builtin(group, kind) else {
+        return;
+    };
+    let patch = json!({"status": {"loadBalancer": {"ingress": ingress}}});
+    if let Err(e) = c.patch(
+        &info,
+        ns,
+        name,
+        PatchType::Merge,
+        &serde_json::to_vec(&patch).unwrap_or_default(),
+        &WriteOptions::manager(MANAGER).status(),
+    ) {
+        tracing::debug!(error = %e, name, "load balancer status write failed");
+    }
+}
+
+fn process(c: &Cluster, e: &StoreEvent) {
+    if e.kind == EventType::Deleted {
+        return;
+    }
+    let (group, kind, wants) = match &*e.storage {
+        "core/services" => (
+            "",
+            "Service",
+            e.object.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer"),
+        ),
+        "networking.k8s.io/ingresses" => (
+            "networking.k8s.io",
+            "Ingress",
+            e.object.pointer("/metadata/deletionTimestamp").is_none(),
+        ),
+        _ => return,
+    };
+    let have = lb_ips(&e.object);
+    if wants && have.is_empty() {
+        let Some(ip) = c.alloc().load_balancers.allocate() else {
+            tracing::warn!("no LoadBalancer addresses left");
+            return;
+        };
+        let mut entry = json!({"ip": ip.to_string()});
+        if kind == "Service" {
+            entry["ipMode"] = json!("VIP");
+        }
+        set_status(c, group, kind, &e.namespace, &e.name, json!([entry]));
+    } else if !wants && !have.is_empty() {
+        {
+            let mut alloc = c.alloc();
+            for ip in &have {
+                alloc.load_balancers.release(*ip);
+            }
+        }
+        set_status(c, group, kind, &e.namespace, &e.name, Value::Null);
+    }
+}
+
+impl Controller for LoadBalancerController {
+    fn handle(&mut self, c: &Cluster, e: &StoreEvent) {
+        process(c, e);
+    }
+
+    fn resync(&mut self, c: &Cluster) {
+        for storage in ["core/services", "networking.k8s.io/ingresses"] {
+            let (items, rv) = c.store.list(storage, None);
+            for item in items {
+                let e = StoreEvent {
+                    rv,
+                    storage: std::sync::Arc::from(storage),
+                    namespace: item
+                        .pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    name: item
+                        .pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    kind: EventType::Modified,
+                    object: item.clone(),
+                    prev: None,
+                };
+                process(c, &e);
+            }
+        }
+    }
+}

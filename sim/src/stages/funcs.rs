@@ -1,0 +1,84 @@
+//! Template functions backed by the cluster: time and loopback addresses (a pod or node keeps
+//! the address it already has, so replaying a stage never leaks addresses).
+
+use serde_json::{Value, json};
+
+use crate::cluster::Cluster;
+use crate::stages::template::{Funcs, TemplateError};
+
+/// Functions for rendering a stage's statusTemplate against one object.
+pub struct ClusterFuncs<'a> {
+    /// The cluster (allocator, nodes).
+    pub cluster: &'a Cluster,
+}
+
+/// A node's InternalIP, if it has one.
+pub fn internal_ip(node: &Value) -> Option<String> {
+    node.pointer("/status/addresses")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|a| a["type"] == "InternalIP")
+        .and_then(|a| a.get("address").and_then(Value::as_str))
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+}
+
+impl ClusterFuncs<'_> {
+    fn node_ip_of(&self, name: &str) -> String {
+        self.cluster
+            .store
+            .get("core/nodes", "", name)
+            .and_then(|n| internal_ip(&n))
+            .unwrap_or_default()
+    }
+}
+
+impl Funcs for ClusterFuncs<'_> {
+    fn call(
+        &self,
+        name: &str,
+        args: &[Value],
+        dot: &Value,
+    ) -> Option<Result<Value, TemplateError>> {
+        let no_addr = || TemplateError("address pool exhausted".into());
+        Some(match name {
+            "Now" => Ok(json!(crate::clock::now())),
+            "NodeIP" => match internal_ip(dot) {
+                Some(ip) => Ok(json!(ip)),
+                None => self
+                    .cluster
+                    .alloc()
+                    .nodes
+                    .allocate()
+                    .map(|ip| json!(ip.to_string()))
+                    .ok_or_else(no_addr),
+            },
+            "NodeIPOf" => Ok(json!(
+                self.node_ip_of(args.first().and_then(Value::as_str).unwrap_or(""))
+            )),
+            "PodIP" => {
+                if dot.pointer("/spec/hostNetwork").and_then(Value::as_bool) == Some(true) {
+                    let node = dot
+                        .pointer("/spec/nodeName")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    Ok(json!(self.node_ip_of(node)))
+                } else if let Some(ip) = dot
+                    .pointer("/status/podIP")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                {
+                    Ok(json!(ip))
+                } else {
+                    self.cluster
+                        .alloc()
+                        .pods
+                        .allocate()
+                        .map(|ip| json!(ip.to_string()))
+                        .ok_or_else(no_addr)
+                }
+            }
+            _ => return None,
+        })
+    }
+}
