@@ -13,6 +13,7 @@
 
 pub mod alloc;
 pub mod apply;
+pub mod bench;
 pub mod bootstrap;
 pub mod certs;
 pub mod clock;

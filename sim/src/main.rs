@@ -1,10 +1,11 @@
-//! `kube-sim`: start a simulated cluster, write a kubeconfig, serve until stopped.
+//! `kube-sim`: start a simulated cluster, write a kubeconfig, serve until stopped; or run the
+//! scale benchmark.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 /// A simulated Kubernetes cluster for kdoctor's system tests (development only).
 #[derive(Parser, Debug)]
@@ -25,6 +26,34 @@ struct Args {
     /// Number of simulated nodes (`node-1` ... `node-N`).
     #[arg(long, default_value_t = 3)]
     nodes: usize,
+    /// Stage files (kwok Stage YAML) replacing the default stages; repeatable.
+    #[arg(long = "stages")]
+    stages: Vec<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Time N nodes with a DaemonSet until every pod is Ready, with W pod watchers.
+    Bench {
+        /// Nodes.
+        #[arg(long, default_value_t = 1000)]
+        nodes: usize,
+        /// Pod watchers (kube-rs over HTTPS).
+        #[arg(long, default_value_t = 10)]
+        watchers: usize,
+    },
+}
+
+async fn wait_for_stop() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
 }
 
 #[tokio::main]
@@ -37,11 +66,45 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    if let Some(Command::Bench { nodes, watchers }) = args.command {
+        let r = kube_sim::bench::run(nodes, watchers).await?;
+        println!("nodes: {}", r.nodes);
+        println!(
+            "nodes ready after start: {:.2} s",
+            r.nodes_ready.as_secs_f64()
+        );
+        println!("daemonset pods ready: {:.2} s", r.pods_ready.as_secs_f64());
+        println!(
+            "all {} watchers saw every pod ready: {:.2} s",
+            r.watchers,
+            r.watchers_caught_up.as_secs_f64()
+        );
+        println!(
+            "watch events per watcher: {}..{}",
+            r.events_per_watcher.0, r.events_per_watcher.1
+        );
+        println!("peak RSS: {:.1} MiB", r.peak_rss_kib as f64 / 1024.0);
+        return Ok(());
+    }
+    let mut stages = None;
+    if !args.stages.is_empty() {
+        let mut all = Vec::new();
+        for path in &args.stages {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            all.extend(
+                kube_sim::stages::parse_stages(&text)
+                    .with_context(|| format!("parsing {}", path.display()))?,
+            );
+        }
+        stages = Some(all);
+    }
     let cfg = kube_sim::SimConfig {
         listen: args.listen,
         tls: !args.insecure_http,
         seed: args.seed,
         nodes: args.nodes,
+        stages,
         ..Default::default()
     };
     let sim = kube_sim::Sim::start(cfg)
@@ -51,10 +114,8 @@ async fn main() -> anyhow::Result<()> {
         sim.write_kubeconfig(path)
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    tracing::info!(url = %sim.url(), "kube-sim serving; stop with Ctrl-C");
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    tracing::info!(url = %sim.url(), nodes = args.nodes, "kube-sim serving; stop with Ctrl-C or SIGTERM");
+    wait_for_stop().await?;
     sim.stop().await;
     Ok(())
 }

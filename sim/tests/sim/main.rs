@@ -2,6 +2,7 @@
 
 mod api;
 mod auth;
+mod cli;
 mod kubectl;
 mod stages;
 mod support;
