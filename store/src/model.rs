@@ -216,6 +216,16 @@ pub struct Event {
     /// The round the change was about, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<u64>,
+    /// The task before the change (`None` for Added), so that a watcher can tell, without
+    /// remembering anything, whether an object started or stopped matching its selectors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<TaskSummary>,
+    /// Whether this incarnation was the newest of its task name before the change.
+    #[serde(default)]
+    pub was_newest: bool,
+    /// Whether it is the newest after the change (false once purged).
+    #[serde(default)]
+    pub newest: bool,
 }
 
 /// Whether a write changed anything.

@@ -333,13 +333,26 @@ impl Store {
         entry.summary.progress = Progress::from_status(record.status.as_ref());
         entry.summary.deleted = record.deleted;
         entry.summary.created = record.created;
+        let mut changed = Vec::new();
         let event_type = if outcome == Outcome::Created {
+            // The incarnation that was the newest of this name is displaced (it changes name):
+            // announced first, so that watchers see the rename before the newcomer.
+            let displaced = self
+                .read_index()
+                .by_name(record.kind, &record.name)
+                .last()
+                .copied();
+            if let Some(old) = displaced.and_then(|d| self.read_index().get(d).cloned()) {
+                changes.event(EventType::Modified, old.summary.id, None);
+                changed.push(old);
+            }
             EventType::Added
         } else {
             EventType::Modified
         };
         changes.event(event_type, id, None);
-        self.commit(&mut writer, changes, vec![entry], vec![])?;
+        changed.push(entry);
+        self.commit(&mut writer, changes, changed, vec![])?;
         drop(writer);
         self.flush()?;
         Ok((id, outcome))
@@ -542,7 +555,23 @@ impl Store {
         changes.remove(keys::by_id(keys::SUMMARY, id));
         changes.remove(keys::uid(&entry.summary.uid));
         changes.event(EventType::Deleted, id, None);
-        self.commit(&mut writer, changes, vec![], vec![entry])?;
+        // Purging the newest incarnation promotes the one before it to the task's plain name.
+        let mut changed = Vec::new();
+        let siblings = self
+            .read_index()
+            .by_name(entry.summary.kind, &entry.summary.name)
+            .to_vec();
+        if siblings.last() == Some(&id)
+            && let Some(promoted) = siblings
+                .iter()
+                .rev()
+                .nth(1)
+                .and_then(|p| self.read_index().get(*p).cloned())
+        {
+            changes.event(EventType::Modified, promoted.summary.id, None);
+            changed.push(promoted);
+        }
+        self.commit(&mut writer, changes, changed, vec![entry])?;
         drop(writer);
         self.flush()?;
         self.metrics.tasks_purged.inc();
@@ -606,7 +635,41 @@ impl Store {
         removed: Vec<Entry>,
     ) -> Result<()> {
         let mut events = Vec::with_capacity(changes.events.len());
-        for (event_type, id, round) in std::mem::take(&mut changes.events) {
+        let index_before = self.read_index();
+        // The newest incarnation of a task name, before and after this batch.
+        let newest_of = |kind, name: &str, after: bool| -> Option<IncarnationId> {
+            let mut ids: Vec<IncarnationId> = index_before.by_name(kind, name).to_vec();
+            if after {
+                ids.retain(|id| !removed.iter().any(|e| e.summary.id == *id));
+                ids.extend(
+                    changed
+                        .iter()
+                        .filter(|e| e.summary.kind == kind && e.summary.name == name)
+                        .map(|e| e.summary.id),
+                );
+            }
+            ids.into_iter().max()
+        };
+        let mut flags = Vec::with_capacity(changes.events.len());
+        for (_, id, _) in &changes.events {
+            let entry = changed
+                .iter()
+                .chain(removed.iter())
+                .find(|e| e.summary.id == *id);
+            let (kind, name) = match entry {
+                Some(e) => (e.summary.kind, e.summary.name.clone()),
+                None => return Err(StoreError::UnknownTask(id.0)),
+            };
+            let previous = index_before.get(*id).map(|e| e.summary.clone());
+            let was_newest = previous.is_some() && newest_of(kind, &name, false) == Some(*id);
+            let gone = removed.iter().any(|e| e.summary.id == *id);
+            let newest = !gone && newest_of(kind, &name, true) == Some(*id);
+            flags.push((previous, was_newest, newest));
+        }
+        drop(index_before);
+        for ((event_type, id, round), (previous, was_newest, newest)) in
+            std::mem::take(&mut changes.events).into_iter().zip(flags)
+        {
             writer.rv += 1;
             let rv = writer.rv;
             let task = match changed.iter_mut().find(|e| e.summary.id == id) {
@@ -633,6 +696,9 @@ impl Store {
                 event_type,
                 task,
                 round,
+                previous,
+                was_newest,
+                newest,
             });
         }
         for entry in &changed {

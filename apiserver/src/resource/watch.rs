@@ -6,14 +6,12 @@
 //! (the newest is `<kind>-<task>`, older ones get a tag), so each event is turned into the diff
 //! of every object of that task name against what this watcher has already been told.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::response::Response;
 use bytes::Bytes;
 use kdoctor_api::report::{API_VERSION, KIND};
-use kdoctor_api::task::TaskKind;
-use kdoctor_store::{Event, IncarnationId, Store, WatchError};
+use kdoctor_store::{Event, EventType, Store, WatchError};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
@@ -29,24 +27,15 @@ use crate::status::ApiError;
 /// Idle time after which a watcher that allows bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 
-/// What this watcher was told about one object.
-#[derive(Clone)]
-struct Known {
-    kind: TaskKind,
-    task: String,
-    id: IncarnationId,
-    rv: u64,
-    target: Target,
-}
-
 struct Watcher {
     filter: Filter,
     wanted: Wanted,
     include: Include,
-    known: HashMap<String, Known>,
     sent_columns: bool,
-    /// A round object named by the field selector (`get NAME.round-3 -w`).
-    round_name: Option<String>,
+    /// A round object named by the field selector (`get NAME.round-3 -w`), and whether the
+    /// client has been told it exists. Nothing else is remembered per watcher: a store event
+    /// carries the task before and after the change, which is all a translation needs.
+    round: Option<(String, bool)>,
 }
 
 impl Watcher {
@@ -82,162 +71,127 @@ impl Watcher {
         Ok(sink.into_bytes())
     }
 
-    /// The objects of one task name (and the watched round object, if it belongs to it).
-    fn group(&self, store: &Store, kind: TaskKind, name: &str) -> Vec<Target> {
-        let incarnations = store.find(kind, name);
-        let newest = incarnations.last().map(|t| t.id);
-        let mut targets: Vec<Target> = incarnations
-            .iter()
-            .map(|t| Target {
-                name: object_name(t, Some(t.id) == newest),
-                task: t.clone(),
-                round: None,
-            })
-            .collect();
-        if let Some(round_name) = &self.round_name
-            && let Some(target) = resolve(store, round_name)
-            && target.task.kind == kind
-            && target.task.name == name
-        {
-            targets.push(target);
-        }
-        targets
-    }
-
     fn selected(&self, target: &Target) -> bool {
-        // Round objects are only watched when named.
-        if target.round.is_some() && self.round_name.as_deref() != Some(target.name.as_str()) {
-            return false;
-        }
         self.filter
             .matches(&target.name, &target.task, target.task.latest_result)
     }
 
-    /// Lines for the change of one task name.
-    fn diff(&mut self, store: &Store, kind: TaskKind, name: &str) -> Result<Vec<u8>, ApiError> {
-        let current: Vec<Target> = self
-            .group(store, kind, name)
-            .into_iter()
-            .filter(|t| self.selected(t))
-            .collect();
-        let mut out = Vec::new();
-        let gone: Vec<String> = self
-            .known
-            .iter()
-            .filter(|(_, k)| k.kind == kind && k.task == name)
-            .filter(|(object, k)| {
-                !current
-                    .iter()
-                    .any(|t| &t.name == *object && t.task.id == k.id)
-            })
-            .map(|(object, _)| object.clone())
-            .collect();
-        for object in gone {
-            if let Some(known) = self.known.remove(&object) {
-                out.extend(self.encode(store, "DELETED", &known.target)?);
-            }
+    /// The watch events of one store event.
+    fn translate(&mut self, store: &Store, event: &Event) -> Result<Vec<u8>, ApiError> {
+        if self.round.is_some() {
+            return self.translate_round(store, event);
         }
-        for target in current {
-            let event_type = match self.known.get(&target.name) {
-                None => "ADDED",
-                Some(k) if k.rv != target.task.resource_version => "MODIFIED",
-                Some(_) => continue,
-            };
-            out.extend(self.encode(store, event_type, &target)?);
-            self.remember(target);
+        let old = match event.event_type {
+            EventType::Added => None,
+            _ => event.previous.as_ref().map(|p| Target {
+                name: object_name(p, event.was_newest),
+                task: p.clone(),
+                round: None,
+            }),
+        };
+        let new = match event.event_type {
+            EventType::Deleted => None,
+            _ => Some(Target {
+                name: object_name(&event.task, event.newest),
+                task: event.task.clone(),
+                round: None,
+            }),
+        };
+        let old_match = old.as_ref().is_some_and(|t| self.selected(t));
+        let new_match = new.as_ref().is_some_and(|t| self.selected(t));
+        let mut out = Vec::new();
+        match (&old, &new) {
+            (Some(o), Some(n)) if o.name == n.name => match (old_match, new_match) {
+                (true, true) => out.extend(self.encode(store, "MODIFIED", n)?),
+                (false, true) => out.extend(self.encode(store, "ADDED", n)?),
+                (true, false) => out.extend(self.encode(store, "DELETED", o)?),
+                (false, false) => {}
+            },
+            // Appeared, disappeared, or renamed (a newer incarnation took the plain name).
+            _ => {
+                if let (Some(o), true) = (&old, old_match) {
+                    out.extend(self.encode(store, "DELETED", o)?);
+                }
+                if let (Some(n), true) = (&new, new_match) {
+                    out.extend(self.encode(store, "ADDED", n)?);
+                }
+            }
         }
         Ok(out)
     }
 
-    fn remember(&mut self, target: Target) {
-        self.known.insert(
-            target.name.clone(),
-            Known {
-                kind: target.task.kind,
-                task: target.task.name.clone(),
-                id: target.task.id,
-                rv: target.task.resource_version,
-                target,
-            },
-        );
-    }
-
-    /// A watch resumed from `from`: the current state of everything that changed after it
-    /// (ADDED or MODIFIED), DELETED for what was purged since, and `known` seeded with the rest.
-    /// Intermediate states are coalesced, as watch semantics allow.
-    fn resume(
-        &mut self,
-        store: &Store,
-        from: u64,
-        backlog: &[Event],
-    ) -> Result<(Vec<u8>, u64), ApiError> {
-        let (tasks, rv) = store.tasks_at();
+    /// Events of a watch on one round object.
+    fn translate_round(&mut self, store: &Store, event: &Event) -> Result<Vec<u8>, ApiError> {
+        let Some((name, announced)) = self.round.clone() else {
+            return Ok(vec![]);
+        };
+        let ours = |task: &kdoctor_store::TaskSummary, newest: bool| {
+            name.starts_with(&format!("{}.", object_name(task, newest)))
+        };
+        let concerned = ours(&event.task, event.newest)
+            || event
+                .previous
+                .as_ref()
+                .is_some_and(|p| ours(p, event.was_newest));
+        if !concerned {
+            return Ok(vec![]);
+        }
         let mut out = Vec::new();
-        let current: Vec<Target> = listed(tasks)
-            .into_iter()
-            .map(|(name, task)| Target {
-                name,
-                task,
-                round: None,
-            })
-            .collect();
-        for event in backlog
-            .iter()
-            .filter(|e| e.event_type == kdoctor_store::EventType::Deleted)
-        {
-            // It had the bare name unless a newer incarnation of its task name exists.
-            let newest = !current.iter().any(|t| {
-                t.task.kind == event.task.kind
-                    && t.task.name == event.task.name
-                    && t.task.id > event.task.id
-            });
-            let gone = Target {
-                name: object_name(&event.task, newest),
-                task: event.task.clone(),
-                round: None,
-            };
-            if !current.iter().any(|t| t.task.id == gone.task.id) && self.selected(&gone) {
-                out.extend(self.encode(store, "DELETED", &gone)?);
+        match resolve(store, &name) {
+            Some(target) => {
+                let event_type = if announced { "MODIFIED" } else { "ADDED" };
+                if self.filter.labels.is_empty() || self.selected(&target) {
+                    out.extend(self.encode(store, event_type, &target)?);
+                    self.round = Some((name, true));
+                }
             }
-        }
-        let selected: Vec<Target> = current.into_iter().filter(|t| self.selected(t)).collect();
-        for target in selected {
-            if target.task.resource_version > from {
-                let event_type = if target.task.added_resource_version > from {
-                    "ADDED"
-                } else {
-                    "MODIFIED"
+            None if announced => {
+                let gone = Target {
+                    name: name.clone(),
+                    task: event.task.clone(),
+                    round: None,
                 };
-                out.extend(self.encode(store, event_type, &target)?);
+                out.extend(self.encode(store, "DELETED", &gone)?);
+                self.round = Some((name, false));
             }
-            self.remember(target);
+            None => {}
         }
-        Ok((out, rv))
+        Ok(out)
     }
 
     /// ADDED for every selected object (a watch from "now", or `sendInitialEvents`).
     fn initial(&mut self, store: &Store) -> Result<(Vec<u8>, u64), ApiError> {
         let (tasks, rv) = store.tasks_at();
         let mut out = Vec::new();
-        let mut targets: Vec<Target> = listed(tasks)
-            .into_iter()
-            .map(|(name, task)| Target {
+        if let Some((name, _)) = self.round.clone() {
+            if let Some(target) = resolve(store, &name) {
+                out.extend(self.encode(store, "ADDED", &target)?);
+                self.round = Some((name, true));
+            }
+            return Ok((out, rv));
+        }
+        for (name, task) in listed(tasks) {
+            let target = Target {
                 name,
                 task,
                 round: None,
-            })
-            .collect();
-        if let Some(round_name) = &self.round_name
-            && let Some(target) = resolve(store, round_name)
-        {
-            targets.push(target);
-        }
-        let selected: Vec<Target> = targets.into_iter().filter(|t| self.selected(t)).collect();
-        for target in selected {
-            out.extend(self.encode(store, "ADDED", &target)?);
-            self.remember(target);
+            };
+            if self.selected(&target) {
+                out.extend(self.encode(store, "ADDED", &target)?);
+            }
         }
         Ok((out, rv))
+    }
+
+    /// A watch resumed after a version: the kept events since, translated one by one.
+    fn resume(&mut self, store: &Store, backlog: &[Event]) -> Result<(Vec<u8>, u64), ApiError> {
+        let mut out = Vec::new();
+        let mut last = 0;
+        for event in backlog {
+            out.extend(self.translate(store, event)?);
+            last = event.resource_version;
+        }
+        Ok((out, last))
     }
 }
 
@@ -322,18 +276,17 @@ pub async fn watch(
         })?),
         None => None,
     };
-    let round_name = filter
+    let round = filter
         .fields
         .name()
         .filter(|n| n.contains(super::names::ROUND_SUFFIX))
-        .map(str::to_string);
+        .map(|n| (n.to_string(), false));
     let watcher = Watcher {
         filter,
         wanted,
         include,
-        known: HashMap::new(),
         sent_columns: false,
-        round_name,
+        round,
     };
     // Subscribe before reading any state, so that no change falls in between.
     let start = match (from, send_initial) {
@@ -426,9 +379,8 @@ async fn run(
         Start::Resume(from, sub) => {
             let st = store.clone();
             let backlog = sub.backlog;
-            let (w, out, rv) = match blocking(watcher, move |w| w.resume(&st, from, &backlog)).await
-            {
-                Some((w, Ok((out, rv)))) => (w, out, rv),
+            let (w, out, rv) = match blocking(watcher, move |w| w.resume(&st, &backlog)).await {
+                Some((w, Ok((out, last)))) => (w, out, last.max(from)),
                 failed => return fail(failed.map(|(_, r)| r), &send).await,
             };
             if !send(out).await {
@@ -461,8 +413,8 @@ async fn run(
                 Ok(event) if event.resource_version <= last_rv => {}
                 Ok(event) => {
                     last_rv = event.resource_version;
-                    let (st, kind, name) = (store.clone(), event.task.kind, event.task.name.clone());
-                    let Some((w, result)) = blocking(watcher, move |w| w.diff(&st, kind, &name)).await else { return };
+                    let st = store.clone();
+                    let Some((w, result)) = blocking(watcher, move |w| w.translate(&st, &event)).await else { return };
                     watcher = w;
                     match result {
                         Ok(bytes) => {

@@ -98,13 +98,14 @@ async fn a_watch_resumes_after_a_version_and_sees_deletions() {
         .expect("put");
     s.store.purge_task(old).expect("purged");
     let mut events = open(&s, &format!("resourceVersion={rv}"), None).await;
+    // The changes since `rv`, in order: the new report, then the purge of the old incarnation.
     let first = next(&mut events).await;
     assert_eq!(
         (
             first["type"].as_str(),
             first["object"]["metadata"]["name"].as_str()
         ),
-        (Some("DELETED"), Some("netreach-task.0d1ca000"))
+        (Some("MODIFIED"), Some("netreach-task"))
     );
     let second = next(&mut events).await;
     assert_eq!(
@@ -112,7 +113,7 @@ async fn a_watch_resumes_after_a_version_and_sees_deletions() {
             second["type"].as_str(),
             second["object"]["metadata"]["name"].as_str()
         ),
-        (Some("MODIFIED"), Some("netreach-task"))
+        (Some("DELETED"), Some("netreach-task.0d1ca000"))
     );
 }
 
@@ -204,5 +205,61 @@ async fn watches_are_never_compressed_so_events_are_not_held_back() {
         response.headers().get("content-encoding").is_none(),
         "{:?}",
         response.headers()
+    );
+}
+
+#[tokio::test]
+async fn a_recreated_task_renames_the_old_incarnation_and_labels_drive_membership() {
+    let s = server("watch-rename");
+    fill(&s.store);
+    // A watch of failing tasks only.
+    let mut failing = open(&s, "labelSelector=kdoctor.io%2Flast-result%3Dfail", None).await;
+    assert_eq!(
+        next(&mut failing).await["object"]["metadata"]["name"],
+        "netreach-task"
+    );
+    let mut all = open(&s, "", None).await;
+    for _ in 0..3 {
+        next(&mut all).await;
+    }
+    // The task is re-created: the current one moves to its tagged name, the new one takes the
+    // plain name.
+    let record = crate::support::record(
+        kdoctor_api::task::TaskKind::NetReach,
+        "task",
+        "feed0000-0000-0000-0000-000000000000",
+    );
+    s.store.record_task(&record).expect("recreated");
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let e = next(&mut all).await;
+        seen.push(format!(
+            "{} {}",
+            e["type"].as_str().unwrap_or(""),
+            e["object"]["metadata"]["name"].as_str().unwrap_or("")
+        ));
+    }
+    assert_eq!(
+        seen,
+        [
+            "DELETED netreach-task",
+            "ADDED netreach-task.c0ffee00",
+            "ADDED netreach-task"
+        ]
+    );
+    // For the "failing" watch: the failing object left the plain name and appeared tagged; the
+    // newcomer has no result yet, so it does not match.
+    let mut failing_seen = Vec::new();
+    for _ in 0..2 {
+        let e = next(&mut failing).await;
+        failing_seen.push(format!(
+            "{} {}",
+            e["type"].as_str().unwrap_or(""),
+            e["object"]["metadata"]["name"].as_str().unwrap_or("")
+        ));
+    }
+    assert_eq!(
+        failing_seen,
+        ["DELETED netreach-task", "ADDED netreach-task.c0ffee00"]
     );
 }

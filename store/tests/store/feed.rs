@@ -102,3 +102,35 @@ fn a_version_outside_the_window_is_too_old() {
         3
     );
 }
+
+#[test]
+fn events_say_which_incarnation_is_the_newest_before_and_after() {
+    let (store, _dir) = open("feed-newest");
+    let (old, _) = store.record_task(&task("t", "uid-old")).expect("recorded");
+    let mut sub = store.subscribe(None).expect("subscribes");
+    let (new, _) = store.record_task(&task("t", "uid-new")).expect("recreated");
+    let e1 = sub.live.try_recv().expect("the displaced one");
+    assert_eq!(
+        (e1.event_type, e1.task.id, e1.was_newest, e1.newest),
+        (EventType::Modified, old, true, false)
+    );
+    assert_eq!(e1.previous.as_ref().map(|p| p.id), Some(old));
+    let e2 = sub.live.try_recv().expect("the new one");
+    assert_eq!(
+        (e2.event_type, e2.task.id, e2.was_newest, e2.newest),
+        (EventType::Added, new, false, true)
+    );
+    assert!(e2.previous.is_none());
+    store.purge_task(new).expect("purged");
+    let e3 = sub.live.try_recv().expect("deleted");
+    assert_eq!(
+        (e3.event_type, e3.task.id, e3.was_newest, e3.newest),
+        (EventType::Deleted, new, true, false)
+    );
+    let e4 = sub.live.try_recv().expect("promoted");
+    assert_eq!(
+        (e4.event_type, e4.task.id, e4.was_newest, e4.newest),
+        (EventType::Modified, old, false, true)
+    );
+    assert!(e1.resource_version < e2.resource_version && e3.resource_version < e4.resource_version);
+}

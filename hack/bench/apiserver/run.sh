@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Aggregated API server benchmark (issue 4): our server vs nginx serving the same bytes over TLS,
+# both driven by wrk in the same run. Needs nginx, wrk, curl and python3 (apt-get install -y
+# nginx wrk curl). Options: --tasks N (default 10000), --seconds S per wrk run (default 10).
+set -euo pipefail
+cd "$(dirname "$0")"
+for tool in nginx wrk curl python3; do
+  command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y nginx wrk curl python3" >&2; exit 2; }
+done
+cargo build --release -q
+exec ./target/release/kdoctor-bench-apiserver "$@"
