@@ -833,6 +833,11 @@ impl Store {
         }
     }
 
+    /// The numbers of the stored rounds of a task, oldest first (from memory).
+    pub fn round_numbers(&self, id: IncarnationId) -> Vec<u64> {
+        self.read_index().get(id).map(|e| e.rounds.keys().copied().collect()).unwrap_or_default()
+    }
+
     /// Every stored round of a task, oldest first.
     pub fn rounds(&self, id: IncarnationId) -> Result<Vec<RoundInfo>> {
         let metas: Vec<(u64, RoundMeta)> = match self.read_index().get(id) {

@@ -96,11 +96,7 @@ pub fn labels_of(task: &TaskSummary, result: Option<RoundResult>) -> BTreeMap<St
 pub fn metadata(store: &Store, target: &Target) -> Result<Value, ApiError> {
     let task = &target.task;
     let (result, _) = round_outcome(store, target)?;
-    let rounds: Vec<String> = store
-        .rounds(task.id)?
-        .iter()
-        .map(|r| r.round.to_string())
-        .collect();
+    let rounds: Vec<String> = store.round_numbers(task.id).iter().map(u64::to_string).collect();
     let mut annotations = BTreeMap::from([
         (ANNOTATION_TASK_UID.to_string(), task.uid.clone()),
         (ANNOTATION_ROUNDS.to_string(), rounds.join(",")),
@@ -144,7 +140,7 @@ pub fn head(store: &Store, target: &Target) -> Result<serde_json::Map<String, Va
     if !spec.is_null() {
         task_spec.insert(spec_key.to_string(), spec);
     }
-    let rounds: Vec<u64> = store.rounds(task.id)?.iter().map(|r| r.round).collect();
+    let rounds = store.round_numbers(task.id);
     let (result, _) = round_outcome(store, target)?;
     let p = task.progress;
     let mut status = json!({
