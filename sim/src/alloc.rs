@@ -104,6 +104,25 @@ impl Default for Allocator {
 }
 
 impl Allocator {
+    /// A compact layout inside 127.`k`.0.0/16, so that several simulated clusters with live
+    /// traffic on one machine never bind the same address: nodes 127.k.0-3.x, ClusterIPs
+    /// 127.k.4-7.x, load balancers 127.k.8-11.x, pods 127.k.16-255.x.
+    pub fn subnet(k: u8) -> Self {
+        Allocator {
+            nodes: Pool::new(Ipv4Addr::new(127, k, 0, 0), 1024),
+            cluster_ips: Pool::new(Ipv4Addr::new(127, k, 4, 0), 1024),
+            load_balancers: Pool::new(Ipv4Addr::new(127, k, 8, 0), 1024),
+            pods: Pool::new(Ipv4Addr::new(127, k, 16, 0), 240 * 256),
+            node_ports: HashSet::new(),
+            next_node_port: NODE_PORT_MIN,
+        }
+    }
+
+    /// The tenth ClusterIP, which the cluster DNS Service takes (as kube-dns does).
+    pub fn dns_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::from(self.cluster_ips.base + 10)
+    }
+
     /// The next free NodePort.
     pub fn allocate_node_port(&mut self) -> Option<u16> {
         for _ in NODE_PORT_MIN..=NODE_PORT_MAX {

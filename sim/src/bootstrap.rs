@@ -27,8 +27,9 @@ pub fn auth_configmap(pki: &Pki) -> Value {
     })
 }
 
-/// Creates the system namespaces, the `kubernetes` Service and the authentication ConfigMap.
-pub fn run(c: &Cluster, pki: &Pki) -> ApiResult<()> {
+/// Creates the system namespaces, the `kubernetes` Service (its Endpoints point at the API
+/// server), the kube-dns Service and the authentication ConfigMap.
+pub fn run(c: &Cluster, pki: &Pki, api: std::net::SocketAddr) -> ApiResult<()> {
     let opts = WriteOptions::manager("kube-apiserver");
     let ns = c.builtin("", "Namespace")?;
     for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -44,18 +45,47 @@ pub fn run(c: &Cluster, pki: &Pki) -> ApiResult<()> {
         }),
         &opts,
     )?;
+    let ep = c.builtin("", "Endpoints")?;
+    c.create(
+        &ep,
+        "default",
+        json!({
+            "metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+            "subsets": [{"addresses": [{"ip": api.ip().to_string()}], "ports": [{"name": "https", "port": api.port(), "protocol": "TCP"}]}]
+        }),
+        &opts,
+    )?;
+    let dns_ip = c.alloc().dns_ip().to_string();
+    c.create(
+        &svc,
+        "kube-system",
+        json!({
+            "metadata": {"name": "kube-dns", "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS", "kubernetes.io/cluster-service": "true"}},
+            "spec": {"clusterIP": dns_ip, "ports": [
+                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}
+            ]}
+        }),
+        &opts,
+    )?;
     let cm = c.builtin("", "ConfigMap")?;
     c.create(&cm, "kube-system", auth_configmap(pki), &opts)?;
     Ok(())
 }
 
 /// Creates nodes `node-<i>` for each i (labels like a kubelet registers, kwok's annotation);
-/// the node-initialize stage makes them Ready.
-pub fn nodes(c: &Cluster, range: std::ops::RangeInclusive<usize>) -> ApiResult<()> {
+/// the first `process_nodes` are marked for the process runner. The node-initialize stage
+/// makes them Ready.
+pub fn nodes(
+    c: &Cluster,
+    range: std::ops::RangeInclusive<usize>,
+    process_nodes: usize,
+) -> ApiResult<()> {
     let info = c.builtin("", "Node")?;
     let opts = WriteOptions::manager("kubelet");
     for i in range {
         let name = format!("node-{i}");
+        let processes = if i <= process_nodes { "true" } else { "false" };
         c.create(
             &info,
             "",
@@ -66,7 +96,8 @@ pub fn nodes(c: &Cluster, range: std::ops::RangeInclusive<usize>) -> ApiResult<(
                         "kubernetes.io/hostname": name,
                         "kubernetes.io/os": "linux",
                         "kubernetes.io/arch": "amd64",
-                        "type": "kube-sim"
+                        "type": "kube-sim",
+                        "kube-sim.kdoctor.io/processes": processes
                     },
                     "annotations": {"kwok.x-k8s.io/node": "fake"}
                 },

@@ -194,11 +194,16 @@ impl Cluster {
     /// A cluster with the built-in kinds, a store keeping `history` events, and a seed for
     /// uids, generated names and stage randomness.
     pub fn new(history: usize, seed: u64) -> Self {
+        Self::with_allocator(history, seed, Allocator::default())
+    }
+
+    /// A cluster allocating addresses from `alloc`.
+    pub fn with_allocator(history: usize, seed: u64, alloc: Allocator) -> Self {
         Cluster {
             store: Store::new(history),
             catalogue: Catalogue::with_builtins(),
             reviews: Reviews::default(),
-            alloc: Mutex::new(Allocator::default()),
+            alloc: Mutex::new(alloc),
             rng: Mutex::new(Rng::new(seed)),
         }
     }

@@ -29,12 +29,37 @@ struct Args {
     /// Stage files (kwok Stage YAML) replacing the default stages; repeatable.
     #[arg(long = "stages")]
     stages: Vec<PathBuf>,
+    /// Live traffic: Service proxy, Ingress router and cluster DNS on loopback addresses.
+    #[arg(long)]
+    traffic: bool,
+    /// Nodes node-1..M whose pods run as real processes (needs --agent-program).
+    #[arg(long, default_value_t = 0)]
+    agent_nodes: usize,
+    /// Program started for each pod on those nodes (e.g. target/debug/kdoctor).
+    #[arg(long)]
+    agent_program: Option<PathBuf>,
+    /// Arguments of the program ($(POD_IP) and the pod's other variables expanded); without
+    /// them the pod's container args are used.
+    #[arg(long = "agent-arg", allow_hyphen_values = true)]
+    agent_args: Vec<String>,
+    /// Which pods on those nodes run (label selector).
+    #[arg(long, default_value = "")]
+    agent_selector: String,
+    /// Where pod process logs and kubeconfigs go.
+    #[arg(long, default_value = "kube-sim-pods")]
+    work_dir: PathBuf,
     #[command(subcommand)]
     command: Option<Command>,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Serve an HTTP echo (a stand-in pod process for tests).
+    Echo {
+        /// Address to listen on.
+        #[arg(long)]
+        listen: SocketAddr,
+    },
     /// Time N nodes with a DaemonSet until every pod is Ready, with W pod watchers.
     Bench {
         /// Nodes.
@@ -66,6 +91,12 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    if let Some(Command::Echo { listen }) = args.command {
+        kube_sim::echo::serve(listen)
+            .await
+            .with_context(|| format!("serving echo on {listen}"))?;
+        return Ok(());
+    }
     if let Some(Command::Bench { nodes, watchers }) = args.command {
         let r = kube_sim::bench::run(nodes, watchers).await?;
         println!("nodes: {}", r.nodes);
@@ -105,6 +136,16 @@ async fn main() -> anyhow::Result<()> {
         seed: args.seed,
         nodes: args.nodes,
         stages,
+        traffic: args.traffic,
+        agent_nodes: args.agent_nodes,
+        runner: args
+            .agent_program
+            .map(|program| kube_sim::runner::RunnerConfig {
+                program,
+                args: args.agent_args.clone(),
+                selector: args.agent_selector.clone(),
+                work_dir: args.work_dir.clone(),
+            }),
         ..Default::default()
     };
     let sim = kube_sim::Sim::start(cfg)

@@ -10,6 +10,7 @@ use base64::Engine;
 use serde_json::json;
 use tokio::task::JoinHandle;
 
+use crate::alloc::Allocator;
 use crate::certs::{CertError, CertPair, Pki};
 use crate::cluster::Cluster;
 use crate::controllers::{
@@ -18,7 +19,9 @@ use crate::controllers::{
     namespace::NamespaceController, replicaset::ReplicaSetController, scheduler::Scheduler,
 };
 use crate::error::ApiError;
+use crate::net::{dns, ingress::IngressRouter, proxy::Proxy};
 use crate::reviews::Reviews;
+use crate::runner::{Runner, RunnerConfig};
 use crate::server::{self, App, TlsError};
 use crate::stages::{CompiledStage, StageError, StageSet, default_stages};
 use crate::{bootstrap, resources};
@@ -46,6 +49,16 @@ pub struct SimConfig {
     pub nodes: usize,
     /// The stages played (None: the default stages; `Some(vec![])`: none, objects stay as written).
     pub stages: Option<Vec<CompiledStage>>,
+    /// Live traffic: the kube-proxy stand-in (ClusterIP, NodePort, LoadBalancer), the Ingress
+    /// router on port 80 and the cluster DNS on the kube-dns address (UDP and TCP 53).
+    pub traffic: bool,
+    /// Second octet of the compact 127.k.0.0/16 address layout (None: a random k when
+    /// `traffic` is on, so parallel simulated clusters never collide; the wide layout otherwise).
+    pub subnet: Option<u8>,
+    /// Nodes `node-1` ... `node-M` are labelled `kube-sim.kdoctor.io/processes=true`.
+    pub agent_nodes: usize,
+    /// Start real processes for pods on those nodes.
+    pub runner: Option<RunnerConfig>,
 }
 
 impl Default for SimConfig {
@@ -60,6 +73,10 @@ impl Default for SimConfig {
             controllers: true,
             nodes: 0,
             stages: None,
+            traffic: false,
+            subnet: None,
+            agent_nodes: 0,
+            runner: None,
         }
     }
 }
@@ -94,6 +111,8 @@ pub enum SimError {
 pub struct Sim {
     cluster: Arc<Cluster>,
     stages: Arc<StageSet>,
+    dns: Option<SocketAddr>,
+    work_dir: Option<std::path::PathBuf>,
     pki: Arc<Pki>,
     addr: SocketAddr,
     tls: bool,
@@ -108,7 +127,23 @@ fn b64(s: &str) -> String {
 impl Sim {
     /// Starts the cluster: store, controllers, bootstrap objects and the API server.
     pub async fn start(cfg: SimConfig) -> Result<Sim, SimError> {
-        let cluster = Arc::new(Cluster::new(cfg.history, cfg.seed));
+        let subnet = cfg.subnet.or_else(|| {
+            cfg.traffic.then(|| {
+                // A different /16 per cluster and process: parallel tests bind distinct addresses.
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.subsec_nanos())
+                    .unwrap_or(0);
+                let mut r =
+                    crate::rng::Rng::new(u64::from(nanos) ^ (u64::from(std::process::id()) << 32));
+                30 + r.below(220) as u8
+            })
+        });
+        let alloc = match subnet {
+            Some(k) => Allocator::subnet(k),
+            None => Allocator::default(),
+        };
+        let cluster = Arc::new(Cluster::with_allocator(cfg.history, cfg.seed, alloc));
         let pki = Arc::new(Pki::generate()?);
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
         let mut tasks = vec![
@@ -156,14 +191,64 @@ impl Sim {
             stages.clone(),
             shutdown_rx.clone(),
         ));
-        bootstrap::run(&cluster, &pki)?;
-        bootstrap::nodes(&cluster, 1..=cfg.nodes)?;
         let listener = tokio::net::TcpListener::bind(cfg.listen)
             .await
             .map_err(|e| SimError::Bind(cfg.listen, e))?;
         let addr = listener
             .local_addr()
             .map_err(|e| SimError::Bind(cfg.listen, e))?;
+        bootstrap::run(&cluster, &pki, addr)?;
+        bootstrap::nodes(&cluster, 1..=cfg.nodes, cfg.agent_nodes)?;
+        tracing::info!(
+            "kube-sim is IPv4-only: every address is on 127.0.0.0/8 (no network namespace is created)"
+        );
+        let mut dns_addr = None;
+        if cfg.traffic {
+            tasks.push(controllers::spawn(
+                cluster.clone(),
+                Proxy::new(cluster.clone(), shutdown_rx.clone()),
+                shutdown_rx.clone(),
+            ));
+            tasks.push(controllers::spawn(
+                cluster.clone(),
+                IngressRouter::new(cluster.clone(), shutdown_rx.clone()),
+                shutdown_rx.clone(),
+            ));
+            let dns_at = SocketAddr::new(cluster.alloc().dns_ip().into(), 53);
+            let (c2, sd) = (cluster.clone(), shutdown_rx.clone());
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = dns::serve(c2, dns_at, sd).await {
+                    tracing::warn!(addr = %dns_at, error = %e, "cluster DNS cannot listen");
+                }
+            }));
+            dns_addr = Some(dns_at);
+        }
+        let url = format!("{}://{addr}", if cfg.tls { "https" } else { "http" });
+        let work_dir = cfg.runner.as_ref().map(|r| r.work_dir.clone());
+        if let Some(rc) = cfg.runner.clone() {
+            let (pki2, url2, tls) = (pki.clone(), url.clone(), cfg.tls);
+            let kubeconfig = Arc::new(move |ns: &str, sa: &str| -> String {
+                let user = format!("system:serviceaccount:{ns}:{sa}");
+                match pki2
+                    .client_ca
+                    .client_cert(&user, &["system:serviceaccounts", "system:authenticated"])
+                {
+                    Ok(cert) => kubeconfig_yaml(
+                        &url2,
+                        tls.then_some(pki2.server_ca.cert_pem.as_str()),
+                        &cert,
+                    ),
+                    Err(_) => String::new(),
+                }
+            });
+            let runner =
+                Runner::new(cluster.clone(), rc, kubeconfig).map_err(SimError::Bootstrap)?;
+            tasks.push(controllers::spawn(
+                cluster.clone(),
+                runner,
+                shutdown_rx.clone(),
+            ));
+        }
         let app = Arc::new(App {
             cluster: cluster.clone(),
             version: json!({
@@ -203,6 +288,8 @@ impl Sim {
         Ok(Sim {
             cluster,
             stages,
+            dns: dns_addr,
+            work_dir,
             pki,
             addr,
             tls: cfg.tls,
@@ -255,20 +342,22 @@ impl Sim {
 
     /// A kubeconfig (YAML) authenticating with the given client certificate.
     pub fn kubeconfig_for(&self, cert: &CertPair) -> String {
-        let ca = if self.tls {
-            format!(
-                "    certificate-authority-data: {}\n",
-                b64(&self.pki.server_ca.cert_pem)
-            )
-        } else {
-            String::new()
-        };
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {url}\n{ca}contexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: kube-sim-admin\n    namespace: default\ncurrent-context: kube-sim\nusers:\n- name: kube-sim-admin\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\n",
-            url = self.url(),
-            cert = b64(&cert.cert_pem),
-            key = b64(&cert.key_pem),
+        kubeconfig_yaml(
+            &self.url(),
+            self.tls.then_some(self.pki.server_ca.cert_pem.as_str()),
+            cert,
         )
+    }
+
+    /// The cluster DNS address (when traffic is on).
+    pub fn dns_addr(&self) -> Option<SocketAddr> {
+        self.dns
+    }
+
+    /// What a pod's process wrote so far (when the runner is on).
+    pub fn pod_log(&self, namespace: &str, name: &str) -> Option<String> {
+        let dir = self.work_dir.as_ref()?;
+        std::fs::read_to_string(crate::runner::process::log_path(dir, namespace, name)).ok()
     }
 
     /// Writes the admin kubeconfig to `path`.
@@ -321,4 +410,16 @@ impl Drop for Sim {
             t.abort();
         }
     }
+}
+
+/// A kubeconfig for `url` with an optional CA and a client certificate.
+pub fn kubeconfig_yaml(url: &str, ca_pem: Option<&str>, cert: &CertPair) -> String {
+    let ca = ca_pem
+        .map(|p| format!("    certificate-authority-data: {}\n", b64(p)))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {url}\n{ca}contexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: kube-sim-user\n    namespace: default\ncurrent-context: kube-sim\nusers:\n- name: kube-sim-user\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\n",
+        cert = b64(&cert.cert_pem),
+        key = b64(&cert.key_pem),
+    )
 }

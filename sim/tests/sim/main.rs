@@ -6,4 +6,5 @@ mod cli;
 mod kubectl;
 mod stages;
 mod support;
+mod traffic;
 mod workloads;

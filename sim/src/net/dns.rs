@@ -1,0 +1,236 @@
+//! The cluster-DNS stand-in: answers `<svc>.<ns>.svc.cluster.local` (the ClusterIP, or the
+//! Ready pod addresses of a headless Service) and `<a-b-c-d>.<ns>.pod.cluster.local` from the
+//! Service table, over UDP and TCP on the kube-dns Service address; NXDOMAIN for unknown names
+//! in the cluster domain, REFUSED outside it (there is no upstream to forward to).
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket};
+
+use crate::cluster::Cluster;
+
+/// The cluster domain.
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
+const TYPE_A: u16 = 1;
+const TTL: u32 = 5;
+
+/// Response codes used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rcode {
+    /// Found (possibly with no records of the asked type).
+    NoError = 0,
+    /// Malformed query.
+    FormErr = 1,
+    /// No such name in the cluster domain.
+    NxDomain = 3,
+    /// Not the cluster domain.
+    Refused = 5,
+}
+
+/// The A records of a name and the response code.
+pub fn resolve(c: &Cluster, name: &str) -> (Rcode, Vec<Ipv4Addr>) {
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    let Some(local) = name.strip_suffix(&format!(".{CLUSTER_DOMAIN}")) else {
+        return (Rcode::Refused, Vec::new());
+    };
+    let parts: Vec<&str> = local.split('.').collect();
+    match parts.as_slice() {
+        [svc, ns, "svc"] => {
+            let Some(s) = c.store.get("core/services", ns, svc) else {
+                return (Rcode::NxDomain, Vec::new());
+            };
+            match s.pointer("/spec/clusterIP").and_then(Value::as_str) {
+                Some("None") | None => {
+                    let mut ips: Vec<Ipv4Addr> = crate::net::ready_endpoints(c, ns, svc, "")
+                        .iter()
+                        .filter_map(|a| match a.ip() {
+                            std::net::IpAddr::V4(v4) => Some(v4),
+                            std::net::IpAddr::V6(_) => None,
+                        })
+                        .collect();
+                    ips.sort();
+                    ips.dedup();
+                    (Rcode::NoError, ips)
+                }
+                Some(ip) => (Rcode::NoError, ip.parse().into_iter().collect()),
+            }
+        }
+        [dashed, ns, "pod"] => {
+            let ip: Option<Ipv4Addr> = dashed.replace('-', ".").parse().ok();
+            match ip {
+                Some(ip) if c.store.get("core/namespaces", "", ns).is_some() => {
+                    (Rcode::NoError, vec![ip])
+                }
+                _ => (Rcode::NxDomain, Vec::new()),
+            }
+        }
+        _ => (Rcode::NxDomain, Vec::new()),
+    }
+}
+
+/// The question of a query: (name, type, end offset of the question).
+fn parse_question(q: &[u8]) -> Option<(String, u16, usize)> {
+    if q.len() < 12 || u16::from_be_bytes([q[4], q[5]]) != 1 {
+        return None;
+    }
+    let mut i = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = *q.get(i)? as usize;
+        i += 1;
+        if len == 0 {
+            break;
+        }
+        if len > 63 {
+            return None;
+        }
+        labels.push(String::from_utf8_lossy(q.get(i..i + len)?).into_owned());
+        i += len;
+    }
+    let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
+    Some((labels.join("."), qtype, i + 4))
+}
+
+/// Builds the response to a query (None for input too short to answer at all).
+pub fn answer(c: &Cluster, q: &[u8]) -> Option<Vec<u8>> {
+    if q.len() < 12 {
+        return None;
+    }
+    let rd = q[2] & 0x01;
+    let opcode = q[2] & 0x78;
+    let (rcode, qtype, records, qend) = match parse_question(q) {
+        Some((name, qtype, end)) if q.len() >= end => {
+            let (rcode, ips) = resolve(c, &name);
+            (
+                rcode,
+                qtype,
+                if qtype == TYPE_A { ips } else { Vec::new() },
+                end,
+            )
+        }
+        _ => (Rcode::FormErr, 0, Vec::new(), 12),
+    };
+    let _ = qtype;
+    let mut r = Vec::with_capacity(qend + records.len() * 16);
+    r.extend_from_slice(&q[0..2]);
+    r.push(0x80 | opcode | 0x04 | rd);
+    r.push(rcode as u8);
+    r.extend_from_slice(&(if qend > 12 { 1u16 } else { 0 }).to_be_bytes());
+    r.extend_from_slice(&(records.len() as u16).to_be_bytes());
+    r.extend_from_slice(&[0, 0, 0, 0]);
+    r.extend_from_slice(&q[12..qend]);
+    for ip in records {
+        r.extend_from_slice(&[0xC0, 0x0C]);
+        r.extend_from_slice(&TYPE_A.to_be_bytes());
+        r.extend_from_slice(&1u16.to_be_bytes());
+        r.extend_from_slice(&TTL.to_be_bytes());
+        r.extend_from_slice(&4u16.to_be_bytes());
+        r.extend_from_slice(&ip.octets());
+    }
+    Some(r)
+}
+
+/// Serves DNS on `addr` (UDP and TCP) until shutdown.
+pub async fn serve(
+    c: Arc<Cluster>,
+    addr: SocketAddr,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let udp = UdpSocket::bind(addr).await?;
+    let tcp = TcpListener::bind(addr).await?;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        tokio::select! {
+            r = udp.recv_from(&mut buf) => {
+                if let Ok((n, peer)) = r
+                    && let Some(resp) = answer(&c, &buf[..n])
+                {
+                    let _ = udp.send_to(&resp, peer).await;
+                }
+            }
+            r = tcp.accept() => {
+                if let Ok((mut stream, _)) = r {
+                    let c = c.clone();
+                    tokio::spawn(async move {
+                        loop {
+                            let mut len = [0u8; 2];
+                            if stream.read_exact(&mut len).await.is_err() {
+                                return;
+                            }
+                            let mut q = vec![0u8; u16::from_be_bytes(len) as usize];
+                            if stream.read_exact(&mut q).await.is_err() {
+                                return;
+                            }
+                            let Some(resp) = answer(&c, &q) else { return };
+                            let mut out = (resp.len() as u16).to_be_bytes().to_vec();
+                            out.extend_from_slice(&resp);
+                            if stream.write_all(&out).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+            _ = async { let _ = shutdown.wait_for(|s| *s).await; } => return Ok(()),
+        }
+    }
+}
+
+/// A DNS query for `name` (type A), for tests and tools.
+pub fn query(id: u16, name: &str) -> Vec<u8> {
+    let mut q = id.to_be_bytes().to_vec();
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.trim_end_matches('.').split('.') {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.push(0);
+    q.extend_from_slice(&TYPE_A.to_be_bytes());
+    q.extend_from_slice(&1u16.to_be_bytes());
+    q
+}
+
+/// Reads a response: (rcode, A records).
+pub fn parse_response(r: &[u8]) -> Option<(u8, Vec<Ipv4Addr>)> {
+    if r.len() < 12 {
+        return None;
+    }
+    let rcode = r[3] & 0x0f;
+    let ancount = u16::from_be_bytes([r[6], r[7]]) as usize;
+    let (_, _, mut i) = parse_question(r)?;
+    let mut ips = Vec::new();
+    for _ in 0..ancount {
+        // Our answers use a 2-byte name pointer.
+        let rtype = u16::from_be_bytes([*r.get(i + 2)?, *r.get(i + 3)?]);
+        let rdlen = u16::from_be_bytes([*r.get(i + 10)?, *r.get(i + 11)?]) as usize;
+        let data = r.get(i + 12..i + 12 + rdlen)?;
+        if rtype == TYPE_A && rdlen == 4 {
+            ips.push(Ipv4Addr::new(data[0], data[1], data[2], data[3]));
+        }
+        i += 12 + rdlen;
+    }
+    Some((rcode, ips))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_queries_never_panic() {
+        let c = Cluster::new(10, 1);
+        for len in 0..40 {
+            let q = query(7, "a.b.svc.cluster.local");
+            let _ = answer(&c, &q[..len.min(q.len())]);
+        }
+        let mut bad = query(7, "x.cluster.local");
+        bad[12] = 200;
+        let r = answer(&c, &bad).expect("answer");
+        assert_eq!(r[3] & 0x0f, Rcode::FormErr as u8);
+        let r = answer(&c, &query(9, "example.com")).expect("answer");
+        assert_eq!(parse_response(&r), Some((5, vec![])));
+    }
+}
