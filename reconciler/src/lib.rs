@@ -1,3 +1,5 @@
-//! kdoctor-reconciler: task controllers, carriers, rounds, harvest and clean-up.
-//!
-//! Not built yet (issue 7): this crate deliberately exports nothing.
+//! kdoctor-reconciler: the controller's task reconcilers — validation against the cluster,
+//! carriers (server-side applied), the round state machine, the status (written only here),
+//! harvesting agent reports into the store, and clean-up.
+
+pub mod rounds;

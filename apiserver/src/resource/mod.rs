@@ -131,17 +131,18 @@ pub async fn list(
         match wanted {
             Wanted::Table => {
                 let now = jiff::Timestamp::now();
-                let rows = targets
-                    .iter()
-                    .map(|t| table::row(&store, t, include, now))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let mut body = table::table(rows, rv, next, true);
-                if let Some(r) = remaining {
-                    body["metadata"]["remainingItemCount"] = json!(r);
-                }
-                Ok(json_response(Body::from(
-                    serde_json::to_vec(&body).unwrap_or_default(),
-                )))
+                let head = table::table_head(rv, next.as_deref(), remaining);
+                let body = sink::stream(move |sink| {
+                    sink.write(&head)?;
+                    for (i, target) in targets.iter().enumerate() {
+                        if i > 0 {
+                            sink.write(b",")?;
+                        }
+                        sink.write(&table::row_bytes(&store, target, include, now)?)?;
+                    }
+                    sink.write(b"]}")
+                });
+                Ok(json_response(body))
             }
             Wanted::Json => {
                 let mut metadata = json!({"resourceVersion": rv.to_string()});

@@ -7,7 +7,7 @@ use kdoctor_store::Store;
 use serde_json::{Value, json};
 
 use super::names::Target;
-use super::object::{metadata, result_word, round_outcome};
+use super::object::{result_word, round_outcome};
 use crate::status::ApiError;
 
 /// What a Table row carries as its `object` (`includeObject`).
@@ -103,63 +103,129 @@ pub fn columns() -> Value {
     ])
 }
 
-/// One row.
+/// One row, serialized as is (cells in column order, then the optional object).
+#[derive(serde::Serialize)]
+struct Row<'a> {
+    cells: (
+        &'a str,
+        &'a str,
+        &'a str,
+        String,
+        &'a str,
+        &'a str,
+        String,
+        &'a str,
+        String,
+        u64,
+        u64,
+        String,
+        &'a str,
+    ),
+    #[serde(skip_serializing_if = "Option::is_none")]
+    object: Option<Value>,
+}
+
+#[derive(serde::Serialize)]
+struct PartialObject {
+    kind: &'static str,
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    metadata: super::object::Metadata,
+}
+
+/// One row, as JSON bytes.
+pub fn row_bytes(
+    store: &Store,
+    target: &Target,
+    include: Include,
+    now: Timestamp,
+) -> Result<Vec<u8>, ApiError> {
+    let task = &target.task;
+    let (result, nodes) = round_outcome(store, target)?;
+    let p = task.progress;
+    let object = match include {
+        Include::None => None,
+        Include::Metadata => None,
+        Include::Object => Some(Value::Object(super::object::head(store, target)?)),
+    };
+    let row = Row {
+        cells: (
+            &target.name,
+            task.kind.as_str(),
+            &task.name,
+            format!(
+                "{}/{}",
+                p.done_round.unwrap_or(0),
+                p.expected_round.unwrap_or(0)
+            ),
+            if p.finished {
+                "Finished"
+            } else {
+                "NotFinished"
+            },
+            result_word(result),
+            nodes.map_or("-".to_string(), |n| {
+                format!("{}/{}/{}", n.succeeded, n.failed, n.not_reported)
+            }),
+            if task.deleted.is_some() {
+                "Deleted"
+            } else {
+                "Present"
+            },
+            human_duration(now.duration_since(task.created)),
+            target.round.or(task.latest_round).unwrap_or(0),
+            task.reports,
+            human_bytes(task.stored_bytes),
+            &task.uid,
+        ),
+        object,
+    };
+    let mut bytes = serde_json::to_vec(&row).map_err(|e| ApiError::internal(e.to_string()))?;
+    if include == Include::Metadata {
+        // Spliced in as typed JSON: `"object":{PartialObjectMetadata}` before the final brace.
+        let partial = PartialObject {
+            kind: "PartialObjectMetadata",
+            api_version: "meta.k8s.io/v1",
+            metadata: super::object::metadata_of(store, target)?,
+        };
+        bytes.pop();
+        bytes.extend_from_slice(b",\"object\":");
+        serde_json::to_writer(&mut bytes, &partial)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        bytes.push(b'}');
+    }
+    Ok(bytes)
+}
+
+/// One row, as a JSON value (single objects and watch events).
 pub fn row(
     store: &Store,
     target: &Target,
     include: Include,
     now: Timestamp,
 ) -> Result<Value, ApiError> {
-    let task = &target.task;
-    let (result, nodes) = round_outcome(store, target)?;
-    let p = task.progress;
-    let rounds = format!(
-        "{}/{}",
-        p.done_round.unwrap_or(0),
-        p.expected_round.unwrap_or(0)
-    );
-    let nodes = nodes.map_or("-".to_string(), |n| {
-        format!("{}/{}/{}", n.succeeded, n.failed, n.not_reported)
-    });
-    let round = target.round.or(task.latest_round).unwrap_or(0);
-    let cells = json!([
-        target.name,
-        task.kind.as_str(),
-        task.name,
-        rounds,
-        if p.finished {
-            "Finished"
-        } else {
-            "NotFinished"
-        },
-        result_word(result),
-        nodes,
-        if task.deleted.is_some() {
-            "Deleted"
-        } else {
-            "Present"
-        },
-        human_duration(now.duration_since(task.created)),
-        round,
-        task.reports,
-        human_bytes(task.stored_bytes),
-        task.uid,
-    ]);
-    let mut row = json!({"cells": cells});
-    match include {
-        Include::None => {}
-        Include::Metadata => {
-            row["object"] = json!({
-                "kind": "PartialObjectMetadata",
-                "apiVersion": "meta.k8s.io/v1",
-                "metadata": metadata(store, target)?,
-            });
-        }
-        Include::Object => {
-            row["object"] = Value::Object(super::object::head(store, target)?);
-        }
+    serde_json::from_slice(&row_bytes(store, target, include, now)?)
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// The opening of a Table (everything up to the rows), for streaming large ones.
+pub fn table_head(
+    resource_version: u64,
+    continue_token: Option<&str>,
+    remaining: Option<usize>,
+) -> Vec<u8> {
+    let mut metadata = json!({"resourceVersion": resource_version.to_string()});
+    if let Some(token) = continue_token {
+        metadata["continue"] = json!(token);
     }
-    Ok(row)
+    if let Some(r) = remaining {
+        metadata["remainingItemCount"] = json!(r);
+    }
+    let head = json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": columns()});
+    let mut bytes = serde_json::to_vec(&head).unwrap_or_default();
+    bytes.pop();
+    bytes.extend_from_slice(b",\"rows\":[");
+    bytes
 }
 
 /// A Table of rows.

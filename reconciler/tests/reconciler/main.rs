@@ -1,0 +1,3 @@
+//! The kdoctor-reconciler test suite (one binary).
+
+mod rounds;
