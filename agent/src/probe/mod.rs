@@ -103,8 +103,32 @@ impl Measurement {
     }
 }
 
+/// The recorder, also after a panic in another request's task: recording is a few counter
+/// updates, so a poisoned lock still guards usable numbers, and losing the run would be worse.
+fn locked(recorder: &Mutex<Recorder>) -> std::sync::MutexGuard<'_, Recorder> {
+    recorder.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Probes one target according to `plan`; returns when every sent request has finished.
 pub async fn run<P: Prober>(
+    prober: Arc<P>,
+    plan: Plan,
+    progress: Arc<Progress>,
+    metrics: Option<Metrics>,
+) -> Measurement {
+    // The pacer runs as a task of the runtime, not on the caller's thread (a `block_on`
+    // thread): requests it spawns then land in its worker's local queue instead of waking
+    // another thread for each one.
+    let paced = tokio::spawn(pace(prober, plan, progress, metrics));
+    match paced.await {
+        Ok(measurement) => measurement,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Cancelled: only when the runtime shuts down, which cancels this caller as well.
+        Err(_) => std::future::pending().await,
+    }
+}
+
+async fn pace<P: Prober>(
     prober: Arc<P>,
     plan: Plan,
     progress: Arc<Progress>,
@@ -115,21 +139,11 @@ pub async fn run<P: Prober>(
     let started = jiff::Timestamp::now();
     let start = Instant::now();
     let kind = prober.kind();
-    let lock = |r: &Arc<Mutex<Recorder>>| {
-        let r = r.clone();
-        move |f: &mut dyn FnMut(&mut Recorder)| {
-            // A panic while recording cannot leave the recorder half-updated in a way that
-            // matters more than losing the run: keep going with what is there.
-            let mut guard = r.lock().unwrap_or_else(|e| e.into_inner());
-            f(&mut guard);
-        }
-    };
-    let with_recorder = lock(&recorder);
     let mut last_woke = start;
     let summary = pacer::run(plan.schedule, start, |slot| {
         last_woke = slot.woke;
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            with_recorder(&mut |r| r.record_unsent());
+            locked(&recorder).record_unsent();
             progress.unsent.fetch_add(1, Ordering::Relaxed);
             if let Some(m) = &metrics {
                 m.probe_unsent.with_label_values(&[kind]).inc();
@@ -140,26 +154,27 @@ pub async fn run<P: Prober>(
         let prober = prober.clone();
         let progress = progress.clone();
         let metrics = metrics.clone();
-        let with_recorder = lock(&recorder);
+        let recorder = recorder.clone();
         tokio::spawn(async move {
             let sent = Instant::now();
-            let attempt = match tokio::time::timeout(plan.timeout, prober.probe()).await {
+            // Boxed: a request's future (hyper, TLS) is large, and the spawned task is moved
+            // several times on its way into the scheduler.
+            let request = Box::pin(prober.probe());
+            let attempt = match tokio::time::timeout(plan.timeout, request).await {
                 Ok(attempt) => attempt,
                 Err(_) => Attempt::failed(ProbeError::new(ErrorClass::Timeout, "")),
             };
             let end = Instant::now();
-            with_recorder(&mut |r| {
-                r.record(&attempt, end - sent, end - slot.woke, slot.lateness())
-            });
+            locked(&recorder).record(&attempt, end - sent, end - slot.woke, slot.lateness());
             progress.done.fetch_add(1, Ordering::Relaxed);
-            let outcome = match &attempt.result {
-                Ok(()) => "ok".to_string(),
-                Err(e) => {
-                    progress.failed.fetch_add(1, Ordering::Relaxed);
-                    e.class.label()
-                }
-            };
+            if attempt.result.is_err() {
+                progress.failed.fetch_add(1, Ordering::Relaxed);
+            }
             if let Some(m) = &metrics {
+                let outcome = match &attempt.result {
+                    Ok(()) => "ok".to_string(),
+                    Err(e) => e.class.label(),
+                };
                 m.probe_requests.with_label_values(&[kind, &outcome]).inc();
             }
             drop(permit);
@@ -168,7 +183,7 @@ pub async fn run<P: Prober>(
     })
     .await;
     for _ in 0..summary.overrun {
-        with_recorder(&mut |r| r.record_unsent());
+        locked(&recorder).record_unsent();
     }
     progress
         .unsent
@@ -183,7 +198,7 @@ pub async fn run<P: Prober>(
     } else {
         last_woke.saturating_duration_since(start) + interval
     };
-    let recorder = recorder.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let recorder = locked(&recorder).clone();
     Measurement {
         recorder,
         started,

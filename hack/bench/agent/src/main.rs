@@ -1,0 +1,572 @@
+//! Runs `kdoctor probe http` and oha at the same fixed rate and up a ladder of rates against
+//! one nginx; `kdoctor probe dns` and dnsperf against one unbound; the agent's idle RSS; and
+//! this library probing 100 targets at 100 requests/s each. Prints markdown.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kdoctor_agent::probe::http::{HttpProber, HttpRequestSpec};
+use kdoctor_agent::probe::{Plan, Progress, run};
+
+struct Options {
+    kdoctor: PathBuf,
+    oha: PathBuf,
+    secs: u64,
+    fixed_rate: u64,
+    ladder: Vec<u64>,
+    dns_ladder: Vec<u64>,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        kdoctor: PathBuf::from("kdoctor"),
+        oha: PathBuf::from("oha"),
+        secs: 10,
+        fixed_rate: 2000,
+        ladder: vec![
+            5_000, 10_000, 15_000, 20_000, 25_000, 30_000, 40_000, 50_000,
+        ],
+        dns_ladder: vec![
+            5_000, 10_000, 15_000, 20_000, 30_000, 40_000, 50_000, 60_000,
+        ],
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        let value = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--kdoctor" => o.kdoctor = value.into(),
+            "--oha" => o.oha = value.into(),
+            "--secs" => o.secs = value.parse().expect("--secs N"),
+            "--fixed-rate" => o.fixed_rate = value.parse().expect("--fixed-rate N"),
+            "--ladder" => {
+                o.ladder = value
+                    .split(',')
+                    .map(|v| v.parse().expect("--ladder a,b"))
+                    .collect()
+            }
+            "--dns-ladder" => {
+                o.dns_ladder = value
+                    .split(',')
+                    .map(|v| v.parse().expect("--dns-ladder a,b"))
+                    .collect()
+            }
+            other => panic!("unknown option {other}"),
+        }
+        i += 2;
+    }
+    o
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Server(Child, PathBuf);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+fn temp(what: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("kdoctor-bench-agent-{what}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn wait_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn nginx() -> (Server, u16) {
+    let dir = temp("nginx");
+    let port = free_port();
+    let d = dir.display();
+    std::fs::create_dir_all(dir.join("www")).unwrap();
+    std::fs::write(dir.join("www/index.html"), "x".repeat(100)).unwrap();
+    let conf = format!(
+        "daemon off; worker_processes 1; pid {d}/pid; error_log {d}/error.log warn;
+events {{ worker_connections 16384; }}
+http {{ access_log off; keepalive_requests 1000000; client_body_temp_path {d}/b; proxy_temp_path {d}/p;
+fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
+server {{ listen 127.0.0.1:{port} backlog=4096; root {d}/www; }} }}"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let child = Command::new("nginx")
+        .args(["-c", &format!("{d}/nginx.conf"), "-p", &d.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx");
+    wait_port(port);
+    (Server(child, dir), port)
+}
+
+fn unbound() -> (Server, u16) {
+    let dir = temp("unbound");
+    let port = free_port();
+    let d = dir.display();
+    let conf = format!(
+        "server:\n  use-syslog: no\n  chroot: \"\"\n  username: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/pid\"\n  \
+         interface: 127.0.0.1@{port}\n  access-control: 127.0.0.0/8 allow\n  module-config: \"iterator\"\n  \
+         num-threads: 1\n  ratelimit: 0\n  ip-ratelimit: 0\n  local-zone: \"test.\" static\n  \
+         local-data: \"probe.test. 3600 IN A 127.0.0.1\"\nremote-control:\n  control-enable: no\n"
+    );
+    std::fs::write(dir.join("unbound.conf"), conf).unwrap();
+    let child = Command::new("unbound")
+        .args(["-d", "-c", &format!("{d}/unbound.conf")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("unbound");
+    wait_port(port);
+    (Server(child, dir), port)
+}
+
+/// One run of a tool: what it achieved and what it cost.
+#[derive(Debug, Default, Clone)]
+struct Run {
+    requests: f64,
+    ok: f64,
+    rate: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    cpu_s: f64,
+    max_rss_kib: u64,
+}
+
+impl Run {
+    fn held(&self, target: u64) -> bool {
+        self.rate >= target as f64 * 0.99 && self.ok >= self.requests * 0.999 && self.requests > 0.0
+    }
+    fn cpu_per_10k(&self) -> f64 {
+        if self.requests > 0.0 {
+            self.cpu_s * 10_000.0 / self.requests
+        } else {
+            f64::NAN
+        }
+    }
+}
+
+/// Runs a command under /usr/bin/time; returns stdout, CPU seconds and peak RSS.
+fn timed(program: &Path, args: &[String]) -> (String, f64, u64) {
+    let times = std::env::temp_dir().join(format!("kdoctor-bench-time-{}", std::process::id()));
+    let out = Command::new("/usr/bin/time")
+        .arg("-f")
+        .arg("%U %S %M")
+        .arg("-o")
+        .arg(&times)
+        .arg(program)
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .expect("run under /usr/bin/time");
+    let t = std::fs::read_to_string(&times).unwrap_or_default();
+    let fields: Vec<&str> = t.split_whitespace().rev().take(3).collect();
+    let (user, sys, rss) = match fields[..] {
+        [rss, sys, user] => (
+            user.parse().unwrap_or(0.0),
+            sys.parse().unwrap_or(0.0),
+            rss.parse().unwrap_or(0),
+        ),
+        _ => (0.0, 0.0, 0),
+    };
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        user + sys,
+        rss,
+    )
+}
+
+fn kdoctor_http(o: &Options, url: &str, rate: u64, secs: u64) -> Run {
+    let args: Vec<String> = [
+        "probe",
+        "http",
+        url,
+        "--qps",
+        &rate.to_string(),
+        "--duration",
+        &format!("{secs}s"),
+        "--timeout",
+        "2s",
+        "-o",
+        "json",
+        "-q",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (out, cpu_s, max_rss_kib) = timed(&o.kdoctor, &args);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    let m = &v["taskAppHealthy"]["roundTaskDetail"][0]["requestTargetMetrics"];
+    let requests = m["requestCounts"].as_f64().unwrap_or(0.0);
+    Run {
+        requests,
+        ok: m["successCounts"].as_f64().unwrap_or(0.0),
+        rate: requests / secs as f64,
+        p50_ms: m["latencies"]["p50InMs"].as_f64().unwrap_or(f64::NAN),
+        p99_ms: m["latencies"]["p99InMs"].as_f64().unwrap_or(f64::NAN),
+        cpu_s,
+        max_rss_kib,
+    }
+}
+
+fn oha_http(o: &Options, url: &str, rate: u64, secs: u64) -> Run {
+    // Enough connections for the rate at ~1 ms each, as kdoctor's in-flight cap allows.
+    let connections = (rate / 500).clamp(10, 200);
+    let args: Vec<String> = [
+        "-z",
+        &format!("{secs}s"),
+        "-q",
+        &rate.to_string(),
+        "-c",
+        &connections.to_string(),
+        "--latency-correction",
+        "--no-tui",
+        "--output-format",
+        "json",
+        "-t",
+        "2s",
+        url,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (out, cpu_s, max_rss_kib) = timed(&o.oha, &args);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    let ok: f64 = v["statusCodeDistribution"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| k.starts_with('2'))
+                .map(|(_, n)| n.as_f64().unwrap_or(0.0))
+                .sum()
+        })
+        .unwrap_or(0.0);
+    let errors: f64 = v["errorDistribution"]
+        .as_object()
+        .map(|m| m.values().map(|n| n.as_f64().unwrap_or(0.0)).sum())
+        .unwrap_or(0.0);
+    let all: f64 = v["statusCodeDistribution"]
+        .as_object()
+        .map(|m| m.values().map(|n| n.as_f64().unwrap_or(0.0)).sum())
+        .unwrap_or(0.0);
+    let requests = all + errors;
+    // oha's percentiles are in seconds.
+    let p = |q: &str| {
+        v["latencyPercentiles"][q]
+            .as_f64()
+            .map(|s| s * 1000.0)
+            .unwrap_or(f64::NAN)
+    };
+    Run {
+        requests,
+        ok,
+        rate: requests / secs as f64,
+        p50_ms: p("p50"),
+        p99_ms: p("p99"),
+        cpu_s,
+        max_rss_kib,
+    }
+}
+
+fn kdoctor_dns(o: &Options, port: u16, rate: u64, secs: u64) -> Run {
+    let args: Vec<String> = [
+        "probe",
+        "dns",
+        &format!("127.0.0.1:{port}"),
+        "--domain",
+        "probe.test",
+        "--qps",
+        &rate.to_string(),
+        "--duration",
+        &format!("{secs}s"),
+        "--timeout",
+        "2s",
+        "-o",
+        "json",
+        "-q",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (out, cpu_s, max_rss_kib) = timed(&o.kdoctor, &args);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    let m = &v["taskNetDns"]["roundTaskDetail"][0]["requestTargetMetrics"];
+    let requests = m["requestCounts"].as_f64().unwrap_or(0.0);
+    Run {
+        requests,
+        ok: m["successCounts"].as_f64().unwrap_or(0.0),
+        rate: requests / secs as f64,
+        p50_ms: m["latencies"]["p50InMs"].as_f64().unwrap_or(f64::NAN),
+        p99_ms: m["latencies"]["p99InMs"].as_f64().unwrap_or(f64::NAN),
+        cpu_s,
+        max_rss_kib,
+    }
+}
+
+fn dnsperf(port: u16, rate: u64, secs: u64, data: &Path) -> Run {
+    let args: Vec<String> = [
+        "-s",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-d",
+        &data.display().to_string(),
+        "-l",
+        &secs.to_string(),
+        "-Q",
+        &rate.to_string(),
+        "-c",
+        "10",
+        "-q",
+        "2000",
+        "-t",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (out, cpu_s, max_rss_kib) = timed(Path::new("/usr/bin/dnsperf"), &args);
+    let find = |label: &str| -> f64 {
+        out.lines()
+            .find_map(|l| {
+                let l = l.trim();
+                l.strip_prefix(label)
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+            })
+            .unwrap_or(0.0)
+    };
+    let sent = find("Queries sent:");
+    let completed = find("Queries completed:");
+    let avg = find("Average Latency (s):") * 1000.0;
+    Run {
+        requests: sent,
+        ok: completed,
+        rate: find("Queries per second:"),
+        p50_ms: avg, // dnsperf reports the mean, not percentiles
+        p99_ms: f64::NAN,
+        cpu_s,
+        max_rss_kib,
+    }
+}
+
+fn highest(ladder: &[u64], mut probe: impl FnMut(u64) -> Run) -> (u64, Vec<(u64, Run)>) {
+    let mut best = 0;
+    let mut runs = Vec::new();
+    for &rate in ladder {
+        let r = probe(rate);
+        let held = r.held(rate);
+        runs.push((rate, r));
+        if !held {
+            break;
+        }
+        best = rate;
+    }
+    (best, runs)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn own_hwm_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn agent_idle_rss(o: &Options) -> u64 {
+    let mut child = Command::new(&o.kdoctor)
+        .args([
+            "agent",
+            "--bind",
+            "127.0.0.1",
+            "--app-http-port",
+            "0",
+            "--app-https-port",
+            "0",
+            "--health-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kdoctor agent");
+    std::thread::sleep(Duration::from_secs(3));
+    let rss = rss_kib(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    rss
+}
+
+async fn hundred_targets(port: u16, secs: u64) -> (u64, u64, u64) {
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let spec = HttpRequestSpec {
+            url: format!("http://127.0.0.1:{port}/?target={i}"),
+            method: http::Method::GET,
+            headers: vec![],
+            body: bytes::Bytes::new(),
+            http2: false,
+            keep_alive: true,
+            expected_status: None,
+        };
+        let prober = Arc::new(HttpProber::new(spec, None).unwrap());
+        let plan = Plan::new(100.0, Duration::from_secs(secs), Duration::from_secs(2)).unwrap();
+        tasks.push(tokio::spawn(run(
+            prober,
+            plan,
+            Arc::new(Progress::default()),
+            None,
+        )));
+    }
+    let (mut sent, mut ok) = (0, 0);
+    for t in tasks {
+        let m = t.await.unwrap();
+        sent += m.recorder.requests;
+        ok += m.recorder.successes;
+    }
+    (sent, ok, own_hwm_kib())
+}
+
+fn f(v: f64, digits: usize) -> String {
+    if v.is_nan() {
+        "—".to_string()
+    } else {
+        format!("{v:.digits$}")
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let o = options();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let (_nginx, http_port) = nginx();
+    let url = format!("http://127.0.0.1:{http_port}/");
+    let secs = o.secs;
+
+    let fixed_k = kdoctor_http(&o, &url, o.fixed_rate, secs);
+    let fixed_o = oha_http(&o, &url, o.fixed_rate, secs);
+    let ladder_secs = secs.min(5);
+    let (best_k, runs_k) = highest(&o.ladder, |r| kdoctor_http(&o, &url, r, ladder_secs));
+    let (best_o, runs_o) = highest(&o.ladder, |r| oha_http(&o, &url, r, ladder_secs));
+
+    let (_unbound, dns_port) = unbound();
+    let data = std::env::temp_dir().join(format!("kdoctor-bench-dnsperf-{}", std::process::id()));
+    std::fs::write(&data, "probe.test A\n").unwrap();
+    let (best_kd, runs_kd) = highest(&o.dns_ladder, |r| kdoctor_dns(&o, dns_port, r, ladder_secs));
+    let (best_dp, runs_dp) = highest(&o.dns_ladder, |r| dnsperf(dns_port, r, ladder_secs, &data));
+    let _ = std::fs::remove_file(&data);
+
+    let idle = agent_idle_rss(&o);
+    let (sent100, ok100, hwm100) = hundred_targets(http_port, secs).await;
+
+    println!("## Agent\n");
+    println!(
+        "`hack/bench/agent/run.sh --secs {secs}` ({cores} cores shared by the tools and the servers; nginx with one worker, unbound with one thread; release build).\n"
+    );
+    println!(
+        "### HTTP at a fixed {} requests/s for {secs} s, same nginx\n",
+        o.fixed_rate
+    );
+    println!(
+        "| tool | achieved/s | succeeded | p50 ms | p99 ms | CPU s per 10,000 requests | peak RSS MiB |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (name, r) in [
+        ("kdoctor probe http", &fixed_k),
+        ("oha --latency-correction", &fixed_o),
+    ] {
+        println!(
+            "| {name} | {} | {} / {} | {} | {} | {} | {} |",
+            f(r.rate, 1),
+            r.ok,
+            r.requests,
+            f(r.p50_ms, 3),
+            f(r.p99_ms, 3),
+            f(r.cpu_per_10k(), 3),
+            r.max_rss_kib / 1024
+        );
+    }
+    println!(
+        "\nCPU per request, kdoctor / oha: {}\n",
+        f(fixed_k.cpu_per_10k() / fixed_o.cpu_per_10k(), 2)
+    );
+    println!(
+        "### Highest rate held ({ladder_secs} s per step; held = achieved ≥ 99% of the target and ≥ 99.9% succeeded)\n"
+    );
+    println!(
+        "| tool | highest held | steps (target: achieved/s, succeeded %, p99 ms, CPU s/10k) |"
+    );
+    println!("|---|---|---|");
+    for (name, best, runs) in [
+        ("kdoctor probe http", best_k, &runs_k),
+        ("oha", best_o, &runs_o),
+        ("kdoctor probe dns (udp)", best_kd, &runs_kd),
+        ("dnsperf", best_dp, &runs_dp),
+    ] {
+        let steps: Vec<String> = runs
+            .iter()
+            .map(|(t, r)| {
+                format!(
+                    "{t}: {}, {}%, {}, {}",
+                    f(r.rate, 0),
+                    f(100.0 * r.ok / r.requests.max(1.0), 2),
+                    f(r.p99_ms, 2),
+                    f(r.cpu_per_10k(), 2)
+                )
+            })
+            .collect();
+        println!("| {name} | {best}/s | {} |", steps.join("; "));
+    }
+    println!(
+        "\nHTTP highest held, kdoctor / oha: {}; DNS highest held, kdoctor / dnsperf: {}\n",
+        f(best_k as f64 / best_o.max(1) as f64, 2),
+        f(best_kd as f64 / best_dp.max(1) as f64, 2)
+    );
+    println!("### Memory\n");
+    println!("| measure | value |\n|---|---|");
+    println!(
+        "| `kdoctor agent` RSS, idle (echo targets, health, metrics) | {:.1} MiB |",
+        idle as f64 / 1024.0
+    );
+    println!(
+        "| peak RSS probing 100 targets at 100 requests/s each for {secs} s (library, one process) | {:.1} MiB ({ok100} of {sent100} succeeded) |",
+        hwm100 as f64 / 1024.0
+    );
+}
