@@ -103,24 +103,27 @@ pub fn columns() -> Value {
     ])
 }
 
+/// The cells of a row, in column order.
+type Cells<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    String,
+    &'a str,
+    &'a str,
+    String,
+    &'a str,
+    String,
+    u64,
+    u64,
+    String,
+    &'a str,
+);
+
 /// One row, serialized as is (cells in column order, then the optional object).
 #[derive(serde::Serialize)]
 struct Row<'a> {
-    cells: (
-        &'a str,
-        &'a str,
-        &'a str,
-        String,
-        &'a str,
-        &'a str,
-        String,
-        &'a str,
-        String,
-        u64,
-        u64,
-        String,
-        &'a str,
-    ),
+    cells: Cells<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     object: Option<Value>,
 }
