@@ -274,7 +274,8 @@ pub fn builtins() -> Vec<ResourceInfo> {
             kind: "Event",
             plural: "events",
             namespaced: true,
-            short: &["ev"],
+            // Without a short name: `kubectl get ev` means core/v1 Events, without a warning.
+            short: &[],
             subresources: &[],
             fields: EVENT_FIELDS,
         }),

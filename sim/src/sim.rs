@@ -113,6 +113,7 @@ pub struct Sim {
     stages: Arc<StageSet>,
     dns: Option<SocketAddr>,
     work_dir: Option<std::path::PathBuf>,
+    pids: crate::runner::process::Pids,
     pki: Arc<Pki>,
     addr: SocketAddr,
     tls: bool,
@@ -225,6 +226,7 @@ impl Sim {
         }
         let url = format!("{}://{addr}", if cfg.tls { "https" } else { "http" });
         let work_dir = cfg.runner.as_ref().map(|r| r.work_dir.clone());
+        let pids = crate::runner::process::Pids::default();
         if let Some(rc) = cfg.runner.clone() {
             let (pki2, url2, tls) = (pki.clone(), url.clone(), cfg.tls);
             let kubeconfig = Arc::new(move |ns: &str, sa: &str| -> String {
@@ -241,8 +243,8 @@ impl Sim {
                     Err(_) => String::new(),
                 }
             });
-            let runner =
-                Runner::new(cluster.clone(), rc, kubeconfig).map_err(SimError::Bootstrap)?;
+            let runner = Runner::new(cluster.clone(), rc, kubeconfig, pids.clone())
+                .map_err(SimError::Bootstrap)?;
             tasks.push(controllers::spawn(
                 cluster.clone(),
                 runner,
@@ -290,6 +292,7 @@ impl Sim {
             stages,
             dns: dns_addr,
             work_dir,
+            pids,
             pki,
             addr,
             tls: cfg.tls,
@@ -352,6 +355,23 @@ impl Sim {
     /// The cluster DNS address (when traffic is on).
     pub fn dns_addr(&self) -> Option<SocketAddr> {
         self.dns
+    }
+
+    /// Kills a pod's process with SIGKILL (an agent crash); the runner restarts it with
+    /// back-off and the pod's status shows the restart. False when no process runs for it.
+    pub fn crash_pod_process(&self, namespace: &str, name: &str) -> bool {
+        let pid = self
+            .pids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(namespace.to_string(), name.to_string()))
+            .copied();
+        pid.is_some_and(|pid| {
+            std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .is_ok_and(|s| s.success())
+        })
     }
 
     /// What a pod's process wrote so far (when the runner is on).

@@ -46,6 +46,7 @@ pub struct Runner {
     running: HashMap<String, process::Supervisor>,
     dirty: bool,
     kubeconfig: KubeconfigFn,
+    pids: process::Pids,
 }
 
 impl Runner {
@@ -54,6 +55,7 @@ impl Runner {
         cluster: Arc<Cluster>,
         cfg: RunnerConfig,
         kubeconfig: KubeconfigFn,
+        pids: process::Pids,
     ) -> Result<Self, crate::error::ApiError> {
         let selector = LabelSelector::parse(&cfg.selector)?;
         Ok(Runner {
@@ -63,6 +65,7 @@ impl Runner {
             running: HashMap::new(),
             dirty: true,
             kubeconfig,
+            pids,
         })
     }
 
@@ -156,7 +159,13 @@ impl Controller for Runner {
                 .and_then(Value::as_str)
                 .unwrap_or("default");
             let kubeconfig = (self.kubeconfig)(ns, sa);
-            match process::Supervisor::start(self.cluster.clone(), &self.cfg, &pod, &kubeconfig) {
+            match process::Supervisor::start(
+                self.cluster.clone(),
+                &self.cfg,
+                &pod,
+                &kubeconfig,
+                self.pids.clone(),
+            ) {
                 Ok(s) => {
                     self.running.insert(uid, s);
                 }

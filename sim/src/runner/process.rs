@@ -17,6 +17,9 @@ use crate::runner::env::{expand, pod_env};
 
 const MANAGER: &str = "kubelet";
 
+/// The current process id of each pod's process, by (namespace, name).
+pub type Pids = Arc<std::sync::Mutex<std::collections::HashMap<(String, String), u32>>>;
+
 /// A running pod process and its supervisor task.
 pub struct Supervisor {
     stop: tokio::sync::watch::Sender<bool>,
@@ -99,6 +102,7 @@ impl Supervisor {
         cfg: &RunnerConfig,
         pod: &Value,
         kubeconfig: &str,
+        pids: Pids,
     ) -> std::io::Result<Self> {
         let ns = pod
             .pointer("/metadata/namespace")
@@ -159,6 +163,11 @@ impl Supervisor {
                         return;
                     }
                 };
+                if let Some(pid) = child.id() {
+                    pids.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert((ns.clone(), name.clone()), pid);
+                }
                 if restarts > 0 {
                     container_status(&c, &ns, &name, true, restarts, None);
                 }
@@ -174,6 +183,7 @@ impl Supervisor {
                         backoff = (backoff * 2).min(Duration::from_secs(10));
                     }
                     _ = async { let _ = stopped.wait_for(|s| *s).await; } => {
+                        pids.lock().unwrap_or_else(|e| e.into_inner()).remove(&(ns.clone(), name.clone()));
                         terminate(child.id());
                         if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
                             let _ = child.kill().await;

@@ -235,6 +235,31 @@ async fn daemonset_processes_answer_on_every_service_address_and_dns() {
         Some(1)
     );
 
+    // An agent crash: the process is killed, restarted with back-off, and the pod shows it.
+    let crashed = pod_list[1].metadata.name.clone().expect("name");
+    let crashed_ip = pod_list[1]
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("ip");
+    assert!(sim.crash_pod_process("default", &crashed));
+    let restarts = eventually(20, || {
+        let pods = pods.clone();
+        let crashed = crashed.clone();
+        async move {
+            let p = pods.get(&crashed).await.expect("pod");
+            let cs = p.status?.container_statuses?.into_iter().next()?;
+            (cs.restart_count >= 1 && cs.ready).then_some(cs.restart_count)
+        }
+    })
+    .await;
+    assert_eq!(restarts, 1);
+    eventually(20, || {
+        let addr = format!("{crashed_ip}:8080");
+        async move { http_get(&addr, "x", "/").await }
+    })
+    .await;
+
     // Logs are kept per pod; deleting a pod stops its process (the DaemonSet makes a new one).
     let victim = pod_list[0].clone();
     let (vname, vip) = (
