@@ -244,6 +244,7 @@ pub fn round_report(context: &RoundContext, succeed: bool, reason: Option<String
         round_start_time_stamp: time(context.started),
         round_end_time_stamp: time(context.ended),
         round_duration: go_duration::format_signed(span),
+        task_uid: None,
         task_net_reach: None,
         task_app_http_healthy: None,
         task_net_dns: None,

@@ -62,6 +62,7 @@ pub fn net_reach_report(node: &str, round: i64, targets: usize, seed: u64) -> Re
         round_start_time_stamp: at(round * 60),
         round_end_time_stamp: at(round * 60 + 11),
         round_duration: "11.180813761s".to_string(),
+        task_uid: None,
         task_net_reach: Some(TaskResult {
             target_type: "NetReach".to_string(),
             target_number: targets as i64,

@@ -360,6 +360,7 @@ impl LegacyReport {
             round_start_time_stamp: self.start,
             round_end_time_stamp: self.end,
             round_duration: self.round_duration,
+            task_uid: None,
             task_net_reach: net_reach,
             task_app_http_healthy: app,
             task_net_dns: dns,

@@ -187,6 +187,10 @@ pub struct Report {
     pub round_end_time_stamp: Time,
     /// Go duration string.
     pub round_duration: String,
+    /// UID of the task incarnation the round belongs to (beyond upstream): a task re-created
+    /// under the same name never gets the old one's reports.
+    #[serde(rename = "taskUID", default, skip_serializing_if = "Option::is_none")]
+    pub task_uid: Option<String>,
     /// Result of a NetReach round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_net_reach: Option<TaskResult<NetReachTaskDetail>>,
