@@ -48,6 +48,25 @@ pub struct StoreEvent {
     pub object: Arc<Value>,
     /// The object before the change, for selector transitions.
     pub prev: Option<Arc<Value>>,
+    /// The object's JSON per served version, encoded once for every watcher (fan-out).
+    pub encoded: Mutex<Vec<(String, bytes::Bytes)>>,
+}
+
+impl StoreEvent {
+    /// The JSON of the object as `version_key` shows it, encoding it on first use.
+    pub fn encoded(
+        &self,
+        version_key: &str,
+        encode: impl FnOnce(&Value) -> Vec<u8>,
+    ) -> bytes::Bytes {
+        let mut cache = self.encoded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, b)) = cache.iter().find(|(k, _)| k == version_key) {
+            return b.clone();
+        }
+        let b = bytes::Bytes::from(encode(&self.object));
+        cache.push((version_key.to_string(), b.clone()));
+        b
+    }
 }
 
 /// A stored object's address.
@@ -266,6 +285,7 @@ impl Store {
             kind,
             object,
             prev: current,
+            encoded: Mutex::new(Vec::new()),
         });
         inner.history.push_back(event);
         while inner.history.len() > self.history_limit {

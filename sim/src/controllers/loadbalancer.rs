@@ -108,6 +108,7 @@ impl Controller for LoadBalancerController {
                     kind: EventType::Modified,
                     object: item.clone(),
                     prev: None,
+                    encoded: Default::default(),
                 };
                 process(c, &e);
             }

@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::resources::ResourceInfo;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::server::table;
-use crate::store::EventType;
+use crate::store::{EventType, StoreEvent};
 
 /// What a watch request asked for.
 pub struct WatchRequest {
@@ -69,6 +69,24 @@ impl Emitter {
             None => obj,
         };
         self.send_raw(json!({"type": kind, "object": obj})).await
+    }
+
+    async fn event(&mut self, kind: &str, e: &StoreEvent) -> bool {
+        if self.table.is_some() {
+            return self.object(kind, &e.object).await;
+        }
+        let info = self.info.clone();
+        let key = format!("{}/{}", info.group, info.version);
+        let obj = e.encoded(&key, |v| {
+            serde_json::to_vec(&to_external(&info, v)).unwrap_or_default()
+        });
+        let mut line = Vec::with_capacity(obj.len() + 40);
+        line.extend_from_slice(b"{\"type\":\"");
+        line.extend_from_slice(kind.as_bytes());
+        line.extend_from_slice(b"\",\"object\":");
+        line.extend_from_slice(&obj);
+        line.extend_from_slice(b"}\n");
+        self.tx.send(Ok(Bytes::from(line))).await.is_ok()
     }
 
     async fn bookmark(&mut self, rv: u64, initial_end: bool) -> bool {
@@ -165,7 +183,7 @@ pub fn start(
                     (EventType::Modified, true, false) => "DELETED",
                     _ => continue,
                 };
-                if !em.object(kind, &e.object).await {
+                if !em.event(kind, &e).await {
                     return;
                 }
             }
