@@ -232,6 +232,7 @@ fn node_cells(_: &ResourceInfo, o: &Value) -> Vec<Value> {
         }),
         json!(age_of(o, "/metadata/creationTimestamp")),
         json!(version),
+        json!(crate::stages::funcs::internal_ip(o).unwrap_or_else(|| "<none>".into())),
     ]
 }
 
@@ -338,6 +339,155 @@ fn namespace_cells(_: &ResourceInfo, o: &Value) -> Vec<Value> {
     ]
 }
 
+fn endpoints_cells(_: &ResourceInfo, o: &Value) -> Vec<Value> {
+    let mut eps = Vec::new();
+    for subset in o
+        .get("subsets")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let ports: Vec<i64> = subset
+            .get("ports")
+            .and_then(Value::as_array)
+            .map(|ps| ps.iter().map(|p| i(p, "/port")).collect())
+            .unwrap_or_default();
+        for a in subset
+            .get("addresses")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let ip = a.get("ip").and_then(Value::as_str).unwrap_or("");
+            if ports.is_empty() {
+                eps.push(ip.to_string());
+            }
+            for p in &ports {
+                eps.push(format!("{ip}:{p}"));
+            }
+        }
+    }
+    let shown = if eps.is_empty() {
+        "<none>".to_string()
+    } else if eps.len() > 3 {
+        format!("{} + {} more...", eps[..3].join(","), eps.len() - 3)
+    } else {
+        eps.join(",")
+    };
+    vec![
+        json!(s(o, "/metadata/name")),
+        json!(shown),
+        json!(age_of(o, "/metadata/creationTimestamp")),
+    ]
+}
+
+fn data_count(o: &Value) -> usize {
+    ["data", "binaryData", "stringData"]
+        .iter()
+        .filter_map(|k| o.get(*k).and_then(Value::as_object))
+        .map(|m| m.len())
+        .sum()
+}
+
+fn configmap_cells(_: &ResourceInfo, o: &Value) -> Vec<Value> {
+    vec![
+        json!(s(o, "/metadata/name")),
+        json!(data_count(o)),
+        json!(age_of(o, "/metadata/creationTimestamp")),
+    ]
+}
+
+fn secret_cells(_: &ResourceInfo, o: &Value) -> Vec<Value> {
+    vec![
+        json!(s(o, "/metadata/name")),
+        json!(match s(o, "/type") {
+            "" => "Opaque",
+            t => t,
+        }),
+        json!(data_count(o)),
+        json!(age_of(o, "/metadata/creationTimestamp")),
+    ]
+}
+
+fn replicaset_cells(_: &ResourceInfo, o: &Value) -> Vec<Value> {
+    vec![
+        json!(s(o, "/metadata/name")),
+        json!(i(o, "/spec/replicas")),
+        json!(i(o, "/status/replicas")),
+        json!(i(o, "/status/readyReplicas")),
+        json!(age_of(o, "/metadata/creationTimestamp")),
+    ]
+}
+
+fn ingress_cells(_: &ResourceInfo, o: &Value) -> Vec<Value> {
+    let hosts: Vec<&str> = o
+        .pointer("/spec/rules")
+        .and_then(Value::as_array)
+        .map(|rs| {
+            rs.iter()
+                .map(|r| r.get("host").and_then(Value::as_str).unwrap_or("*"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let addrs: Vec<&str> = o
+        .pointer("/status/loadBalancer/ingress")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.get("ip").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    let tls = o
+        .pointer("/spec/tls")
+        .and_then(Value::as_array)
+        .is_some_and(|t| !t.is_empty());
+    vec![
+        json!(s(o, "/metadata/name")),
+        json!(match s(o, "/spec/ingressClassName") {
+            "" => "<none>",
+            c => c,
+        }),
+        json!(if hosts.is_empty() {
+            "*".to_string()
+        } else {
+            hosts.join(",")
+        }),
+        json!(addrs.join(",")),
+        json!(if tls { "80, 443" } else { "80" }),
+        json!(age_of(o, "/metadata/creationTimestamp")),
+    ]
+}
+
+fn event_cells(_: &ResourceInfo, o: &Value) -> Vec<Value> {
+    let last = [
+        "/lastTimestamp",
+        "/eventTime",
+        "/metadata/creationTimestamp",
+    ]
+    .iter()
+    .find_map(|p| o.pointer(p).and_then(Value::as_str))
+    .and_then(clock::age_secs)
+    .map(human_age)
+    .unwrap_or_else(|| "<unknown>".into());
+    // core/v1 and events.k8s.io/v1 name the same fields differently.
+    let either = |a: &str, b: &str| {
+        let x = s(o, a);
+        if x.is_empty() { s(o, b) } else { x }
+    };
+    vec![
+        json!(last),
+        json!(s(o, "/type")),
+        json!(s(o, "/reason")),
+        json!(format!(
+            "{}/{}",
+            either("/involvedObject/kind", "/regarding/kind").to_lowercase(),
+            either("/involvedObject/name", "/regarding/name")
+        )),
+        json!(either("/message", "/note")),
+    ]
+}
+
 fn default_cells(_: &ResourceInfo, o: &Value) -> Vec<Value> {
     vec![
         json!(s(o, "/metadata/name")),
@@ -402,6 +552,12 @@ fn columns(info: &ResourceInfo) -> Columns {
                     "string",
                     0,
                     "Kubelet Version reported by the node.",
+                ),
+                col(
+                    "Internal-IP",
+                    "string",
+                    1,
+                    "List of internal IPs in the node.",
                 ),
             ],
             node_cells,
@@ -468,6 +624,88 @@ fn columns(info: &ResourceInfo) -> Columns {
             ],
             namespace_cells,
         ),
+        ("", "endpoints") => (
+            vec![
+                name(),
+                col("Endpoints", "string", 0, "Endpoints of the service."),
+                age(),
+            ],
+            endpoints_cells,
+        ),
+        ("", "configmaps") => (
+            vec![name(), col("Data", "integer", 0, "Number of keys."), age()],
+            configmap_cells,
+        ),
+        ("", "secrets") => (
+            vec![
+                name(),
+                col("Type", "string", 0, "The type of the secret."),
+                col("Data", "integer", 0, "Number of keys."),
+                age(),
+            ],
+            secret_cells,
+        ),
+        ("apps", "replicasets") => (
+            vec![
+                name(),
+                col("Desired", "integer", 0, "Number of desired pods."),
+                col("Current", "integer", 0, "Number of actual replicas."),
+                col("Ready", "integer", 0, "Number of ready replicas."),
+                age(),
+            ],
+            replicaset_cells,
+        ),
+        ("networking.k8s.io", "ingresses") => (
+            vec![
+                name(),
+                col(
+                    "Class",
+                    "string",
+                    0,
+                    "The name of the IngressClass resource.",
+                ),
+                col(
+                    "Hosts",
+                    "string",
+                    0,
+                    "Hosts that incoming requests are matched against.",
+                ),
+                col(
+                    "Address",
+                    "string",
+                    0,
+                    "Address is a list containing ingress points for the load-balancer.",
+                ),
+                col(
+                    "Ports",
+                    "string",
+                    0,
+                    "Ports of TLS configurations that open.",
+                ),
+                age(),
+            ],
+            ingress_cells,
+        ),
+        ("", "events") | ("events.k8s.io", "events") => (
+            vec![
+                col(
+                    "Last Seen",
+                    "string",
+                    0,
+                    "Time since the event was last seen.",
+                ),
+                col("Type", "string", 0, "Type of this event."),
+                col("Reason", "string", 0, "Why the action was taken."),
+                col("Object", "string", 0, "The object this event is about."),
+                col(
+                    "Message",
+                    "string",
+                    0,
+                    "A human-readable description of the status.",
+                ),
+            ],
+            event_cells,
+        ),
         _ => (vec![name(), age()], default_cells),
     }
 }
@@ -526,6 +764,28 @@ pub fn table(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_has_as_many_cells_as_columns() {
+        let objects = [
+            serde_json::json!({"metadata": {"name": "x", "creationTimestamp": "2026-01-01T00:00:00Z"}}),
+            serde_json::json!({"metadata": {"name": "x"}, "spec": {"ports": [{"port": 1}], "rules": [{}]},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                "subsets": [{"addresses": [{"ip": "1.2.3.4"}], "ports": [{"port": 80}]}]}),
+        ];
+        let mut infos = crate::resources::builtins();
+        let mut custom = infos[0].clone();
+        custom.custom = true;
+        custom.printer_columns =
+            vec![serde_json::json!({"name": "A", "type": "string", "jsonPath": ".spec.a"})];
+        infos.push(custom);
+        for info in &infos {
+            let (cols, cells) = columns(info);
+            for o in &objects {
+                assert_eq!(cells(info, o).len(), cols.len(), "{}", info.plural);
+            }
+        }
+    }
 
     #[test]
     fn ages_print_like_kubectl() {
