@@ -8,4 +8,7 @@ for tool in nginx wrk curl python3; do
   command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y nginx wrk curl python3" >&2; exit 2; }
 done
 cargo build --release -q
+# The controller's manifests set the same: glibc's per-thread arenas otherwise keep freed
+# response buffers and RSS climbs with the number of worker threads.
+export MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-2}"
 exec ./target/release/kdoctor-bench-apiserver "$@"
