@@ -744,3 +744,130 @@ async fn controller_building_blocks_of_kube_runtime_work() {
         saw_init_done = matches!(ev, kube::runtime::watcher::Event::InitDone);
     }
 }
+
+#[tokio::test]
+async fn watch_selectors_dry_run_scale_generate_name_and_deletecollection() {
+    let sim = kube_sim::Sim::start(kube_sim::SimConfig {
+        controllers: false,
+        ..Default::default()
+    })
+    .await
+    .expect("sim");
+    let client = sim.client().await.expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    // A label-selected watch sees an object enter (ADDED) and leave (DELETED) the selection.
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv");
+    let mut stream = cms
+        .watch(&WatchParams::default().labels("team=a").timeout(10), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    cms.create(&PostParams::default(), &cm("moving", json!({"team": "b"})))
+        .await
+        .expect("create");
+    cms.patch(
+        "moving",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+    )
+    .await
+    .expect("join");
+    cms.patch(
+        "moving",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"team": "c"}}})),
+    )
+    .await
+    .expect("leave");
+    let mut kinds = Vec::new();
+    while kinds.len() < 2 {
+        match stream.try_next().await.expect("event").expect("open") {
+            WatchEvent::Added(_) => kinds.push("ADDED"),
+            WatchEvent::Deleted(_) => kinds.push("DELETED"),
+            WatchEvent::Modified(_) => kinds.push("MODIFIED"),
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(kinds, ["ADDED", "DELETED"]);
+
+    // dryRun validates and answers without storing.
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let answered = cms
+        .create(&dry, &cm("dry", json!({})))
+        .await
+        .expect("dry run");
+    assert_eq!(answered.metadata.name.as_deref(), Some("dry"));
+    assert!(cms.get_opt("dry").await.expect("get").is_none());
+
+    // generateName.
+    let mut generated = cm("", json!({"gen": "yes"}));
+    generated.metadata.name = None;
+    generated.metadata.generate_name = Some("gen-".into());
+    let created = cms
+        .create(&PostParams::default(), &generated)
+        .await
+        .expect("generateName");
+    let name = created.metadata.name.expect("name");
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+
+    // Scale subresource.
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    deploys
+        .create(&PostParams::default(), &deployment("s", 1))
+        .await
+        .expect("deploy");
+    let scale = deploys.get_scale("s").await.expect("scale");
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(1));
+    deploys
+        .patch_scale(
+            "s",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .expect("patch scale");
+    assert_eq!(
+        deploys
+            .get("s")
+            .await
+            .expect("get")
+            .spec
+            .and_then(|s| s.replicas),
+        Some(4)
+    );
+
+    // deletecollection by label.
+    for i in 0..3 {
+        cms.create(
+            &PostParams::default(),
+            &cm(&format!("bulk-{i}"), json!({"bulk": "yes"})),
+        )
+        .await
+        .expect("create");
+    }
+    cms.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("bulk=yes"),
+    )
+    .await
+    .expect("deletecollection");
+    let left = cms
+        .list(&ListParams::default().labels("bulk=yes"))
+        .await
+        .expect("list");
+    assert!(left.items.is_empty());
+    assert!(
+        cms.get_opt("moving").await.expect("get").is_some(),
+        "others untouched"
+    );
+}
