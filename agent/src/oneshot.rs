@@ -54,6 +54,9 @@ pub struct Load {
     pub max_in_flight: Option<usize>,
     /// Success condition (default: every request succeeds).
     pub expect: Option<NetSuccessCondition>,
+    /// Most kept-alive HTTP/1.1 connections (HTTP only; default
+    /// [`crate::probe::http::DEFAULT_MAX_CONNECTIONS`]).
+    pub max_connections: Option<usize>,
 }
 
 /// TLS settings of the client.
@@ -130,7 +133,10 @@ pub async fn probe_http(
     let config = tls.config(client_alpn(spec.http2))?;
     let url = spec.url.clone();
     let method = spec.method.to_string();
-    let prober = HttpProber::new(spec, Some(config))?;
+    let mut prober = HttpProber::new(spec, Some(config))?;
+    if let Some(max) = load.max_connections {
+        prober = prober.with_max_connections(max);
+    }
     let started = jiff::Timestamp::now();
     let sampler = Sampler::start(Duration::from_secs(1));
     let measurement = run(Arc::new(prober), plan, progress, metrics).await;

@@ -278,6 +278,7 @@ mod tests {
             code: Some(Code::Http(200)),
             bytes: 100,
             connect: None,
+            queued: Duration::ZERO,
         };
         let d = Duration::from_micros(micros);
         r.record(&a, d, d, Duration::ZERO);

@@ -94,6 +94,10 @@ struct HttpArgs {
     /// Open a new connection for every request instead of keeping connections alive.
     #[arg(long)]
     no_keep_alive: bool,
+    /// Most kept-alive HTTP/1.1 connections; a request waits for a free one (counted in its
+    /// response time) rather than opening more.
+    #[arg(long, default_value_t = kdoctor_agent::probe::http::DEFAULT_MAX_CONNECTIONS)]
+    connections: usize,
     /// The status code every answer must have (default: 2xx and 3xx succeed).
     #[arg(long, value_name = "CODE")]
     expect_status: Option<u16>,
@@ -158,6 +162,7 @@ fn load(args: &LoadArgs) -> Result<Load> {
             mean_access_delay_in_ms: args.mean_delay_ms,
             status_code: None,
         }),
+        max_connections: None,
     })
 }
 
@@ -192,7 +197,8 @@ async fn run_http(args: &HttpArgs) -> Result<ExitCode> {
         ca: args.load.ca.clone(),
         identity: args.cert.clone().zip(args.key.clone()),
     };
-    let load = load(&args.load)?;
+    let mut load = load(&args.load)?;
+    load.max_connections = Some(args.connections);
     let progress = Arc::new(Progress::default());
     let ticker = progress_line(progress.clone(), &load, args.load.quiet);
     let outcome = probe_http(spec, &tls, &load, progress, None).await;
@@ -422,6 +428,7 @@ mod tests {
             body_file: None,
             http2: false,
             no_keep_alive: false,
+            connections: 4,
             expect_status: None,
             cert: None,
             key: None,

@@ -220,6 +220,7 @@ impl DnsProber {
                     code: Some(Code::Dns(rcode)),
                     bytes,
                     connect,
+                    queued: Duration::ZERO,
                 }
             }
             Err(e) => {

@@ -16,6 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
@@ -97,7 +98,11 @@ pub struct HttpProber {
     headers: HeaderMap,
     tls: Option<(TlsConnector, ServerName<'static>)>,
     pool: Mutex<Pool>,
+    connection_slots: Arc<Semaphore>,
 }
+
+/// Default limit of kept-alive HTTP/1.1 connections per target.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 128;
 
 /// Parses the URL the way AppHttpHealthy's `host` is read: `http://` when no scheme.
 pub fn parse_url(url: &str) -> Result<Uri, HttpSetupError> {
@@ -185,8 +190,15 @@ impl HttpProber {
             headers,
             tls,
             pool: Mutex::new(Pool::default()),
+            connection_slots: Arc::new(Semaphore::new(DEFAULT_MAX_CONNECTIONS)),
             spec,
         })
+    }
+
+    /// Limits kept-alive HTTP/1.1 connections to `max` (at least 1).
+    pub fn with_max_connections(mut self, max: usize) -> HttpProber {
+        self.connection_slots = Arc::new(Semaphore::new(max.clamp(1, Semaphore::MAX_PERMITS)));
+        self
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
@@ -209,8 +221,8 @@ impl HttpProber {
         request
     }
 
-    /// An idle connection, if keep-alive is on and one is open.
-    fn take_idle(&self) -> Option<Sender> {
+    /// The open HTTP/2 connection, shared by every request.
+    fn shared_h2(&self) -> Option<Sender> {
         let mut pool = self.pool();
         if let Some(h2) = &pool.h2 {
             if !h2.is_closed() {
@@ -218,6 +230,15 @@ impl HttpProber {
             }
             pool.h2 = None;
         }
+        None
+    }
+
+    /// An idle connection, if one is open.
+    fn take_idle(&self) -> Option<Sender> {
+        if let Some(h2) = self.shared_h2() {
+            return Some(h2);
+        }
+        let mut pool = self.pool();
         while let Some(h1) = pool.idle_h1.pop() {
             if !h1.is_closed() {
                 return Some(Sender::H1(h1));
@@ -300,17 +321,37 @@ impl HttpProber {
     }
 
     async fn attempt(&self) -> Attempt {
+        // With keep-alive, HTTP/1.1 connections are limited: a request waits for a free one
+        // (the wait counts in its response time, as in any pooled client) instead of opening
+        // ever more connections when the target slows down, which would slow it further.
+        let mut slot = None;
+        let waiting = Instant::now();
         let idle = if self.spec.keep_alive {
-            self.take_idle()
+            match self.shared_h2() {
+                Some(h2) => Some(h2),
+                None => {
+                    match self.connection_slots.clone().acquire_owned().await {
+                        Ok(permit) => slot = Some(permit),
+                        Err(_) => {
+                            return Attempt::failed(ProbeError::new(
+                                ErrorClass::Other,
+                                "prober closed",
+                            ));
+                        }
+                    }
+                    self.take_idle()
+                }
+            }
         } else {
             None
         };
+        let queued = waiting.elapsed();
         let reused = idle.is_some();
         let (mut sender, mut connect) = match idle {
             Some(s) => (s, None),
             None => match self.connect().await {
                 Ok((s, took)) => (s, Some(took)),
-                Err(e) => return Attempt::failed(e),
+                Err(e) => return with_connect(Attempt::failed(e), None, queued),
             },
         };
         let response = match self.send(&mut sender).await {
@@ -325,14 +366,18 @@ impl HttpProber {
                         match self.send(&mut sender).await {
                             Ok(r) => r,
                             Err(e) => {
-                                return with_connect(Attempt::failed(classify_hyper(&e)), connect);
+                                return with_connect(
+                                    Attempt::failed(classify_hyper(&e)),
+                                    connect,
+                                    queued,
+                                );
                             }
                         }
                     }
-                    Err(e) => return Attempt::failed(e),
+                    Err(e) => return with_connect(Attempt::failed(e), None, queued),
                 }
             }
-            Err(e) => return with_connect(Attempt::failed(classify_hyper(&e)), connect),
+            Err(e) => return with_connect(Attempt::failed(classify_hyper(&e)), connect, queued),
         };
         let status = response.status().as_u16();
         let mut body = response.into_body();
@@ -352,6 +397,7 @@ impl HttpProber {
                         code: Some(Code::Http(status)),
                         bytes,
                         connect,
+                        queued,
                     };
                 }
             }
@@ -359,6 +405,7 @@ impl HttpProber {
         if self.spec.keep_alive {
             self.put_idle(sender);
         }
+        drop(slot);
         let ok = match self.spec.expected_status {
             Some(expected) => status == expected,
             None => (200..400).contains(&status),
@@ -372,12 +419,14 @@ impl HttpProber {
             code: Some(Code::Http(status)),
             bytes,
             connect,
+            queued,
         }
     }
 }
 
-fn with_connect(mut attempt: Attempt, connect: Option<Duration>) -> Attempt {
+fn with_connect(mut attempt: Attempt, connect: Option<Duration>, queued: Duration) -> Attempt {
     attempt.connect = connect;
+    attempt.queued = queued;
     attempt
 }
 

@@ -165,7 +165,9 @@ async fn pace<P: Prober>(
                 Err(_) => Attempt::failed(ProbeError::new(ErrorClass::Timeout, "")),
             };
             let end = Instant::now();
-            locked(&recorder).record(&attempt, end - sent, end - slot.woke, slot.lateness());
+            // Service time starts when the request was handed to a connection.
+            let service = (end - sent).saturating_sub(attempt.queued);
+            locked(&recorder).record(&attempt, service, end - slot.woke, slot.lateness());
             progress.done.fetch_add(1, Ordering::Relaxed);
             if attempt.result.is_err() {
                 progress.failed.fetch_add(1, Ordering::Relaxed);

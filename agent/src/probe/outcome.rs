@@ -92,6 +92,8 @@ pub struct Attempt {
     pub bytes: u64,
     /// Time to open a new connection (TCP and TLS), when this request opened one.
     pub connect: Option<Duration>,
+    /// Time spent waiting for a free connection before sending (not service time).
+    pub queued: Duration,
 }
 
 impl Attempt {
@@ -102,6 +104,7 @@ impl Attempt {
             code: None,
             bytes: 0,
             connect: None,
+            queued: Duration::ZERO,
         }
     }
 }

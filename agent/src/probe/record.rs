@@ -147,6 +147,7 @@ mod tests {
             code: Some(Code::Http(status)),
             bytes: 10,
             connect: None,
+            queued: Duration::ZERO,
         }
     }
 
@@ -212,6 +213,7 @@ mod tests {
             code: Some(Code::Dns("NXDOMAIN".into())),
             bytes: 40,
             connect: None,
+            queued: Duration::ZERO,
         };
         r.record(&nx, Duration::ZERO, Duration::ZERO, Duration::ZERO);
         assert_eq!(r.rcodes, BTreeMap::from([("NXDOMAIN".to_string(), 1)]));

@@ -341,3 +341,42 @@ async fn report_of_a_real_run_has_fractional_latencies_and_mergeable_histograms(
     assert_eq!(merged.len(), 40, "two copies merge exactly");
     assert!(merged.min() >= 3000);
 }
+
+#[tokio::test]
+async fn kept_alive_connections_are_capped_and_waiting_shows_in_response_time() {
+    use kdoctor_agent::probe::http::HttpProber;
+    use kdoctor_agent::probe::{Plan, run};
+    let agent = agent().await;
+    let url = format!("http://{}/?delay=50ms", pick(&agent.http, false));
+    let prober = HttpProber::new(http_spec(&url), None)
+        .unwrap()
+        .with_max_connections(2);
+    let plan = Plan::new(40.0, SECOND, Duration::from_secs(5)).unwrap();
+    let m = run(std::sync::Arc::new(prober), plan, Default::default(), None).await;
+    assert_eq!(m.recorder.successes, 40, "{}", errors(&m));
+    let opened = agent
+        .registry
+        .connections
+        .with_label_values(&["http"])
+        .get();
+    assert_eq!(opened, 2, "two connections at most");
+    // 40/s of 50 ms requests need two connections in steady state, so waiting stays short,
+    // but service time is measured after the wait: response time is never below it.
+    assert!(
+        m.recorder.response.value_at_quantile(0.99) >= m.recorder.service.value_at_quantile(0.99)
+    );
+    let prober = HttpProber::new(http_spec(&url), None)
+        .unwrap()
+        .with_max_connections(1);
+    let plan = Plan::new(40.0, SECOND, Duration::from_secs(5)).unwrap();
+    let m = run(std::sync::Arc::new(prober), plan, Default::default(), None).await;
+    // One connection serves 20 requests/s of 50 ms: a queue builds up, and response time
+    // (from the pacer's wake) shows it while service time stays near 50 ms.
+    let service_p50 = m.recorder.service.value_at_quantile(0.5);
+    let response_p99 = m.recorder.response.value_at_quantile(0.99);
+    assert!(service_p50 < 60_000, "service p50 {service_p50} µs");
+    assert!(
+        response_p99 > 500_000,
+        "queueing hidden: response p99 {response_p99} µs"
+    );
+}
