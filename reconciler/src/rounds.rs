@@ -36,7 +36,9 @@ pub struct Inputs<'a> {
     pub schedule: &'a Schedule,
     /// Whether the carrier is ready (a round starts only then).
     pub carrier_ready: bool,
-    /// Nodes expected to report: those running a ready carrier pod.
+    /// Nodes running a ready carrier pod now: the nodes a round that starts now expects.
+    /// An ongoing round keeps the set it started with (in its record), so an agent that dies
+    /// mid-round fails the round instead of silently leaving it.
     pub expected_nodes: &'a BTreeSet<String>,
     /// Harvested reports of the current round: node → whether the agent succeeded.
     pub reports: &'a BTreeMap<String, bool>,
@@ -97,8 +99,25 @@ fn until(now: Timestamp, then: Timestamp, floor: Duration) -> Duration {
     }
 }
 
+/// The nodes an ongoing round expects: fixed when it started (kept in its node lists, so a
+/// restarted controller knows them).
+pub fn round_expected_nodes(record: &StatusHistoryRecord) -> BTreeSet<String> {
+    record
+        .not_report_agent_node_list
+        .iter()
+        .chain(&record.succeed_agent_node_list)
+        .chain(&record.failed_agent_node_list)
+        .cloned()
+        .collect()
+}
+
 /// Finalises `record` with the harvested reports.
-fn finalise(record: &mut StatusHistoryRecord, inputs: &Inputs<'_>, reason_if_empty: &str) {
+fn finalise(
+    record: &mut StatusHistoryRecord,
+    expected: &BTreeSet<String>,
+    inputs: &Inputs<'_>,
+    reason_if_empty: &str,
+) {
     let succeeded: Vec<String> = inputs
         .reports
         .iter()
@@ -111,8 +130,7 @@ fn finalise(record: &mut StatusHistoryRecord, inputs: &Inputs<'_>, reason_if_emp
         .filter(|(_, ok)| !**ok)
         .map(|(n, _)| n.clone())
         .collect();
-    let not_reported: Vec<String> = inputs
-        .expected_nodes
+    let not_reported: Vec<String> = expected
         .iter()
         .filter(|n| !inputs.reports.contains_key(*n))
         .cloned()
@@ -186,13 +204,11 @@ pub fn step(status: &TaskStatus, inputs: &Inputs<'_>) -> Outcome {
             RoundStatus::Notstarted if inputs.now >= current.dead_line_time_stamp.0 => {
                 // Nobody could start it in its window: a failed round, then move on.
                 let empty = BTreeMap::new();
-                let no_one = BTreeSet::new();
                 let missed = Inputs {
                     reports: &empty,
-                    expected_nodes: &no_one,
                     ..inputs.clone()
                 };
-                finalise(current, &missed, FAILURE_REASON_MISSED);
+                finalise(current, &BTreeSet::new(), &missed, FAILURE_REASON_MISSED);
                 true
             }
             RoundStatus::Notstarted if inputs.now < current.start_time_stamp.0 => {
@@ -205,6 +221,11 @@ pub fn step(status: &TaskStatus, inputs: &Inputs<'_>) -> Outcome {
             }
             RoundStatus::Notstarted => {
                 current.status = RoundStatus::Ongoing;
+                // Until they report, every expected node is "not reported"; the lists are
+                // written again only when the round ends (O(1) status writes per round).
+                current.not_report_agent_node_list =
+                    inputs.expected_nodes.iter().cloned().collect();
+                current.expected_actor_number = Some(inputs.expected_nodes.len() as i64);
                 events.push(RoundEvent::Started(current.round_number));
                 requeue = inputs.poll.min(until(
                     inputs.now,
@@ -214,13 +235,11 @@ pub fn step(status: &TaskStatus, inputs: &Inputs<'_>) -> Outcome {
                 false
             }
             RoundStatus::Ongoing => {
-                let everyone = !inputs.expected_nodes.is_empty()
-                    && inputs
-                        .expected_nodes
-                        .iter()
-                        .all(|n| inputs.reports.contains_key(n));
+                let expected = round_expected_nodes(current);
+                let everyone = !expected.is_empty()
+                    && expected.iter().all(|n| inputs.reports.contains_key(n));
                 if everyone || inputs.now >= current.dead_line_time_stamp.0 {
-                    finalise(current, inputs, FAILURE_REASON_NO_AGENT);
+                    finalise(current, &expected, inputs, FAILURE_REASON_NO_AGENT);
                     true
                 } else {
                     requeue = inputs.poll.min(until(

@@ -111,11 +111,15 @@ fn a_round_is_planned_started_and_finished_when_every_node_reported() {
 #[test]
 fn the_deadline_fails_non_reporting_and_failed_nodes_with_upstreams_reasons() {
     let mut w = World::new("0 5", 1, 1);
+    w.expected.insert("n3".into());
     let t0 = at("2026-11-22T10:00:00Z");
     let s = w
         .step(&w.step(&TaskStatus::default(), t0).status, t0)
         .status;
     assert_eq!(top(&s).status, RoundStatus::Ongoing);
+    // Until they report, the expected nodes are listed as not reported.
+    assert_eq!(top(&s).not_report_agent_node_list, ["n1", "n2", "n3"]);
+    assert_eq!(top(&s).expected_actor_number, Some(3));
     w.reports.insert("n1".into(), true);
     let late = w.step(&s, at("2026-11-22T10:01:00Z"));
     let s2 = late.status;
@@ -126,10 +130,9 @@ fn the_deadline_fails_non_reporting_and_failed_nodes_with_upstreams_reasons() {
         record.failure_reason.as_deref(),
         Some("some agents did not report")
     );
-    assert_eq!(record.not_report_agent_node_list, ["n2"]);
+    assert_eq!(record.not_report_agent_node_list, ["n2", "n3"]);
     // A failed node takes precedence over a missing one.
     w.reports.insert("n2".into(), false);
-    w.expected.insert("n3".into());
     let failed = w.step(&s, at("2026-11-22T10:01:00Z")).status;
     let record = &failed.history.as_ref().expect("history")[0];
     assert_eq!(record.failure_reason.as_deref(), Some("some agents failed"));
@@ -210,4 +213,22 @@ fn round_number_minus_one_runs_forever_and_history_is_capped() {
     assert_eq!(s.done_round, Some(30));
     assert_eq!(s.history.as_ref().map(Vec::len), Some(10));
     assert_eq!(top(&s).round_number, 31);
+}
+
+#[test]
+fn an_ongoing_round_keeps_the_nodes_it_started_with() {
+    let mut w = World::new("0 5", 1, 1);
+    let t0 = at("2026-11-22T10:00:00Z");
+    let s = w
+        .step(&w.step(&TaskStatus::default(), t0).status, t0)
+        .status;
+    // n2's agent dies mid-round: its pod is no longer ready, but the round still expects it.
+    w.expected = ["n1".to_string()].into();
+    w.reports.insert("n1".into(), true);
+    let mid = w.step(&s, at("2026-11-22T10:00:30Z"));
+    assert!(mid.events.is_empty(), "{:?}", mid.events);
+    let end = w.step(&s, at("2026-11-22T10:01:00Z")).status;
+    assert_eq!(top(&end).status, RoundStatus::Fail);
+    assert_eq!(top(&end).not_report_agent_node_list, ["n2"]);
+    assert_eq!(top(&end).succeed_agent_node_list, ["n1"]);
 }
