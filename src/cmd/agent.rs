@@ -1,7 +1,8 @@
 //! `kdoctor agent`: the probe targets every node serves — the echo API over HTTP and HTTPS
 //! (HTTP/2 by ALPN), health endpoints and `/metrics` — until SIGINT or SIGTERM. Ports and
 //! environment variables as upstream (`ENV_AGENT_APP_HTTP_PORT` …), each also a flag.
-//! Watching tasks and running rounds come with the simulated cluster (issue 6).
+//! With `--report-dir`, also the report spool and the report API for the harvester. Watching
+//! tasks and running rounds come with the simulated cluster (issue 6).
 
 use std::process::ExitCode;
 
@@ -24,8 +25,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     runtime.block_on(async {
         let running = kdoctor_agent::agent::start(&args.agent).await?;
         eprintln!(
-            "kdoctor agent: echo http {:?} https {:?}, health {:?}, metrics {:?}",
-            running.http, running.https, running.health, running.metrics
+            "kdoctor agent: echo http {:?} https {:?}, health {:?}, metrics {:?}, reports {:?}",
+            running.http, running.https, running.health, running.metrics, running.reports
         );
         tokio::select! {
             _ = running.wait() => {}
