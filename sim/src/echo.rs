@@ -28,5 +28,7 @@ async fn reply(req: Request) -> Json<Value> {
 /// Serves the echo endpoint on `addr` until the process ends.
 pub async fn serve(addr: SocketAddr) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
+    // The line the process runner's per-pod log (and pods/log) shows.
+    println!("echo listening on {addr}");
     axum::serve(listener, Router::new().fallback(reply)).await
 }

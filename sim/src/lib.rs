@@ -26,6 +26,7 @@ pub mod kinds;
 pub mod listtype;
 pub mod net;
 pub mod patch;
+pub mod rbac;
 pub mod resources;
 pub mod reviews;
 pub mod rng;

@@ -29,6 +29,9 @@ struct Args {
     /// Stage files (kwok Stage YAML) replacing the default stages; repeatable.
     #[arg(long = "stages")]
     stages: Vec<PathBuf>,
+    /// Authenticate callers (client certificates, TokenReview-table tokens) and enforce RBAC.
+    #[arg(long)]
+    rbac: bool,
     /// Live traffic: Service proxy, Ingress router and cluster DNS on loopback addresses.
     #[arg(long)]
     traffic: bool,
@@ -137,6 +140,7 @@ async fn main() -> anyhow::Result<()> {
         nodes: args.nodes,
         stages,
         traffic: args.traffic,
+        rbac: args.rbac,
         agent_nodes: args.agent_nodes,
         runner: args
             .agent_program

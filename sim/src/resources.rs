@@ -205,7 +205,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
             plural: "pods",
             namespaced: true,
             short: &["po"],
-            subresources: &["status"],
+            subresources: &["status", "log"],
             fields: POD_FIELDS,
         }),
         builtin(Builtin {

@@ -171,6 +171,30 @@ impl Reviews {
         Ok(())
     }
 
+    /// The user a token maps to, without recording a review (the sim's own authentication).
+    pub fn peek_token(&self, token: &str) -> Option<UserInfo> {
+        self.tokens
+            .read()
+            .unwrap_or_else(lock_poisoned)
+            .get(token)
+            .cloned()
+    }
+
+    /// The table's decision for a SubjectAccessReview spec, if a rule matches.
+    pub fn table_decision(&self, spec: &Value) -> Option<(bool, String)> {
+        self.rules
+            .read()
+            .unwrap_or_else(lock_poisoned)
+            .iter()
+            .find(|r| r.matches(spec))
+            .map(|r| (r.allowed, r.reason.clone()))
+    }
+
+    /// Records a review asked of the RBAC evaluator instead of the table.
+    pub fn record_sar(&self, spec: Value) {
+        self.sars.lock().unwrap_or_else(lock_poisoned).push(spec);
+    }
+
     /// Answers a TokenReview object.
     pub fn token_review(&self, mut review: Value) -> ApiResult<Value> {
         self.check_available()?;

@@ -59,6 +59,10 @@ pub struct SimConfig {
     pub agent_nodes: usize,
     /// Start real processes for pods on those nodes.
     pub runner: Option<RunnerConfig>,
+    /// Authenticate every request (client certificate of the client CA, or a token of the
+    /// TokenReview table; otherwise 401) and authorize it with the stored RBAC objects.
+    /// Off: every caller is an administrator.
+    pub rbac: bool,
 }
 
 impl Default for SimConfig {
@@ -77,6 +81,7 @@ impl Default for SimConfig {
             subnet: None,
             agent_nodes: 0,
             runner: None,
+            rbac: false,
         }
     }
 }
@@ -266,6 +271,8 @@ impl Sim {
             }),
             bookmark_interval: cfg.bookmark_interval,
             shutdown: shutdown_rx.clone(),
+            rbac: cfg.rbac,
+            logs_dir: cfg.runner.as_ref().map(|r| r.work_dir.clone()),
         });
         let router = server::router(app);
         if cfg.tls {

@@ -60,6 +60,7 @@ pub fn negotiate(accept: &str) -> Option<Aggregated> {
 fn subresource_verbs(sub: &str) -> Vec<&'static str> {
     match sub {
         "finalize" => vec!["update"],
+        "log" => vec!["get"],
         _ => vec!["get", "patch", "update"],
     }
 }

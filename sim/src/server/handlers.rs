@@ -13,11 +13,12 @@ use serde_json::{Value, json};
 use crate::cluster::{DeleteOptions, WriteOptions, parse_propagation};
 use crate::error::{ApiError, ApiResult};
 use crate::patch::PatchType;
+use crate::rbac;
 use crate::resources::ResourceInfo;
 use crate::reviews::UserInfo;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::server::query::Query;
-use crate::server::{App, discovery, openapi, table, watch};
+use crate::server::{App, discovery, identity, openapi, table, watch};
 
 const MAX_BODY: usize = 64 << 20;
 
@@ -140,7 +141,35 @@ pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
         Err(e) => return error_response(&ApiError::bad_request(format!("reading body: {e}"))),
     };
     tracing::debug!(method = %parts.method, path = %path, query = ?parts.uri.query(), "request");
-    let result = route(&app, &parts.method, &parts.headers, target, &query, &body).await;
+    let user = identity::authenticate(
+        &app.cluster.reviews,
+        parts.extensions.get::<identity::PeerIdentity>(),
+        &parts.headers,
+    );
+    if app.rbac {
+        let Some(u) = &user else {
+            return error_response(&ApiError::unauthorized());
+        };
+        if let Err(e) = authorize(&app, u, &parts.method, &target, &path, &query) {
+            return error_response(&e);
+        }
+    }
+    let user = user.unwrap_or_else(|| {
+        UserInfo::new(
+            "kube-sim-admin",
+            &["system:masters", "system:authenticated"],
+        )
+    });
+    let result = route(
+        &app,
+        &parts.method,
+        &parts.headers,
+        target,
+        &query,
+        &body,
+        &user,
+    )
+    .await;
     match result {
         Ok(r) => r,
         Err(e) => error_response(&e),
@@ -172,6 +201,73 @@ fn discovery_response(headers: &HeaderMap, v: &Value, content_type: &str) -> Res
     r
 }
 
+/// RBAC check of one request (`SimConfig::rbac`).
+fn authorize(
+    app: &App,
+    user: &UserInfo,
+    method: &Method,
+    target: &Target,
+    path: &str,
+    query: &Query,
+) -> ApiResult<()> {
+    let attrs = match target {
+        Target::Resource {
+            group,
+            namespace,
+            plural,
+            name,
+            subresource,
+            ..
+        } => {
+            let verb = match (method.as_str(), name.is_some()) {
+                ("GET" | "HEAD", true) => "get",
+                ("GET" | "HEAD", false) if query.flag("watch") => "watch",
+                ("GET" | "HEAD", false) => "list",
+                ("POST", _) => "create",
+                ("PUT", _) => "update",
+                ("PATCH", _) => "patch",
+                ("DELETE", true) => "delete",
+                ("DELETE", false) => "deletecollection",
+                (other, _) => {
+                    return Err(ApiError::bad_request(format!("unsupported method {other}")));
+                }
+            };
+            // A namespace object is addressed by its name, its RBAC namespace is itself.
+            let ns = match (namespace, group.is_empty() && plural == "namespaces") {
+                (Some(ns), _) => ns.clone(),
+                (None, true) => name.clone().unwrap_or_default(),
+                (None, false) => String::new(),
+            };
+            rbac::Attributes {
+                verb: verb.into(),
+                api_group: group.clone(),
+                resource: plural.clone(),
+                subresource: subresource.clone().unwrap_or_default(),
+                namespace: ns,
+                name: name.clone().unwrap_or_default(),
+                path: None,
+            }
+        }
+        _ => rbac::Attributes {
+            verb: method.as_str().to_lowercase(),
+            path: Some(path.to_string()),
+            ..Default::default()
+        },
+    };
+    if rbac::allowed(&app.cluster, user, &attrs) {
+        Ok(())
+    } else {
+        let mut e = ApiError::forbidden(rbac::forbidden_message(user, &attrs));
+        if attrs.path.is_none() {
+            e.details.name = (!attrs.name.is_empty()).then(|| attrs.name.clone());
+            e.details.group = (!attrs.api_group.is_empty()).then(|| attrs.api_group.clone());
+            e.details.kind = Some(attrs.resource.clone());
+        }
+        Err(e)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn route(
     app: &Arc<App>,
     method: &Method,
@@ -179,6 +275,7 @@ async fn route(
     target: Target,
     query: &Query,
     body: &[u8],
+    user: &UserInfo,
 ) -> ApiResult<Response> {
     let cat = &app.cluster.catalogue;
     let accept = header_str(headers, header::ACCEPT);
@@ -251,6 +348,7 @@ async fn route(
                 subresource,
                 query,
                 body,
+                user,
             )
             .await
         }
@@ -260,7 +358,8 @@ async fn route(
 fn parse_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
     let ct = header_str(headers, header::CONTENT_TYPE);
     if ct.contains("protobuf") {
-        return Err(ApiError::unsupported_media_type(ct));
+        return crate::server::protobuf::decode_object(body)
+            .ok_or_else(|| ApiError::unsupported_media_type(ct));
     }
     if ct.contains("yaml") {
         return serde_yaml::from_slice(body)
@@ -343,33 +442,39 @@ fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
     })
 }
 
-fn requester(app: &App, headers: &HeaderMap) -> UserInfo {
-    let auth = header_str(headers, header::AUTHORIZATION);
-    if let Some(token) = auth.strip_prefix("Bearer ")
-        && let Ok(review) = app
-            .cluster
-            .reviews
-            .token_review(json!({"spec": {"token": token}}))
-        && review.pointer("/status/authenticated") == Some(&json!(true))
-    {
-        let u = &review["status"]["user"];
-        return UserInfo {
-            username: u["username"].as_str().unwrap_or("").to_string(),
-            groups: u["groups"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|g| g.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            ..Default::default()
-        };
+/// Answers a (Self)SubjectAccessReview with RBAC.
+fn rbac_review(app: &App, mut review: Value, me: Option<&UserInfo>) -> Value {
+    let mut spec = review.get("spec").cloned().unwrap_or(json!({}));
+    if let Some(u) = me {
+        spec["user"] = json!(u.username);
+        spec["groups"] = json!(u.groups);
     }
-    UserInfo::new(
-        "kube-sim-admin",
-        &["system:masters", "system:authenticated"],
-    )
+    let user = UserInfo {
+        username: spec
+            .get("user")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+        groups: spec
+            .get("groups")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|g| g.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        ..Default::default()
+    };
+    let attrs = rbac::attributes_of_review(&spec);
+    let ok = rbac::allowed(&app.cluster, &user, &attrs);
+    app.cluster.reviews.record_sar(spec);
+    review["status"] = if ok {
+        json!({"allowed": true, "reason": "allowed by RBAC"})
+    } else {
+        json!({"allowed": false})
+    };
+    review
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -383,6 +488,7 @@ async fn resource(
     sub: Option<String>,
     query: &Query,
     body: &[u8],
+    user: &UserInfo,
 ) -> ApiResult<Response> {
     let c = &app.cluster;
     if info.virtual_kind {
@@ -395,9 +501,19 @@ async fn resource(
         let review = parse_body(headers, body)?;
         let answer = match info.kind.as_str() {
             "TokenReview" => c.reviews.token_review(review)?,
+            "SelfSubjectAccessReview" if app.rbac => rbac_review(app, review, Some(user)),
             "SelfSubjectAccessReview" => {
-                let me = requester(app, headers);
-                c.reviews.subject_access_review(review, Some(&me))?
+                // Without RBAC nothing is enforced, so the honest answer is yes.
+                let mut r = review;
+                r["status"] = json!({"allowed": true, "reason": "kube-sim without RBAC allows every request"});
+                r
+            }
+            _ if app.rbac
+                && c.reviews
+                    .table_decision(review.get("spec").unwrap_or(&Value::Null))
+                    .is_none() =>
+            {
+                rbac_review(app, review, None)
             }
             _ => c.reviews.subject_access_review(review, None)?,
         };
@@ -456,6 +572,24 @@ async fn resource(
             let obj = c.get(info, ns, &name)?;
             Ok(json_response(200, &obj))
         }
+        (Method::GET, Some(name), Some(s)) if s == "log" => {
+            c.get(info, ns, &name)?;
+            let text = app
+                .logs_dir
+                .as_ref()
+                .and_then(|d| {
+                    std::fs::read_to_string(crate::runner::process::log_path(d, ns, &name)).ok()
+                })
+                .unwrap_or_default();
+            let mut r = Response::new(Body::from(text));
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            Ok(r)
+        }
+        (_, Some(_), Some(s)) if s == "log" => Err(ApiError::method_not_allowed(
+            &method.as_str().to_lowercase(),
+            info,
+        )),
         (Method::GET, Some(name), Some(s)) if s == "scale" => {
             let obj = c.get(info, ns, &name)?;
             Ok(json_response(200, &scale_of(info, &obj)))

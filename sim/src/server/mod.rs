@@ -3,7 +3,9 @@
 
 pub mod discovery;
 pub mod handlers;
+pub mod identity;
 pub mod openapi;
+pub mod protobuf;
 pub mod query;
 pub mod table;
 pub mod watch;
@@ -33,6 +35,10 @@ pub struct App {
     pub bookmark_interval: Duration,
     /// Turns true when the server stops (ends watches).
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Authenticate every request and authorize it with RBAC.
+    pub rbac: bool,
+    /// Where the process runner keeps pod logs (served as pods/log).
+    pub logs_dir: Option<std::path::PathBuf>,
 }
 
 /// The router: one handler for every path, as the API's paths are data-driven.
@@ -124,8 +130,16 @@ pub async fn serve_https(
             let Ok(tls) = acceptor.accept(stream).await else {
                 return;
             };
+            let peer = identity::PeerIdentity(
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|certs| certs.first())
+                    .and_then(|c| identity::from_der(c.as_ref())),
+            );
             let service = hyper::service::service_fn(
-                move |request: hyper::Request<hyper::body::Incoming>| {
+                move |mut request: hyper::Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(peer.clone());
                     let app = app.clone();
                     async move { app.oneshot(request.map(axum::body::Body::new)).await }
                 },

@@ -267,6 +267,14 @@ async fn daemonset_processes_answer_on_every_service_address_and_dns() {
         victim.status.and_then(|s| s.pod_ip).expect("ip"),
     );
     assert!(sim.pod_log("default", &vname).is_some());
+    let logs = pods
+        .logs(&vname, &kube::api::LogParams::default())
+        .await
+        .expect("pods/log");
+    assert!(
+        logs.contains(&format!("echo listening on {vip}:8080")),
+        "{logs}"
+    );
     pods.delete(&vname, &DeleteParams::default())
         .await
         .expect("delete pod");
