@@ -13,6 +13,7 @@ pub mod pacer;
 pub mod probe;
 pub mod report;
 pub mod report_api;
+pub mod report_client;
 pub mod resource;
 pub mod server;
 pub mod spool;

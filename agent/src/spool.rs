@@ -14,7 +14,7 @@ use jiff::Timestamp;
 use kdoctor_api::report::Report;
 use kdoctor_api::report::files::{ReportFileName, parse_file_name};
 use kdoctor_api::task::TaskKind;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How long an acknowledged report is kept (so a harvester that crashed after acknowledging
 /// but before its own flush can fetch it again).
@@ -54,7 +54,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
 }
 
 /// One spooled report as listed.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
     /// File name (the report's id in the report API).
@@ -72,7 +72,7 @@ pub struct Entry {
     /// Size in bytes.
     pub size: u64,
     /// When it was acknowledged.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acknowledged: Option<Timestamp>,
 }
 

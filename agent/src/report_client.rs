@@ -1,0 +1,286 @@
+//! The client of the report API (the controller's harvester uses it): list, fetch and
+//! acknowledge an agent's spooled reports over HTTPS with a client certificate of the install's
+//! CA. Kept next to the server so the wire contract lives in one crate.
+//!
+//! The agent's server certificate is not verified: agents hold no CA key, so their certificates
+//! are self-signed. The agent authenticates the controller (mutual TLS); the channel is
+//! encrypted; the controller trusts what it fetches as much as it trusts the pod address it
+//! read from the Kubernetes API.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_rustls::TlsConnector;
+
+use crate::spool::Entry;
+use crate::tls::{Identity, ServerTrust, TlsError, client_config};
+
+/// Why a report API call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportClientError {
+    /// No TCP connection (refused, unreachable).
+    #[error("connecting to {addr}: {source}")]
+    Connect {
+        /// The agent.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TLS handshake failed (e.g. the agent refused the client certificate).
+    #[error("TLS handshake with {addr}: {source}")]
+    Handshake {
+        /// The agent.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The HTTP exchange failed.
+    #[error("{addr}: {source}")]
+    Http {
+        /// The agent.
+        addr: SocketAddr,
+        /// Why.
+        source: hyper::Error,
+    },
+    /// The agent answered with an error.
+    #[error("{addr} {path}: HTTP {status}: {body}")]
+    Status {
+        /// The agent.
+        addr: SocketAddr,
+        /// The request path.
+        path: String,
+        /// The status.
+        status: StatusCode,
+        /// The error body.
+        body: String,
+    },
+    /// The answer is not what the API promises.
+    #[error("{addr} {path}: {problem}")]
+    Decode {
+        /// The agent.
+        addr: SocketAddr,
+        /// The request path.
+        path: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// No answer in time.
+    #[error("{addr}: no answer within {0:?}", .timeout)]
+    Timeout {
+        /// The agent.
+        addr: SocketAddr,
+        /// The limit.
+        timeout: Duration,
+    },
+    /// The client certificate is unusable.
+    #[error("report API client certificate: {0}")]
+    Tls(#[from] TlsError),
+}
+
+impl ReportClientError {
+    /// Whether the agent answered 404 (the report is gone).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ReportClientError::Status { status, .. } if *status == StatusCode::NOT_FOUND)
+    }
+}
+
+/// A client of agents' report APIs.
+#[derive(Clone)]
+pub struct ReportClient {
+    connector: TlsConnector,
+    port: u16,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for ReportClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReportClient")
+            .field("port", &self.port)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An identity from PEM text (a certificate chain and its key).
+pub fn identity_from_pem(cert_pem: &str, key_pem: &str) -> Result<Identity, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::File {
+            path: "<client certificate>".to_string(),
+            problem: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::File {
+            path: "<client certificate>".to_string(),
+            problem: "no PEM certificate".to_string(),
+        });
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| TlsError::File {
+        path: "<client key>".to_string(),
+        problem: format!("no PEM private key: {e}"),
+    })?;
+    Ok(Identity { certs, key })
+}
+
+impl ReportClient {
+    /// A client that presents `identity` to agents listening on `port`; every call (connect,
+    /// handshake and exchange) is bounded by `timeout`.
+    pub fn new(identity: Identity, port: u16, timeout: Duration) -> Result<Self, TlsError> {
+        let config = client_config(ServerTrust::Any, Some(identity), &[b"http/1.1"])?;
+        Ok(ReportClient {
+            connector: TlsConnector::from(Arc::new(config)),
+            port,
+            timeout,
+        })
+    }
+
+    /// Opens a connection to the agent at `ip`; several calls can share it.
+    pub async fn connect(&self, ip: IpAddr) -> Result<AgentConnection, ReportClientError> {
+        let addr = SocketAddr::new(ip, self.port);
+        let timeout = self.timeout;
+        let connect = async {
+            let tcp = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|source| ReportClientError::Connect { addr, source })?;
+            let _ = tcp.set_nodelay(true);
+            let tls = self
+                .connector
+                .connect(ServerName::IpAddress(ip.into()), tcp)
+                .await
+                .map_err(|source| ReportClientError::Handshake { addr, source })?;
+            let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+                .await
+                .map_err(|source| ReportClientError::Http { addr, source })?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(%addr, error = %e, "report API connection ended");
+                }
+            });
+            Ok(AgentConnection {
+                addr,
+                sender,
+                timeout,
+            })
+        };
+        tokio::time::timeout(timeout, connect)
+            .await
+            .map_err(|_| ReportClientError::Timeout { addr, timeout })?
+    }
+}
+
+/// One open connection to an agent's report API.
+pub struct AgentConnection {
+    addr: SocketAddr,
+    sender: SendRequest<Empty<Bytes>>,
+    timeout: Duration,
+}
+
+impl AgentConnection {
+    async fn call(&mut self, method: Method, path: &str) -> Result<Bytes, ReportClientError> {
+        let addr = self.addr;
+        let timeout = self.timeout;
+        let exchange = async {
+            self.sender
+                .ready()
+                .await
+                .map_err(|source| ReportClientError::Http { addr, source })?;
+            let request = Request::builder()
+                .method(method)
+                .uri(path)
+                .header(http::header::HOST, addr.to_string())
+                .body(Empty::new())
+                .map_err(|e| ReportClientError::Decode {
+                    addr,
+                    path: path.to_string(),
+                    problem: e.to_string(),
+                })?;
+            let response = self
+                .sender
+                .send_request(request)
+                .await
+                .map_err(|source| ReportClientError::Http { addr, source })?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|source| ReportClientError::Http { addr, source })?
+                .to_bytes();
+            if status.is_success() {
+                Ok(body)
+            } else {
+                Err(ReportClientError::Status {
+                    addr,
+                    path: path.to_string(),
+                    status,
+                    body: String::from_utf8_lossy(&body).into_owned(),
+                })
+            }
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| ReportClientError::Timeout { addr, timeout })?
+    }
+
+    /// The agent's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `GET /v1/reports`: every spooled report.
+    pub async fn list(&mut self) -> Result<Vec<Entry>, ReportClientError> {
+        #[derive(serde::Deserialize)]
+        struct Listing {
+            items: Vec<Entry>,
+        }
+        let path = "/v1/reports";
+        let body = self.call(Method::GET, path).await?;
+        serde_json::from_slice::<Listing>(&body)
+            .map(|l| l.items)
+            .map_err(|e| ReportClientError::Decode {
+                addr: self.addr,
+                path: path.to_string(),
+                problem: e.to_string(),
+            })
+    }
+
+    /// `GET /v1/reports/{name}`: the report's JSON.
+    pub async fn fetch(&mut self, name: &str) -> Result<Bytes, ReportClientError> {
+        self.call(
+            Method::GET,
+            &format!("/v1/reports/{}", encode_segment(name)),
+        )
+        .await
+    }
+
+    /// `POST /v1/reports/{name}/ack`: the report is stored; the agent may drop it.
+    pub async fn acknowledge(&mut self, name: &str) -> Result<(), ReportClientError> {
+        self.call(
+            Method::POST,
+            &format!("/v1/reports/{}/ack", encode_segment(name)),
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+/// Percent-encodes what may not appear in a path segment (report names carry `:` and `+`).
+fn encode_segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b':') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
