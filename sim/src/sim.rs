@@ -71,7 +71,7 @@ impl Default for SimConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             tls: true,
             seed: 1,
-            history: 200_000,
+            history: 50_000,
             bookmark_interval: Duration::from_secs(5),
             version: ("1".into(), "32".into()),
             controllers: true,

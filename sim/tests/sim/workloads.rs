@@ -426,3 +426,95 @@ async fn stages_are_chosen_per_test() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn stage_delays_and_weights_are_honoured() {
+    // A kwok delay annotation holds pod-ready back.
+    let (sim, client) = sim_with_nodes(1).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "slow", "annotations": {"pod-ready.stage.kwok.x-k8s.io/delay": "700ms"}},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "busybox:1"}]}
+    }))
+    .expect("pod");
+    let start = std::time::Instant::now();
+    pods.create(&PostParams::default(), &p).await.expect("pod");
+    eventually(10, || {
+        let pods = pods.clone();
+        async move { pods.get("slow").await.expect("get").status?.pod_ip }
+    })
+    .await;
+    let waited = start.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_millis(650),
+        "ready after {waited:?}"
+    );
+
+    // Weighted stages: one in four pods fails (seeded, so the split is reproducible).
+    let stages = kube_sim::stages::parse_stages(
+        r#"
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: ok}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  weight: 3
+  selector:
+    matchExpressions:
+    - {key: .spec.nodeName, operator: Exists}
+    - {key: .status.phase, operator: In, values: [Pending]}
+  next:
+    statusTemplate: |
+      phase: Running
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: fail}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  weight: 1
+  selector:
+    matchExpressions:
+    - {key: .spec.nodeName, operator: Exists}
+    - {key: .status.phase, operator: In, values: [Pending]}
+  next:
+    statusTemplate: |
+      phase: Failed
+      reason: SimulatedFailure
+"#,
+    )
+    .expect("stages");
+    sim.set_stages(stages);
+    for i in 0..200 {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("w{i}")},
+            "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "busybox:1"}]}
+        }))
+        .expect("pod");
+        pods.create(&PostParams::default(), &p).await.expect("pod");
+    }
+    let failed = eventually(20, || {
+        let pods = pods.clone();
+        async move {
+            let list = pods.list(&ListParams::default()).await.expect("pods");
+            let phases: Vec<String> = list
+                .items
+                .iter()
+                .filter(|p| {
+                    p.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with('w'))
+                })
+                .filter_map(|p| p.status.as_ref()?.phase.clone())
+                .collect();
+            let done = phases.iter().filter(|p| *p != "Pending").count() == 200;
+            done.then(|| phases.iter().filter(|p| *p == "Failed").count())
+        }
+    })
+    .await;
+    assert!(
+        (30..=70).contains(&failed),
+        "about a quarter failed: {failed}"
+    );
+}
