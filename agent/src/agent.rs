@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 
 use crate::config::{AgentArgs, host_name};
+use crate::dns_server::{Counters, serve_tcp, serve_udp};
 use crate::echo::Echo;
 use crate::metrics::Metrics;
 use crate::server::health::{Health, health_router, metrics_router};
@@ -44,6 +45,10 @@ pub struct RunningAgent {
     pub reports: Vec<SocketAddr>,
     /// The report spool, when configured.
     pub spool: Option<Arc<Spool>>,
+    /// DNS test server addresses: UDP, TCP, DoT (empty unless `--dns-server`).
+    pub dns: [Vec<SocketAddr>; 3],
+    /// Query counters of the DNS test server.
+    pub dns_counters: Counters,
     /// The echo API's state (counters).
     pub echo: Echo,
     /// Metrics registry.
@@ -121,6 +126,14 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
         }
         None => None,
     };
+    let dot_tls = if args.dns_server {
+        let mut config = server_config(identity.clone(), None)?;
+        // DNS over TLS has no HTTP: offer `dot` (RFC 7858's ALPN id) and nothing else.
+        config.alpn_protocols = vec![b"dot".to_vec()];
+        Some(Arc::new(config))
+    } else {
+        None
+    };
     let tls = Arc::new(server_config(identity, None)?);
     let mut running = RunningAgent {
         http: Vec::new(),
@@ -129,6 +142,8 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
         metrics: Vec::new(),
         reports: Vec::new(),
         spool: None,
+        dns: Default::default(),
+        dns_counters: Counters::default(),
         echo: echo.clone(),
         registry: metrics.clone(),
         health_state: health.clone(),
@@ -189,10 +204,45 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
             .push(crate::report_api::sweeper(spool.clone()));
         running.spool = Some(spool);
     }
+    if let Some(dot_tls) = dot_tls {
+        let counters = running.dns_counters.clone();
+        for ip in &args.bind {
+            let addr = SocketAddr::new(*ip, args.dns_udp_port);
+            let socket = tokio::net::UdpSocket::bind(addr)
+                .await
+                .map_err(|source| ListenError {
+                    what: "DNS test server (UDP)",
+                    addr,
+                    source,
+                })?;
+            running.dns[0].extend(socket.local_addr().ok());
+            running
+                .tasks
+                .push(serve_udp(socket, counters.clone(), args.dns_upstream));
+        }
+        for listener in bind_all("DNS test server (TCP)", &args.bind, args.dns_tcp_port).await? {
+            running.dns[1].extend(local(&listener));
+            running.tasks.push(serve_tcp(
+                listener,
+                None,
+                counters.clone(),
+                args.dns_upstream,
+            ));
+        }
+        for listener in bind_all("DNS test server (TLS)", &args.bind, args.dns_tls_port).await? {
+            running.dns[2].extend(local(&listener));
+            running.tasks.push(serve_tcp(
+                listener,
+                Some(dot_tls.clone()),
+                counters.clone(),
+                args.dns_upstream,
+            ));
+        }
+    }
     health.set_ready(true);
     tracing::info!(
         http = ?running.http, https = ?running.https, health = ?running.health,
-        metrics = ?running.metrics, reports = ?running.reports, server_name = %name, "agent servers listening"
+        metrics = ?running.metrics, reports = ?running.reports, dns = ?running.dns, server_name = %name, "agent servers listening"
     );
     Ok(running)
 }

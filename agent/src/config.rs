@@ -53,6 +53,27 @@ pub struct AgentArgs {
     #[arg(long, env = "ENV_AGENT_GRPC_LISTEN_PORT", default_value_t = 3000)]
     pub report_port: u16,
 
+    /// Also serve the app-mode DNS test server (upstream §14.3): `netdns-e2e*` names answered,
+    /// others forwarded to `--dns-upstream` or refused.
+    #[arg(long)]
+    pub dns_server: bool,
+
+    /// UDP port of the DNS test server.
+    #[arg(long, env = "ENV_AGENT_APP_DNS_UDP_PORT", default_value_t = 53)]
+    pub dns_udp_port: u16,
+
+    /// TCP port of the DNS test server.
+    #[arg(long, env = "ENV_AGENT_APP_DNS_TCP_PORT", default_value_t = 53)]
+    pub dns_tcp_port: u16,
+
+    /// DNS-over-TLS port of the DNS test server (certificate: the HTTPS target's).
+    #[arg(long, env = "ENV_AGENT_APP_DNS_TCP_TLS_PORT", default_value_t = 853)]
+    pub dns_tls_port: u16,
+
+    /// Where the DNS test server forwards other names (UDP), e.g. the cluster DNS `IP:53`.
+    #[arg(long, value_name = "ADDR")]
+    pub dns_upstream: Option<std::net::SocketAddr>,
+
     /// The install's CA certificate (PEM): the report API accepts only clients it signed.
     #[arg(long, value_name = "FILE", default_value = "/etc/tls/ca.crt")]
     pub tls_ca_cert: PathBuf,
@@ -73,6 +94,11 @@ impl AgentArgs {
             node_name: None,
             report_dir: None,
             report_port: 0,
+            dns_server: false,
+            dns_udp_port: 0,
+            dns_tcp_port: 0,
+            dns_tls_port: 0,
+            dns_upstream: None,
             tls_ca_cert: PathBuf::from("/etc/tls/ca.crt"),
         }
     }

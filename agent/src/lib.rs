@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod dns_server;
 pub mod duration;
 pub mod echo;
 pub mod histogram;

@@ -132,3 +132,62 @@ async fn refused_tcp_and_silent_udp() {
     let p50 = m.recorder.response.value_at_quantile(0.5);
     assert!((200_000..260_000).contains(&p50), "{p50} µs");
 }
+
+#[tokio::test]
+async fn the_agents_dns_test_server_over_udp_tcp_and_tls_with_forwarding() {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    use kdoctor_agent::agent::start;
+    use kdoctor_agent::config::AgentArgs;
+    let unbound = Unbound::start();
+    let mut args = AgentArgs::ephemeral(vec![
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(Ipv6Addr::LOCALHOST),
+    ]);
+    args.dns_server = true;
+    args.dns_upstream = Some(([127, 0, 0, 1], unbound.port).into());
+    let agent = start(&args).await.expect("agent with DNS test server");
+    let [udp, tcp, tls] = &agent.dns;
+    for (addrs, protocol) in [
+        (udp, DnsProtocol::Udp),
+        (tcp, DnsProtocol::Tcp),
+        (tls, DnsProtocol::TcpTls),
+    ] {
+        for addr in addrs {
+            let mut spec = dns_spec(*addr, "netdns-e2e-probe.kdoctor.test", protocol);
+            spec.record_type = if addr.is_ipv6() {
+                RecordType::AAAA
+            } else {
+                RecordType::A
+            };
+            let m = probe_dns(spec, None, 20.0, SECOND).await;
+            assert_eq!(
+                m.recorder.successes,
+                20,
+                "{addr} {protocol:?}: {}",
+                errors(&m)
+            );
+        }
+    }
+    assert_eq!(agent.dns_counters.get("netdns-e2e-probe"), 6 * 20);
+    // Other names go to the upstream (unbound): answered there, or its NXDOMAIN passed on.
+    let m = probe_dns(
+        dns_spec(udp[0], "probe.test", DnsProtocol::Udp),
+        None,
+        10.0,
+        SECOND,
+    )
+    .await;
+    assert_eq!(m.recorder.successes, 10, "{}", errors(&m));
+    let m = probe_dns(
+        dns_spec(tcp[0], "missing.test", DnsProtocol::Tcp),
+        None,
+        10.0,
+        SECOND,
+    )
+    .await;
+    assert_eq!(
+        m.recorder.rcodes,
+        BTreeMap::from([("NXDOMAIN".to_string(), 10)])
+    );
+}

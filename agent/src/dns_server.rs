@@ -1,0 +1,311 @@
+//! The app-mode DNS test server (upstream §14.3): UDP, TCP and DNS over TLS. Names whose first
+//! label starts with `netdns-e2e` are answered (A 127.0.0.1, AAAA ::1, TTL 3600) and counted
+//! under that label; other queries are forwarded over UDP to an upstream server when one is
+//! configured, and refused otherwise.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hickory_net::proto::op::{Message, MessageType, OpCode, ResponseCode};
+use hickory_net::proto::rr::rdata::{A, AAAA};
+use hickory_net::proto::rr::{RData, Record, RecordType};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+
+/// Prefix of the names the server answers itself.
+pub const TEST_PREFIX: &str = "netdns-e2e";
+/// TTL of its answers.
+pub const TTL: u32 = 3600;
+/// How long a forwarded query may take.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
+/// Most distinct counters kept.
+pub const MAX_COUNTERS: usize = 10_000;
+/// A TCP or DoT client that sends nothing for this long is disconnected.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Query counters by first label, shared by the three listeners.
+#[derive(Clone, Default)]
+pub struct Counters(Arc<Mutex<HashMap<String, u64>>>);
+
+impl Counters {
+    /// The count of `label` (0 when never queried).
+    pub fn get(&self, label: &str) -> u64 {
+        self.lock().get(label).copied().unwrap_or(0)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        // Only counters inside: a poisoned lock still holds usable ones.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn increment(&self, label: &str) {
+        let mut counters = self.lock();
+        if let Some(n) = counters.get_mut(label) {
+            *n += 1;
+        } else if counters.len() < MAX_COUNTERS {
+            counters.insert(label.to_string(), 1);
+        }
+    }
+}
+
+/// What the server does with one query message.
+#[derive(Debug, PartialEq)]
+pub enum Answer {
+    /// Send these bytes back.
+    Reply(Vec<u8>),
+    /// Forward the query upstream.
+    Forward,
+    /// Nothing to send (the bytes were not a DNS query).
+    Drop,
+}
+
+/// Answers one query (pure: no IO), counting test names in `counters`.
+pub fn answer(query: &[u8], counters: &Counters, can_forward: bool) -> Answer {
+    let Ok(request) = Message::from_vec(query) else {
+        return Answer::Drop;
+    };
+    if request.metadata.message_type != MessageType::Query {
+        return Answer::Drop;
+    }
+    let id = request.metadata.id;
+    let op_code = request.metadata.op_code;
+    let reply = |mut message: Message| {
+        message.metadata.recursion_desired = request.metadata.recursion_desired;
+        message.add_queries(request.queries.clone());
+        match message.to_vec() {
+            Ok(bytes) => Answer::Reply(bytes),
+            Err(_) => Answer::Drop,
+        }
+    };
+    let Some(question) = request.queries.first() else {
+        return reply(Message::error_msg(id, op_code, ResponseCode::FormErr));
+    };
+    if op_code != OpCode::Query {
+        return reply(Message::error_msg(id, op_code, ResponseCode::NotImp));
+    }
+    let name = question.name();
+    let first = name
+        .iter()
+        .next()
+        .map(|l| String::from_utf8_lossy(l).to_ascii_lowercase())
+        .unwrap_or_default();
+    if !first.starts_with(TEST_PREFIX) {
+        return if can_forward {
+            Answer::Forward
+        } else {
+            reply(Message::error_msg(id, op_code, ResponseCode::Refused))
+        };
+    }
+    counters.increment(&first);
+    let mut message = Message::response(id, op_code);
+    message.metadata.authoritative = true;
+    match question.query_type() {
+        RecordType::A => {
+            message.add_answer(Record::from_rdata(
+                name.clone(),
+                TTL,
+                RData::A(A(Ipv4Addr::LOCALHOST)),
+            ));
+        }
+        RecordType::AAAA => {
+            message.add_answer(Record::from_rdata(
+                name.clone(),
+                TTL,
+                RData::AAAA(AAAA(Ipv6Addr::LOCALHOST)),
+            ));
+        }
+        // The name exists with no data of other types (NODATA).
+        _ => {}
+    }
+    reply(message)
+}
+
+async fn forward(query: &[u8], upstream: SocketAddr) -> Option<Vec<u8>> {
+    let bind: SocketAddr = if upstream.is_ipv6() {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = UdpSocket::bind(bind).await.ok()?;
+    socket.connect(upstream).await.ok()?;
+    socket.send(query).await.ok()?;
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(FORWARD_TIMEOUT, socket.recv(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+async fn respond(
+    query: &[u8],
+    counters: &Counters,
+    upstream: Option<SocketAddr>,
+) -> Option<Vec<u8>> {
+    match answer(query, counters, upstream.is_some()) {
+        Answer::Reply(bytes) => Some(bytes),
+        Answer::Forward => forward(query, upstream?).await,
+        Answer::Drop => None,
+    }
+}
+
+/// Serves queries on a UDP socket until aborted.
+pub fn serve_udp(
+    socket: UdpSocket,
+    counters: Counters,
+    upstream: Option<SocketAddr>,
+) -> JoinHandle<()> {
+    let socket = Arc::new(socket);
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let Ok((n, peer)) = socket.recv_from(&mut buf).await else {
+                continue;
+            };
+            let query = buf[..n].to_vec();
+            let socket = socket.clone();
+            let counters = counters.clone();
+            tokio::spawn(async move {
+                if let Some(reply) = respond(&query, &counters, upstream).await {
+                    let _ = socket.send_to(&reply, peer).await;
+                }
+            });
+        }
+    })
+}
+
+/// Serves length-prefixed queries (RFC 1035 §4.2.2) on one stream until it closes.
+async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    counters: Counters,
+    upstream: Option<SocketAddr>,
+) {
+    loop {
+        let mut len = [0u8; 2];
+        match tokio::time::timeout(IDLE_TIMEOUT, stream.read_exact(&mut len)).await {
+            Ok(Ok(_)) => {}
+            _ => return,
+        }
+        let mut query = vec![0u8; u16::from_be_bytes(len) as usize];
+        if stream.read_exact(&mut query).await.is_err() {
+            return;
+        }
+        let Some(reply) = respond(&query, &counters, upstream).await else {
+            continue;
+        };
+        let Ok(n) = u16::try_from(reply.len()) else {
+            continue;
+        };
+        if stream.write_all(&n.to_be_bytes()).await.is_err()
+            || stream.write_all(&reply).await.is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Serves TCP (or, with `tls`, DNS over TLS) until aborted.
+pub fn serve_tcp(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    counters: Counters,
+    upstream: Option<SocketAddr>,
+) -> JoinHandle<()> {
+    let acceptor = tls.map(TlsAcceptor::from);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            let counters = counters.clone();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                match acceptor {
+                    None => serve_stream(stream, counters, upstream).await,
+                    Some(acceptor) => {
+                        let handshake = tokio::time::timeout(
+                            crate::server::TLS_HANDSHAKE_TIMEOUT,
+                            acceptor.accept(stream),
+                        )
+                        .await;
+                        if let Ok(Ok(tls)) = handshake {
+                            serve_stream(tls, counters, upstream).await;
+                        }
+                    }
+                }
+            });
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_net::proto::op::Query;
+    use hickory_net::proto::rr::Name;
+
+    fn query(name: &str, record_type: RecordType) -> Vec<u8> {
+        let mut m = Message::query();
+        m.add_query(Query::query(Name::from_ascii(name).unwrap(), record_type));
+        m.to_vec().unwrap()
+    }
+
+    fn reply(answer: Answer) -> Message {
+        match answer {
+            Answer::Reply(bytes) => Message::from_vec(&bytes).unwrap(),
+            other => panic!("expected a reply, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn test_names_are_answered_and_counted() {
+        let counters = Counters::default();
+        let m = reply(answer(
+            &query("netdns-e2e-x.example.", RecordType::A),
+            &counters,
+            false,
+        ));
+        assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+        assert_eq!(m.answers.len(), 1);
+        assert_eq!(m.answers[0].data, RData::A(A(Ipv4Addr::LOCALHOST)));
+        assert_eq!(m.answers[0].ttl, TTL);
+        let m = reply(answer(
+            &query("NETDNS-E2E-x.example.", RecordType::AAAA),
+            &counters,
+            false,
+        ));
+        assert_eq!(m.answers[0].data, RData::AAAA(AAAA(Ipv6Addr::LOCALHOST)));
+        assert_eq!(counters.get("netdns-e2e-x"), 2);
+        let m = reply(answer(
+            &query("netdns-e2e.", RecordType::TXT),
+            &counters,
+            false,
+        ));
+        assert_eq!(
+            (m.metadata.response_code, m.answers.len()),
+            (ResponseCode::NoError, 0)
+        );
+    }
+
+    #[test]
+    fn other_names_are_forwarded_or_refused() {
+        let counters = Counters::default();
+        assert_eq!(
+            answer(&query("example.com.", RecordType::A), &counters, true),
+            Answer::Forward
+        );
+        let m = reply(answer(
+            &query("example.com.", RecordType::A),
+            &counters,
+            false,
+        ));
+        assert_eq!(m.metadata.response_code, ResponseCode::Refused);
+        assert_eq!(answer(b"garbage", &counters, false), Answer::Drop);
+    }
+}
