@@ -11,6 +11,8 @@
 //! # let _ = client; Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod alloc;
 pub mod apply;
 pub mod bench;

@@ -2,9 +2,11 @@
 //! the runner's selector are started as real processes with the pod's environment (downward
 //! API fields, literal env, ConfigMap and Secret keys), their own kubeconfig and address, and
 //! are stopped when the pod goes; a crashed process is restarted with back-off and shown in the
-//! pod's container status; output goes to one log file per pod.
+//! pod's container status; a readiness probe decides when the pod is Ready; output goes to one
+//! log file per pod.
 
 pub mod env;
+pub mod probe;
 pub mod process;
 
 use std::collections::HashMap;

@@ -85,6 +85,13 @@ fn container_status(
     );
 }
 
+fn pod_now(c: &Cluster, ns: &str, name: &str) -> Value {
+    c.store
+        .get("core/pods", ns, name)
+        .map(|p| (*p).clone())
+        .unwrap_or(Value::Null)
+}
+
 fn terminate(pid: Option<u32>) {
     if let Some(pid) = pid {
         let _ = std::process::Command::new("kill")
@@ -168,7 +175,25 @@ impl Supervisor {
                         .unwrap_or_else(|e| e.into_inner())
                         .insert((ns.clone(), name.clone()), pid);
                 }
-                if restarts > 0 {
+                let ready_probe = super::probe::readiness(&pod_now(&c, &ns, &name));
+                if let Some(probe) = &ready_probe {
+                    // Not Ready until the process answers its readiness probe.
+                    container_status(&c, &ns, &name, false, restarts, None);
+                    let mut answered = false;
+                    loop {
+                        if super::probe::check(probe).await {
+                            answered = true;
+                            break;
+                        }
+                        if child.try_wait().ok().flatten().is_some() || *stopped.borrow() {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    if answered {
+                        container_status(&c, &ns, &name, true, restarts, None);
+                    }
+                } else if restarts > 0 {
                     container_status(&c, &ns, &name, true, restarts, None);
                 }
                 tokio::select! {

@@ -53,6 +53,26 @@ impl Funcs for ClusterFuncs<'_> {
                     .map(|ip| json!(ip.to_string()))
                     .ok_or_else(no_addr),
             },
+            // True for a pod whose process the runner starts and whose readiness probe, not the
+            // stage, decides when it is Ready.
+            "ProbeGated" => {
+                let node = dot
+                    .pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let marked = self
+                    .cluster
+                    .store
+                    .get("core/nodes", "", node)
+                    .is_some_and(|n| {
+                        n.pointer("/metadata/labels")
+                            .and_then(|l| l.get(crate::runner::PROCESS_NODE_LABEL))
+                            .and_then(Value::as_str)
+                            == Some("true")
+                    });
+                let probed = dot.pointer("/spec/containers/0/readinessProbe").is_some();
+                Ok(json!(marked && probed))
+            }
             "NodeIPOf" => Ok(json!(
                 self.node_ip_of(args.first().and_then(Value::as_str).unwrap_or(""))
             )),

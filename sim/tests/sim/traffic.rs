@@ -57,7 +57,8 @@ async fn daemonset_processes_answer_on_every_service_address_and_dns() {
         "spec": {"selector": {"matchLabels": {"app": "agent"}},
             "template": {"metadata": {"labels": {"app": "agent"}},
                 "spec": {"nodeSelector": {"kube-sim.kdoctor.io/processes": "true"},
-                    "containers": [{"name": "agent", "image": "kdoctor:dev", "ports": [{"name": "http", "containerPort": 8080}]}]}}}
+                    "containers": [{"name": "agent", "image": "kdoctor:dev", "ports": [{"name": "http", "containerPort": 8080}],
+                        "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}}}]}}}
     }))
     .expect("ds");
     Api::<DaemonSet>::namespaced(client.clone(), "default")
@@ -84,6 +85,14 @@ async fn daemonset_processes_answer_on_every_service_address_and_dns() {
         .await
         .expect("ingress");
 
+    // The DaemonSet counts a pod Ready only once its process answers the readiness probe, so
+    // when all five are Ready every process answers at once.
+    let dss: Api<DaemonSet> = Api::namespaced(client.clone(), "default");
+    eventually(20, || {
+        let dss = dss.clone();
+        async move { (dss.get("agent").await.expect("ds").status?.number_ready == 5).then_some(()) }
+    })
+    .await;
     // Every pod's process answers on its own address.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod_list = eventually(20, || {
@@ -109,11 +118,9 @@ async fn daemonset_processes_answer_on_every_service_address_and_dns() {
             .and_then(|s| s.pod_ip.clone())
             .expect("ip");
         let name = p.metadata.name.clone().expect("name");
-        let answer = eventually(20, || {
-            let addr = format!("{ip}:8080");
-            async move { http_get(&addr, "x", "/").await }
-        })
-        .await;
+        let answer = http_get(&format!("{ip}:8080"), "x", "/")
+            .await
+            .expect("a Ready pod's process answers");
         assert_eq!(answer["pod"], json!(name));
         assert_eq!(answer["podIP"], json!(ip));
     }
