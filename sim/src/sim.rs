@@ -107,8 +107,8 @@ pub enum SimError {
     /// The default stages did not load.
     #[error(transparent)]
     Stages(#[from] StageError),
-    /// Writing a file failed.
-    #[error("writing {0}: {1}")]
+    /// Reading or writing a file failed.
+    #[error("{0}: {1}")]
     Write(String, std::io::Error),
 }
 
@@ -327,6 +327,89 @@ impl Sim {
     /// TokenReview/SubjectAccessReview tables and the record of reviews asked.
     pub fn reviews(&self) -> &Reviews {
         &self.cluster.reviews
+    }
+
+    /// Server-side applies every document of a (multi-document) YAML text, as
+    /// `kubectl apply --server-side` would, with field manager `kube-sim-apply`; returns the
+    /// stored objects. Unknown kinds (e.g. a CR before its CRD) are an error.
+    pub fn apply_yaml(&self, yaml: &str) -> Result<Vec<serde_json::Value>, ApiError> {
+        use serde::Deserialize;
+        let mut out = Vec::new();
+        for doc in serde_yaml::Deserializer::from_str(yaml) {
+            let v = serde_json::Value::deserialize(doc)
+                .map_err(|e| ApiError::bad_request(format!("YAML: {e}")))?;
+            if v.is_null() {
+                continue;
+            }
+            let api_version = v
+                .get("apiVersion")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("");
+            let kind = v
+                .get("kind")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("");
+            let info = self
+                .cluster
+                .catalogue
+                .by_kind(api_version, kind)
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("no kind {kind:?} is served in {api_version:?}"))
+                })?;
+            let name = v
+                .pointer("/metadata/name")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let ns = if info.namespaced {
+                v.pointer("/metadata/namespace")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("default")
+                    .to_string()
+            } else {
+                String::new()
+            };
+            let body = serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?;
+            let opts = crate::cluster::WriteOptions {
+                field_manager: Some("kube-sim-apply".into()),
+                force: true,
+                ..Default::default()
+            };
+            out.push(self.cluster.patch(
+                &info,
+                &ns,
+                &name,
+                crate::patch::PatchType::Apply,
+                &body,
+                &opts,
+            )?);
+        }
+        Ok(out)
+    }
+
+    /// Applies a YAML file, or every `.yaml`/`.yml` file of a directory in name order.
+    pub fn apply_path(&self, path: &Path) -> Result<Vec<serde_json::Value>, SimError> {
+        let mut files = Vec::new();
+        if path.is_dir() {
+            let entries = std::fs::read_dir(path)
+                .map_err(|e| SimError::Write(path.display().to_string(), e))?;
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.extension().is_some_and(|x| x == "yaml" || x == "yml") {
+                    files.push(p);
+                }
+            }
+            files.sort();
+        } else {
+            files.push(path.to_path_buf());
+        }
+        let mut out = Vec::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f)
+                .map_err(|e| SimError::Write(f.display().to_string(), e))?;
+            out.extend(self.apply_yaml(&text)?);
+        }
+        Ok(out)
     }
 
     /// Replaces the stages played from now on (e.g. a test's fault stages).

@@ -871,3 +871,46 @@ async fn watch_selectors_dry_run_scale_generate_name_and_deletecollection() {
         "others untouched"
     );
 }
+
+#[tokio::test]
+async fn manifests_apply_from_the_library() {
+    let (sim, client) = start().await;
+    let crds = sim
+        .apply_path(&repo_root().join("manifests/crds"))
+        .expect("crds");
+    assert_eq!(crds.len(), 3);
+    let tasks = sim
+        .apply_path(&repo_root().join("examples"))
+        .expect("examples");
+    assert_eq!(tasks.len(), 3);
+    // Applying again changes nothing.
+    let rv_before: Vec<_> = tasks
+        .iter()
+        .map(|t| t["metadata"]["resourceVersion"].clone())
+        .collect();
+    let again = sim
+        .apply_path(&repo_root().join("examples"))
+        .expect("again");
+    let rv_after: Vec<_> = again
+        .iter()
+        .map(|t| t["metadata"]["resourceVersion"].clone())
+        .collect();
+    assert_eq!(rv_before, rv_after);
+    let ar = kube::core::ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kdoctor.io", "v1beta1", "NetDns"),
+        "netdnses",
+    );
+    let dns: Api<DynamicObject> = Api::all_with(client, &ar);
+    assert_eq!(
+        dns.list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len(),
+        1
+    );
+    let err = sim
+        .apply_yaml("apiVersion: example.com/v1\nkind: Nope\nmetadata: {name: x}\n")
+        .expect_err("unknown kind");
+    assert_eq!(err.code, 400);
+}
