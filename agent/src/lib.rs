@@ -16,6 +16,7 @@ pub mod report;
 pub mod report_api;
 pub mod report_client;
 pub mod resource;
+pub mod round;
 pub mod server;
 pub mod spool;
 pub mod tls;

@@ -22,6 +22,8 @@ pub const ROUND_SUCCEED: &str = "succeed";
 pub const ROUND_FAIL: &str = "fail";
 /// `targetType` of an AppHttpHealthy result (upstream's value).
 pub const TARGET_TYPE_APP_HTTP_HEALTHY: &str = "HttpAppHealthy";
+/// `targetType` of a NetReach result (upstream's value).
+pub const TARGET_TYPE_NETREACH: &str = "NetReach";
 /// `targetType` of a Netdns result (upstream's value).
 pub const TARGET_TYPE_NETDNS: &str = "kdoctor agent";
 /// Name of the AppHttpHealthy target (upstream's value).
@@ -155,6 +157,27 @@ pub fn app_http_detail(
         request_succeed_rate: v.success_rate,
         failure_reason: v.reason,
         request_target_metrics: metrics,
+    }
+}
+
+/// The detail of a NetReach target.
+pub fn netreach_detail(
+    name: &str,
+    url: &str,
+    method: &str,
+    m: &Measurement,
+    expect: Option<&NetSuccessCondition>,
+) -> kdoctor_api::report::NetReachTaskDetail {
+    let d = app_http_detail(name, url, method, m, expect);
+    kdoctor_api::report::NetReachTaskDetail {
+        name: d.name,
+        url: d.url,
+        method: d.method,
+        request_succeed: d.request_succeed,
+        request_mean_delay: d.request_mean_delay,
+        request_succeed_rate: d.request_succeed_rate,
+        failure_reason: d.failure_reason,
+        request_target_metrics: d.request_target_metrics,
     }
 }
 

@@ -7,4 +7,5 @@ mod echo;
 mod http_probe;
 mod peers;
 mod report_api;
+mod round;
 mod support;

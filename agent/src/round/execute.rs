@@ -1,0 +1,294 @@
+//! Executing a round: every target probed at once for the round's load, the whole round
+//! bounded by its timeout, the result as one agent report of the task's kind.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kdoctor_api::report::{Report, TotalRunningLoad};
+use kdoctor_api::task::{NetSuccessCondition, TaskKind};
+use rustls::ClientConfig;
+use tokio::task::JoinSet;
+
+use super::targets::{DnsTarget, HttpTarget, Load};
+use crate::metrics::Metrics;
+use crate::probe::dns::DnsProber;
+use crate::probe::http::{HttpProber, client_alpn};
+use crate::probe::{Measurement, Plan, Progress, run};
+use crate::report::{
+    RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY, TARGET_TYPE_NETDNS, TARGET_TYPE_NETREACH,
+    app_http_detail, dns_detail, netreach_detail, round_report, task_result,
+};
+use crate::resource::Sampler;
+use crate::tls::{ServerTrust, client_config};
+
+/// Everything one agent needs to run one round of one task.
+#[derive(Clone, Debug)]
+pub struct RoundPlan {
+    /// Task kind.
+    pub kind: TaskKind,
+    /// Round number.
+    pub round: i64,
+    /// Node of the agent.
+    pub node: String,
+    /// Agent pod.
+    pub pod: String,
+    /// HTTP targets (NetReach, AppHttpHealthy).
+    pub http: Vec<HttpTarget>,
+    /// DNS targets (Netdns).
+    pub dns: Vec<DnsTarget>,
+    /// Load per target.
+    pub load: Load,
+    /// Success condition.
+    pub expect: Option<NetSuccessCondition>,
+    /// TLS for HTTPS targets (AppHttpHealthy's Secret); default: any server certificate.
+    pub tls: Option<Arc<ClientConfig>>,
+    /// Longest the round may take (`roundTimeoutMinute`).
+    pub round_timeout: Duration,
+    /// Targets that could not be built (missing addresses): each fails the round.
+    pub setup_failures: Vec<String>,
+}
+
+enum Done {
+    Http(HttpTarget, Measurement),
+    Dns(DnsTarget, Measurement),
+}
+
+/// Runs the round and returns its report (never an error: problems are the report's verdict).
+pub async fn execute(plan: RoundPlan, metrics: Option<Metrics>) -> Report {
+    let started = jiff::Timestamp::now();
+    let sampler = Sampler::start(Duration::from_secs(1));
+    let mut failures = plan.setup_failures.clone();
+    let mut set = JoinSet::new();
+    let schedule = Plan::new(plan.load.qps, plan.load.duration, plan.load.timeout);
+    match schedule {
+        Err(e) => failures.push(format!("request: {e}")),
+        Ok(schedule) => {
+            for target in plan.http.clone() {
+                let tls = match &plan.tls {
+                    Some(tls) => Ok(tls.clone()),
+                    None => client_config(ServerTrust::Any, None, client_alpn(target.spec.http2))
+                        .map(Arc::new),
+                };
+                let prober = tls.map_err(|e| e.to_string()).and_then(|tls| {
+                    HttpProber::new(target.spec.clone(), Some(tls)).map_err(|e| e.to_string())
+                });
+                match prober {
+                    Ok(prober) => {
+                        let metrics = metrics.clone();
+                        set.spawn(async move {
+                            let m = run(
+                                Arc::new(prober),
+                                schedule,
+                                Arc::new(Progress::default()),
+                                metrics,
+                            )
+                            .await;
+                            Done::Http(target, m)
+                        });
+                    }
+                    Err(e) => failures.push(format!("test {}: {e}", target.name)),
+                }
+            }
+            for target in plan.dns.clone() {
+                let tls = client_config(ServerTrust::Any, None, &[])
+                    .map(Arc::new)
+                    .ok();
+                match DnsProber::new(target.spec.clone(), tls) {
+                    Ok(prober) => {
+                        let metrics = metrics.clone();
+                        set.spawn(async move {
+                            let m = run(
+                                Arc::new(prober),
+                                schedule,
+                                Arc::new(Progress::default()),
+                                metrics,
+                            )
+                            .await;
+                            Done::Dns(target, m)
+                        });
+                    }
+                    Err(e) => failures.push(format!("test {}: {e}", target.name)),
+                }
+            }
+        }
+    }
+    let mut done = Vec::new();
+    let collect = async {
+        while let Some(result) = set.join_next().await {
+            if let Ok(d) = result {
+                done.push(d);
+            }
+        }
+    };
+    if tokio::time::timeout(plan.round_timeout, collect)
+        .await
+        .is_err()
+    {
+        set.abort_all();
+        failures.push(format!(
+            "the round timed out after {} with targets still running",
+            kdoctor_api::go_duration::format(plan.round_timeout)
+        ));
+    }
+    let usage = sampler.finish().await;
+    let target_count = (plan.http.len() + plan.dns.len()) as i64;
+    let qps = plan.load.qps.round() as i64;
+    let load = match plan.kind {
+        TaskKind::NetReach => TotalRunningLoad {
+            net_reach_qps: qps * target_count,
+            ..Default::default()
+        },
+        TaskKind::AppHttpHealthy => TotalRunningLoad {
+            app_http_healthy_qps: qps,
+            ..Default::default()
+        },
+        TaskKind::Netdns => TotalRunningLoad {
+            net_dns_qps: qps * target_count,
+            ..Default::default()
+        },
+    };
+    let context = RoundContext {
+        round: plan.round,
+        node: plan.node.clone(),
+        pod: plan.pod.clone(),
+        started,
+        ended: jiff::Timestamp::now(),
+        resources: usage.system_resource(),
+        load,
+    };
+    // Details in the order the targets were given, whatever order they finished in.
+    let position = |name: &str| {
+        plan.http
+            .iter()
+            .map(|t| t.name.as_str())
+            .chain(plan.dns.iter().map(|t| t.name.as_str()))
+            .position(|n| n == name)
+            .unwrap_or(usize::MAX)
+    };
+    done.sort_by_key(|d| match d {
+        Done::Http(t, _) => position(&t.name),
+        Done::Dns(t, _) => position(&t.name),
+    });
+    let expect = plan.expect.as_ref();
+    let method = |t: &HttpTarget| t.spec.method.to_string();
+    let mut report = round_report(&context, true, None);
+    let (succeed, reason) = match plan.kind {
+        TaskKind::NetReach => {
+            let details = done
+                .iter()
+                .filter_map(|d| match d {
+                    Done::Http(t, m) => {
+                        Some(netreach_detail(&t.name, &t.spec.url, &method(t), m, expect))
+                    }
+                    Done::Dns(..) => None,
+                })
+                .collect();
+            let mut result = task_result(
+                TARGET_TYPE_NETREACH,
+                details,
+                |d| {
+                    (
+                        d.name.as_str(),
+                        d.request_succeed,
+                        d.failure_reason.as_deref(),
+                    )
+                },
+                &context,
+            );
+            result.target_number = target_count;
+            let verdict = finish(
+                &mut result.round_succeed,
+                &mut result.failure_reason,
+                &failures,
+            );
+            report.task_net_reach = Some(result);
+            verdict
+        }
+        TaskKind::AppHttpHealthy => {
+            let details = done
+                .iter()
+                .filter_map(|d| match d {
+                    Done::Http(t, m) => {
+                        Some(app_http_detail(&t.name, &t.spec.url, &method(t), m, expect))
+                    }
+                    Done::Dns(..) => None,
+                })
+                .collect();
+            let mut result = task_result(
+                TARGET_TYPE_APP_HTTP_HEALTHY,
+                details,
+                |d| {
+                    (
+                        d.name.as_str(),
+                        d.request_succeed,
+                        d.failure_reason.as_deref(),
+                    )
+                },
+                &context,
+            );
+            let verdict = finish(
+                &mut result.round_succeed,
+                &mut result.failure_reason,
+                &failures,
+            );
+            report.task_app_http_healthy = Some(result);
+            verdict
+        }
+        TaskKind::Netdns => {
+            let details = done
+                .iter()
+                .filter_map(|d| match d {
+                    Done::Dns(t, m) => Some(dns_detail(
+                        &t.name,
+                        &t.spec.server.to_string(),
+                        t.spec.protocol.as_str(),
+                        &t.spec.domain,
+                        m,
+                        expect,
+                    )),
+                    Done::Http(..) => None,
+                })
+                .collect();
+            let mut result = task_result(
+                TARGET_TYPE_NETDNS,
+                details,
+                |d| {
+                    (
+                        d.name.as_str(),
+                        d.request_succeed,
+                        d.failure_reason.as_deref(),
+                    )
+                },
+                &context,
+            );
+            let verdict = finish(
+                &mut result.round_succeed,
+                &mut result.failure_reason,
+                &failures,
+            );
+            report.task_net_dns = Some(result);
+            verdict
+        }
+    };
+    report.round_result = if succeed {
+        crate::report::ROUND_SUCCEED
+    } else {
+        crate::report::ROUND_FAIL
+    }
+    .to_string();
+    report.failed_reason = reason;
+    report
+}
+
+/// Folds setup failures and timeouts into a task result; the last reason wins (as upstream).
+fn finish(
+    succeed: &mut bool,
+    reason: &mut Option<String>,
+    failures: &[String],
+) -> (bool, Option<String>) {
+    if let Some(last) = failures.last() {
+        *succeed = false;
+        *reason = Some(last.clone());
+    }
+    (*succeed, reason.clone())
+}

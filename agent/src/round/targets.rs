@@ -1,0 +1,450 @@
+//! Targets of a round, named as upstream names them (`AgentPodV4IP_<pod>_<ip>`,
+//! `typeA_<server:port>_<domain>`, …). Pure: addresses come from the caller.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kdoctor_api::task::apphttphealthy::parse_header;
+use kdoctor_api::task::{
+    AppHttpHealthySpec, NetHttpRequest, NetReachTarget, NetdnsRequest, NetdnsSpec,
+};
+
+use crate::probe::dns::{DnsProtocol, DnsRequestSpec, RecordType};
+use crate::probe::http::{HttpRequestSpec, Method};
+use crate::report::APP_HTTP_HEALTHY_TARGET_NAME;
+
+/// The per-request timeout when the spec has none (`netHttpDefaultRequestPerRequestTimeoutInMS`).
+pub const DEFAULT_TIMEOUT_MS: i64 = 500;
+
+/// Rate, length and per-request timeout of every target of a round.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Load {
+    /// Requests per second per target.
+    pub qps: f64,
+    /// How long each target is probed.
+    pub duration: Duration,
+    /// Per-request timeout.
+    pub timeout: Duration,
+}
+
+fn load(duration_s: i64, qps: i64, timeout_ms: Option<i64>) -> Load {
+    Load {
+        qps: qps.max(1) as f64,
+        duration: Duration::from_secs(duration_s.max(1) as u64),
+        timeout: Duration::from_millis(timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS).max(1) as u64),
+    }
+}
+
+/// The load of a NetReach or AppHttpHealthy round (CRD defaults when `request` is absent).
+pub fn http_load(request: Option<&NetHttpRequest>) -> Load {
+    match request {
+        Some(r) => load(r.duration_in_second, r.qps, r.per_request_timeout_in_ms),
+        None => load(
+            kdoctor_api::task::common::DEFAULT_DURATION_IN_SECOND,
+            kdoctor_api::task::common::DEFAULT_QPS,
+            None,
+        ),
+    }
+}
+
+/// The load of a Netdns round.
+pub fn dns_load(request: Option<&NetdnsRequest>) -> Load {
+    let default = NetdnsRequest::default();
+    let r = request.unwrap_or(&default);
+    load(r.duration_in_second, r.qps, r.per_request_timeout_in_ms)
+}
+
+/// A target that cannot be built from the spec; names the field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct TargetError {
+    /// The field path.
+    pub field: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// An HTTP target of a round.
+#[derive(Clone, Debug)]
+pub struct HttpTarget {
+    /// Upstream's target name.
+    pub name: String,
+    /// What to send.
+    pub spec: HttpRequestSpec,
+}
+
+/// A DNS target of a round.
+#[derive(Clone, Debug)]
+pub struct DnsTarget {
+    /// Upstream's target name.
+    pub name: String,
+    /// What to ask.
+    pub spec: DnsRequestSpec,
+}
+
+impl From<kdoctor_api::task::DnsProtocol> for DnsProtocol {
+    fn from(p: kdoctor_api::task::DnsProtocol) -> Self {
+        match p {
+            kdoctor_api::task::DnsProtocol::Udp => DnsProtocol::Udp,
+            kdoctor_api::task::DnsProtocol::Tcp => DnsProtocol::Tcp,
+            kdoctor_api::task::DnsProtocol::TcpTls => DnsProtocol::TcpTls,
+        }
+    }
+}
+
+fn dns_target(server: SocketAddr, request: &NetdnsRequest, timeout: Duration) -> DnsTarget {
+    let record_type = if server.is_ipv4() {
+        RecordType::A
+    } else {
+        RecordType::AAAA
+    };
+    DnsTarget {
+        name: format!("type{record_type}_{server}_{}", request.domain),
+        spec: DnsRequestSpec {
+            server,
+            domain: request.domain.clone(),
+            record_type,
+            protocol: request.protocol.into(),
+            tls_server_name: None,
+            timeout,
+        },
+    }
+}
+
+/// The DNS targets of a Netdns task: `targetUser`'s server (A for IPv4, AAAA for IPv6), or the
+/// cluster DNS addresses the caller found (`cluster_dns`), by `testIPv4`/`testIPv6`, port 53.
+pub fn netdns_targets(
+    spec: &NetdnsSpec,
+    cluster_dns: &[IpAddr],
+) -> Result<Vec<DnsTarget>, TargetError> {
+    let default_request = NetdnsRequest::default();
+    let request = spec.request.as_ref().unwrap_or(&default_request);
+    let timeout = dns_load(Some(request)).timeout;
+    let target = spec.target.clone().unwrap_or_default();
+    if let Some(user) = &target.target_user {
+        let server = user.server.as_deref().unwrap_or_default();
+        let ip: IpAddr = server
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .map_err(|_| TargetError {
+                field: "spec.target.targetUser.server".to_string(),
+                problem: format!("{server:?} is not an IP address"),
+            })?;
+        let port = u16::try_from(user.port).map_err(|_| TargetError {
+            field: "spec.target.targetUser.port".to_string(),
+            problem: format!("{} is not a port", user.port),
+        })?;
+        return Ok(vec![dns_target(
+            SocketAddr::new(ip, port),
+            request,
+            timeout,
+        )]);
+    }
+    let dns = target.target_dns.unwrap_or_default();
+    Ok(cluster_dns
+        .iter()
+        .filter(|ip| (ip.is_ipv4() && dns.test_ipv4) || (ip.is_ipv6() && dns.test_ipv6))
+        .map(|ip| dns_target(SocketAddr::new(*ip, 53), request, timeout))
+        .collect())
+}
+
+/// The AppHttpHealthy target; `body` is the ConfigMap data the caller read, JSON-encoded.
+pub fn app_http_target(
+    spec: &AppHttpHealthySpec,
+    body: Option<Bytes>,
+) -> Result<HttpTarget, TargetError> {
+    let mut headers = Vec::new();
+    for (i, entry) in spec.target.header.iter().flatten().enumerate() {
+        let header = parse_header(entry).map_err(|e| TargetError {
+            field: format!("spec.target.header[{i}]"),
+            problem: e.to_string(),
+        })?;
+        headers.push(header);
+    }
+    let method: Method = spec
+        .target
+        .method
+        .as_str()
+        .parse()
+        .map_err(|_| TargetError {
+            field: "spec.target.method".to_string(),
+            problem: "not an HTTP method".to_string(),
+        })?;
+    Ok(HttpTarget {
+        name: APP_HTTP_HEALTHY_TARGET_NAME.to_string(),
+        spec: HttpRequestSpec {
+            url: spec.target.host.clone(),
+            method,
+            headers,
+            body: body.unwrap_or_default(),
+            http2: spec.target.http2,
+            keep_alive: true,
+            expected_status: spec
+                .expect
+                .as_ref()
+                .and_then(|e| e.status_code)
+                .and_then(|c| u16::try_from(c).ok()),
+        },
+    })
+}
+
+/// Addresses of a NetReach carrier as seen from one agent, found by the caller.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Carrier {
+    /// Every carrier pod: name, pod IPs, multus secondary IPs.
+    pub pods: Vec<CarrierPod>,
+    /// Port of the echo target (`ENV_AGENT_APP_HTTP_PORT`).
+    pub http_port: u16,
+    /// Service ClusterIP and port, IPv4 then IPv6.
+    pub cluster_ip: [Option<SocketAddr>; 2],
+    /// This node's address (IPv4, IPv6) and the Service's NodePort.
+    pub node_port: [Option<SocketAddr>; 2],
+    /// LoadBalancer ingress address and port, IPv4 then IPv6.
+    pub load_balancer: [Option<SocketAddr>; 2],
+    /// The Ingress URL (`http://<LB IP><path>`), IPv4 only.
+    pub ingress: Option<String>,
+}
+
+/// One carrier pod.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CarrierPod {
+    /// Pod name.
+    pub name: String,
+    /// Pod IPs.
+    pub ips: Vec<IpAddr>,
+    /// Multus secondary IPs (interfaces other than eth0).
+    pub multus: Vec<IpAddr>,
+}
+
+fn get(name: String, url: String) -> HttpTarget {
+    HttpTarget {
+        name,
+        spec: HttpRequestSpec {
+            url,
+            method: Method::GET,
+            headers: Vec::new(),
+            body: Bytes::new(),
+            http2: false,
+            keep_alive: true,
+            expected_status: None,
+        },
+    }
+}
+
+/// NetReach targets with upstream's names, and the reasons for targets that could not be
+/// built (upstream's messages, e.g. `failed to get cluster IPv4 IP`).
+pub fn netreach_targets(
+    target: &NetReachTarget,
+    carrier: &Carrier,
+) -> (Vec<HttpTarget>, Vec<String>) {
+    let mut targets = Vec::new();
+    let mut missing = Vec::new();
+    let families: Vec<(usize, &str)> = [(0, "4"), (1, "6")]
+        .into_iter()
+        .filter(|(i, _)| if *i == 0 { target.ipv4 } else { target.ipv6 })
+        .collect();
+    if target.endpoint {
+        for pod in &carrier.pods {
+            let extra = if target.multus_interface {
+                pod.multus.as_slice()
+            } else {
+                &[]
+            };
+            for ip in pod.ips.iter().chain(extra) {
+                let (family, wanted) = if ip.is_ipv4() {
+                    ("4", target.ipv4)
+                } else {
+                    ("6", target.ipv6)
+                };
+                if wanted {
+                    let addr = SocketAddr::new(*ip, carrier.http_port);
+                    targets.push(get(
+                        format!("AgentPodV{family}IP_{}_{ip}", pod.name),
+                        format!("http://{addr}"),
+                    ));
+                }
+            }
+        }
+    }
+    for (i, family) in &families {
+        if target.cluster_ip {
+            match carrier.cluster_ip[*i] {
+                Some(addr) => targets.push(get(
+                    format!("AgentClusterV{family}IP_{addr}"),
+                    format!("http://{addr}"),
+                )),
+                None => missing.push(format!("failed to get cluster IPv{family} IP")),
+            }
+        }
+        if target.node_port {
+            match carrier.node_port[*i] {
+                Some(addr) => targets.push(get(
+                    format!("AgentNodePortV{family}IP_{}_{}", addr.ip(), addr.port()),
+                    format!("http://{addr}"),
+                )),
+                None => missing.push(format!("failed to get nodePort IPv{family} address")),
+            }
+        }
+        if target.load_balancer {
+            match carrier.load_balancer[*i] {
+                Some(addr) => targets.push(get(
+                    format!("AgentLoadbalancerV{family}IP_{addr}"),
+                    format!("http://{addr}"),
+                )),
+                None => missing.push(format!("failed to get loadbalancer IPv{family} address")),
+            }
+        }
+    }
+    if target.ingress && target.ipv4 {
+        match &carrier.ingress {
+            Some(url) => targets.push(get(format!("AgentIngress_v4_{url}"), url.clone())),
+            None => missing.push("failed to get agent v4 ingress address".to_string()),
+        }
+    }
+    (targets, missing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kdoctor_api::task::{NetDnsTarget, NetDnsTargetDns, NetDnsTargetUser};
+
+    #[test]
+    fn netdns_user_and_cluster_targets_as_upstream() {
+        let mut spec = NetdnsSpec {
+            target: Some(NetDnsTarget {
+                target_user: Some(NetDnsTargetUser {
+                    server: Some("10.0.0.10".into()),
+                    port: 5353,
+                }),
+                ..Default::default()
+            }),
+            request: Some(NetdnsRequest {
+                per_request_timeout_in_ms: Some(200),
+                domain: "a.test".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let t = netdns_targets(&spec, &[]).unwrap();
+        assert_eq!(t[0].name, "typeA_10.0.0.10:5353_a.test");
+        assert_eq!(t[0].spec.timeout, Duration::from_millis(200));
+        spec.target
+            .as_mut()
+            .unwrap()
+            .target_user
+            .as_mut()
+            .unwrap()
+            .server = Some("fd00::a".into());
+        let t = netdns_targets(&spec, &[]).unwrap();
+        assert_eq!(t[0].name, "typeAAAA_[fd00::a]:5353_a.test");
+        assert_eq!(t[0].spec.record_type, RecordType::AAAA);
+        spec.target
+            .as_mut()
+            .unwrap()
+            .target_user
+            .as_mut()
+            .unwrap()
+            .server = Some("dns.example".into());
+        let err = netdns_targets(&spec, &[]).unwrap_err();
+        assert_eq!(err.field, "spec.target.targetUser.server");
+        spec.target = Some(NetDnsTarget {
+            target_dns: Some(NetDnsTargetDns {
+                test_ipv6: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let cluster: Vec<IpAddr> = vec!["10.96.0.10".parse().unwrap(), "fd00::10".parse().unwrap()];
+        let names: Vec<String> = netdns_targets(&spec, &cluster)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                "typeA_10.96.0.10:53_a.test",
+                "typeAAAA_[fd00::10]:53_a.test"
+            ]
+        );
+        spec.target = None;
+        assert_eq!(
+            netdns_targets(&spec, &cluster).unwrap().len(),
+            1,
+            "default: IPv4 only"
+        );
+    }
+
+    #[test]
+    fn netreach_names_and_missing_addresses_as_upstream() {
+        let target = NetReachTarget {
+            ipv4: true,
+            ipv6: true,
+            endpoint: true,
+            multus_interface: true,
+            cluster_ip: true,
+            node_port: true,
+            load_balancer: true,
+            ingress: true,
+            enable_latency_metric: false,
+        };
+        let carrier = Carrier {
+            pods: vec![CarrierPod {
+                name: "kdoctor-agent-x".into(),
+                ips: vec!["10.1.0.5".parse().unwrap(), "fd00::5".parse().unwrap()],
+                multus: vec!["192.168.1.5".parse().unwrap()],
+            }],
+            http_port: 80,
+            cluster_ip: [Some("10.96.1.1:80".parse().unwrap()), None],
+            node_port: [
+                Some("172.18.0.2:31000".parse().unwrap()),
+                Some("[fc00::2]:31000".parse().unwrap()),
+            ],
+            load_balancer: [None, None],
+            ingress: Some("http://172.18.0.50/kdoctoragent".into()),
+        };
+        let (targets, missing) = netreach_targets(&target, &carrier);
+        let names: Vec<(&str, &str)> = targets
+            .iter()
+            .map(|t| (t.name.as_str(), t.spec.url.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                (
+                    "AgentPodV4IP_kdoctor-agent-x_10.1.0.5",
+                    "http://10.1.0.5:80"
+                ),
+                (
+                    "AgentPodV6IP_kdoctor-agent-x_fd00::5",
+                    "http://[fd00::5]:80"
+                ),
+                (
+                    "AgentPodV4IP_kdoctor-agent-x_192.168.1.5",
+                    "http://192.168.1.5:80"
+                ),
+                ("AgentClusterV4IP_10.96.1.1:80", "http://10.96.1.1:80"),
+                (
+                    "AgentNodePortV4IP_172.18.0.2_31000",
+                    "http://172.18.0.2:31000"
+                ),
+                ("AgentNodePortV6IP_fc00::2_31000", "http://[fc00::2]:31000"),
+                (
+                    "AgentIngress_v4_http://172.18.0.50/kdoctoragent",
+                    "http://172.18.0.50/kdoctoragent"
+                ),
+            ]
+        );
+        assert_eq!(
+            missing,
+            vec![
+                "failed to get loadbalancer IPv4 address",
+                "failed to get cluster IPv6 IP",
+                "failed to get loadbalancer IPv6 address",
+            ]
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! Rounds: NetReach against the agent's own echo targets, Netdns against unbound, the round
+//! timeout, and the report spooled for the harvester.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use kdoctor_agent::round::execute::{RoundPlan, execute};
+use kdoctor_agent::round::targets::{Carrier, CarrierPod, Load, netdns_targets, netreach_targets};
+use kdoctor_api::task::{
+    NetDnsTarget, NetDnsTargetUser, NetReachTarget, NetdnsRequest, NetdnsSpec, TaskKind,
+};
+
+use crate::peers::Unbound;
+use crate::support::agent;
+
+fn plan(kind: TaskKind, load: Load) -> RoundPlan {
+    RoundPlan {
+        kind,
+        round: 3,
+        node: "node-1".into(),
+        pod: "kdoctor-agent-abc".into(),
+        http: vec![],
+        dns: vec![],
+        load,
+        expect: None,
+        tls: None,
+        round_timeout: Duration::from_secs(30),
+        setup_failures: vec![],
+    }
+}
+
+fn load(secs: u64) -> Load {
+    Load {
+        qps: 20.0,
+        duration: Duration::from_secs(secs),
+        timeout: Duration::from_secs(1),
+    }
+}
+
+#[tokio::test]
+async fn netreach_round_against_the_echo_targets() {
+    let agent = agent().await;
+    let v4 = agent.http.iter().find(|a| a.is_ipv4()).copied().unwrap();
+    let v6 = agent.http.iter().find(|a| a.is_ipv6()).copied().unwrap();
+    // Loopback stands in for the carrier: the pod IPs are 127.0.0.1 (the IPv4 echo port).
+    let carrier = Carrier {
+        pods: vec![CarrierPod {
+            name: "kdoctor-agent-abc".into(),
+            ips: vec![v4.ip()],
+            multus: vec![],
+        }],
+        http_port: v4.port(),
+        cluster_ip: [Some(v4), Some(v6)],
+        node_port: [Some(SocketAddr::new(v4.ip(), v4.port())), None],
+        load_balancer: [None, None],
+        ingress: None,
+    };
+    let target = NetReachTarget {
+        ipv4: true,
+        ipv6: true,
+        endpoint: true,
+        multus_interface: false,
+        cluster_ip: true,
+        node_port: true,
+        load_balancer: false,
+        ingress: false,
+        enable_latency_metric: true,
+    };
+    let (http, missing) = netreach_targets(&target, &carrier);
+    assert_eq!(missing, vec!["failed to get nodePort IPv6 address"]);
+    let mut p = plan(TaskKind::NetReach, load(1));
+    p.http = http;
+    p.setup_failures = missing;
+    let report = execute(p, None).await;
+    let result = report.task_net_reach.as_ref().expect("NetReach result");
+    assert_eq!(result.target_number, 4);
+    assert_eq!(result.round_task_detail.len(), 4);
+    assert!(
+        result.round_task_detail.iter().all(|d| d.request_succeed),
+        "{:?}",
+        result.round_task_detail
+    );
+    assert_eq!(
+        result.round_task_detail[0].name,
+        format!("AgentPodV4IP_kdoctor-agent-abc_{}", v4.ip())
+    );
+    assert_eq!(
+        result.round_task_detail[0]
+            .request_target_metrics
+            .requests
+            .request_counts,
+        20
+    );
+    // Every target answered, but an address could not be found: the round fails, saying why.
+    assert_eq!(report.round_result, "fail");
+    assert_eq!(
+        report.failed_reason.as_deref(),
+        Some("failed to get nodePort IPv6 address")
+    );
+    assert_eq!(result.running_load_total.net_reach_qps, 80);
+    assert_eq!(report.round_number, 3);
+    assert_eq!(agent.echo.count("default"), 80);
+}
+
+#[tokio::test]
+async fn netdns_round_against_unbound_is_spooled_for_the_harvester() {
+    let unbound = Unbound::start();
+    let spec = NetdnsSpec {
+        target: Some(NetDnsTarget {
+            target_user: Some(NetDnsTargetUser {
+                server: Some("127.0.0.1".into()),
+                port: i64::from(unbound.port),
+            }),
+            ..Default::default()
+        }),
+        request: Some(NetdnsRequest {
+            duration_in_second: 1,
+            qps: 20,
+            per_request_timeout_in_ms: Some(500),
+            domain: "probe.test".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut p = plan(
+        TaskKind::Netdns,
+        kdoctor_agent::round::targets::dns_load(spec.request.as_ref()),
+    );
+    p.dns = netdns_targets(&spec, &[]).unwrap();
+    let report = execute(p, None).await;
+    assert_eq!(report.round_result, "succeed", "{:?}", report.failed_reason);
+    let result = report.task_net_dns.as_ref().unwrap();
+    assert_eq!(result.target_type, "kdoctor agent");
+    let detail = &result.round_task_detail[0];
+    assert_eq!(
+        detail.name,
+        format!("typeA_127.0.0.1:{}_probe.test", unbound.port)
+    );
+    assert_eq!(detail.request_target_metrics.reply_code["NOERROR"], 20);
+
+    let dir = crate::peers::TempDir::new("round-spool");
+    let spool = kdoctor_agent::spool::Spool::open(&dir.0).unwrap();
+    let expiry = jiff::Timestamp::now() + jiff::SignedDuration::from_mins(6);
+    let name = spool
+        .write(TaskKind::Netdns, "dns-check", "node-1", &report, expiry)
+        .unwrap();
+    assert!(
+        name.starts_with("Netdns_dns-check_round3_node-1_"),
+        "{name}"
+    );
+    let back: kdoctor_api::report::Report =
+        serde_json::from_slice(&spool.read(&name).unwrap()).unwrap();
+    // Times are metav1.Time (whole seconds): compare what the harvester gets.
+    assert_eq!(
+        serde_json::to_value(&back).unwrap(),
+        serde_json::to_value(&report).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_round_that_overruns_its_timeout_fails() {
+    let agent = agent().await;
+    let url = format!("http://{}/?delay=300ms", agent.http[0]);
+    let mut p = plan(TaskKind::AppHttpHealthy, load(2));
+    p.http = vec![kdoctor_agent::round::targets::HttpTarget {
+        name: "HttpAppHealthy target".into(),
+        spec: crate::support::http_spec(&url),
+    }];
+    p.round_timeout = Duration::from_millis(500);
+    let report = execute(p, None).await;
+    assert_eq!(report.round_result, "fail");
+    let reason = report.failed_reason.unwrap_or_default();
+    assert!(
+        reason.starts_with("the round timed out after 500ms"),
+        "{reason}"
+    );
+}
