@@ -1,6 +1,8 @@
 //! Just enough of Kubernetes' protobuf encoding for the bodies kubectl's typed clients POST
-//! (`kubectl auth can-i`, `kubectl create namespace|configmap|secret`): the `k8s\0` envelope,
-//! TypeMeta, the common ObjectMeta fields, and those kinds. Other protobuf bodies still get 415.
+//! (`kubectl auth can-i`, `kubectl create namespace|configmap|secret|serviceaccount|service|
+//! deployment|role|clusterrole|rolebinding|clusterrolebinding`): the `k8s\0` envelope,
+//! TypeMeta, the common ObjectMeta fields, and the fields those commands set (others are
+//! skipped). Other kinds' protobuf bodies still get 415.
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
@@ -9,9 +11,13 @@ use serde_json::{Map, Value, json};
 enum F {
     Str(&'static str),
     Bool(&'static str),
+    Int(&'static str),
     Msg(&'static str, &'static [(u64, F)]),
+    RepStr(&'static str),
+    RepMsg(&'static str, &'static [(u64, F)]),
     MapStr(&'static str),
     MapBytes(&'static str),
+    IntOrString(&'static str),
 }
 
 const OBJECT_META: &[(u64, F)] = &[
@@ -54,6 +60,83 @@ const SECRET: &[(u64, F)] = &[
 ];
 const NAMESPACE: &[(u64, F)] = &[(1, F::Msg("metadata", OBJECT_META))];
 const TYPE_META: &[(u64, F)] = &[(1, F::Str("apiVersion")), (2, F::Str("kind"))];
+const METADATA_ONLY: &[(u64, F)] = &[(1, F::Msg("metadata", OBJECT_META))];
+const POLICY_RULE: &[(u64, F)] = &[
+    (1, F::RepStr("verbs")),
+    (2, F::RepStr("apiGroups")),
+    (3, F::RepStr("resources")),
+    (4, F::RepStr("resourceNames")),
+    (5, F::RepStr("nonResourceURLs")),
+];
+const ROLE: &[(u64, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::RepMsg("rules", POLICY_RULE)),
+];
+const SUBJECT: &[(u64, F)] = &[
+    (1, F::Str("kind")),
+    (2, F::Str("apiGroup")),
+    (3, F::Str("name")),
+    (4, F::Str("namespace")),
+];
+const ROLE_REF: &[(u64, F)] = &[
+    (1, F::Str("apiGroup")),
+    (2, F::Str("kind")),
+    (3, F::Str("name")),
+];
+const ROLE_BINDING: &[(u64, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::RepMsg("subjects", SUBJECT)),
+    (3, F::Msg("roleRef", ROLE_REF)),
+];
+const SERVICE_PORT: &[(u64, F)] = &[
+    (1, F::Str("name")),
+    (2, F::Str("protocol")),
+    (3, F::Int("port")),
+    (4, F::IntOrString("targetPort")),
+    (5, F::Int("nodePort")),
+];
+const SERVICE_SPEC: &[(u64, F)] = &[
+    (1, F::RepMsg("ports", SERVICE_PORT)),
+    (2, F::MapStr("selector")),
+    (3, F::Str("clusterIP")),
+    (4, F::Str("type")),
+    (10, F::Str("externalName")),
+];
+const SERVICE: &[(u64, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", SERVICE_SPEC)),
+];
+const CONTAINER_PORT: &[(u64, F)] = &[
+    (1, F::Str("name")),
+    (2, F::Int("hostPort")),
+    (3, F::Int("containerPort")),
+    (4, F::Str("protocol")),
+];
+const ENV_VAR: &[(u64, F)] = &[(1, F::Str("name")), (2, F::Str("value"))];
+const CONTAINER: &[(u64, F)] = &[
+    (1, F::Str("name")),
+    (2, F::Str("image")),
+    (3, F::RepStr("command")),
+    (4, F::RepStr("args")),
+    (5, F::Str("workingDir")),
+    (6, F::RepMsg("ports", CONTAINER_PORT)),
+    (7, F::RepMsg("env", ENV_VAR)),
+];
+const POD_SPEC: &[(u64, F)] = &[(2, F::RepMsg("containers", CONTAINER))];
+const POD_TEMPLATE: &[(u64, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", POD_SPEC)),
+];
+const LABEL_SELECTOR: &[(u64, F)] = &[(1, F::MapStr("matchLabels"))];
+const DEPLOYMENT_SPEC: &[(u64, F)] = &[
+    (1, F::Int("replicas")),
+    (2, F::Msg("selector", LABEL_SELECTOR)),
+    (3, F::Msg("template", POD_TEMPLATE)),
+];
+const DEPLOYMENT: &[(u64, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", DEPLOYMENT_SPEC)),
+];
 
 struct Reader<'a> {
     buf: &'a [u8],
@@ -128,11 +211,44 @@ fn decode(buf: &[u8], schema: &[(u64, F)]) -> Option<Value> {
             continue;
         };
         match (f, value) {
+            // gogo-protobuf writes zero values too; Go's JSON omits them (omitempty), so do we.
+            (F::Str(_), Err([])) | (F::Bool(_), Ok(0)) | (F::Int(_), Ok(0)) => {}
             (F::Str(name), Err(b)) => {
                 out.insert((*name).into(), json!(String::from_utf8_lossy(b)));
             }
-            (F::Bool(name), Ok(v)) => {
-                out.insert((*name).into(), json!(v != 0));
+            (F::Bool(name), Ok(_)) => {
+                out.insert((*name).into(), json!(true));
+            }
+            (F::Int(name), Ok(v)) => {
+                // int32 on the wire: negative values are sign-extended to 64 bits.
+                out.insert((*name).into(), json!(v as i64 as i32));
+            }
+            (F::RepStr(name), Err(b)) => {
+                let list = out.entry(*name).or_insert_with(|| json!([]));
+                if let Some(a) = list.as_array_mut() {
+                    a.push(json!(String::from_utf8_lossy(b)));
+                }
+            }
+            (F::RepMsg(name, sub), Err(b)) => {
+                let item = decode(b, sub)?;
+                let list = out.entry(*name).or_insert_with(|| json!([]));
+                if let Some(a) = list.as_array_mut() {
+                    a.push(item);
+                }
+            }
+            (F::IntOrString(name), Err(b)) => {
+                const INT_OR_STRING: &[(u64, F)] = &[
+                    (1, F::Int("type")),
+                    (2, F::Int("intVal")),
+                    (3, F::Str("strVal")),
+                ];
+                let v = decode(b, INT_OR_STRING)?;
+                let value = if v.get("type").and_then(Value::as_i64) == Some(1) {
+                    v.get("strVal").cloned().unwrap_or(json!(""))
+                } else {
+                    v.get("intVal").cloned().unwrap_or(json!(0))
+                };
+                out.insert((*name).into(), value);
             }
             (F::Msg(name, sub), Err(b)) => {
                 out.insert((*name).into(), decode(b, sub)?);
@@ -172,6 +288,11 @@ pub fn decode_object(body: &[u8]) -> Option<Value> {
         "ConfigMap" => CONFIG_MAP,
         "Secret" => SECRET,
         "Namespace" => NAMESPACE,
+        "ServiceAccount" => METADATA_ONLY,
+        "Role" | "ClusterRole" => ROLE,
+        "RoleBinding" | "ClusterRoleBinding" => ROLE_BINDING,
+        "Service" => SERVICE,
+        "Deployment" => DEPLOYMENT,
         _ => return None,
     };
     let mut obj = decode(raw?, schema)?;

@@ -201,9 +201,49 @@ async fn kubectl_imperative_create_and_auth_can_i() {
         k.ok(&["auth", "can-i", "delete", "nodes"]).await.trim(),
         "yes"
     );
-    // Kinds whose protobuf the sim does not decode fail clearly; the client-side dry run works.
-    let err = k
-        .fails(&["create", "deployment", "d", "--image=nginx"])
+    // Typed creates send protobuf; the fields they set arrive intact.
+    k.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx:1",
+        "--port=8080",
+        "--replicas=2",
+    ])
+    .await;
+    let spec = k
+        .ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].ports[0].containerPort} {.spec.selector.matchLabels.app}"])
         .await;
-    assert!(err.contains("unknown format"), "{err}");
+    assert_eq!(spec, "2 nginx:1 8080 web");
+    k.ok(&["create", "service", "nodeport", "web", "--tcp=80:8080"])
+        .await;
+    let ports = k
+        .ok(&["get", "svc", "web", "-o", "jsonpath={.spec.type} {.spec.ports[0].port} {.spec.ports[0].targetPort} {.spec.selector.app}"])
+        .await;
+    assert_eq!(ports, "NodePort 80 8080 web");
+    k.ok(&["create", "serviceaccount", "agent"]).await;
+    k.ok(&[
+        "create",
+        "role",
+        "reader",
+        "--verb=get,list",
+        "--resource=pods",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "rolebinding",
+        "agent-reads",
+        "--role=reader",
+        "--serviceaccount=default:agent",
+    ])
+    .await;
+    let binding = k
+        .ok(&["get", "rolebinding", "agent-reads", "-o", "jsonpath={.roleRef.kind}/{.roleRef.name} {.subjects[0].kind}/{.subjects[0].namespace}/{.subjects[0].name}"])
+        .await;
+    assert_eq!(binding, "Role/reader ServiceAccount/default/agent");
+    let rules = k
+        .ok(&["get", "role", "reader", "-o", "jsonpath={.rules[0].verbs}"])
+        .await;
+    assert_eq!(rules, "[\"get\",\"list\"]");
 }
