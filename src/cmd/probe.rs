@@ -16,8 +16,15 @@ use kdoctor_agent::oneshot::{ClientTls, Load, Outcome, probe_dns, probe_http};
 use kdoctor_agent::probe::Progress;
 use kdoctor_agent::probe::dns::{DnsProtocol, DnsRequestSpec, RecordType};
 use kdoctor_agent::probe::http::HttpRequestSpec;
-use kdoctor_api::task::NetSuccessCondition;
+use kdoctor_agent::round::execute::{RoundPlan, execute};
+use kdoctor_agent::round::targets::{app_http_target, netdns_targets};
+use kdoctor_api::config::Config;
+use kdoctor_api::defaults::ClusterFacts;
+use kdoctor_api::document::parse_tasks;
+use kdoctor_api::report::Report;
 use kdoctor_api::task::apphttphealthy::parse_header;
+use kdoctor_api::task::{NetSuccessCondition, SchedulePlan, Task, TaskKind};
+use kdoctor_api::validation;
 
 use super::output::{Format, render};
 
@@ -34,6 +41,21 @@ enum Command {
     Http(HttpArgs),
     /// Probe a DNS server.
     Dns(DnsArgs),
+    /// Run one round of each AppHttpHealthy or Netdns (targetUser) task in a file, from here.
+    Task(TaskArgs),
+}
+
+#[derive(clap::Args)]
+struct TaskArgs {
+    /// Task file (`.yaml` or `.json`; `-` reads standard input).
+    #[arg(short = 'f', long = "filename")]
+    file: PathBuf,
+    /// The kdoctor configuration (`conf.yml`) whose defaults and limits apply.
+    #[arg(long = "config", short = 'C', value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// `table`: one line per target; `json`/`yaml`: the agent reports.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    output: Format,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -141,6 +163,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         match &args.command {
             Command::Http(a) => run_http(a).await,
             Command::Dns(a) => run_dns(a).await,
+            Command::Task(a) => run_task(a).await,
         }
     })
 }
@@ -236,6 +259,192 @@ async fn run_dns(args: &DnsArgs) -> Result<ExitCode> {
     finish_progress(args.load.quiet);
     let outcome = outcome?;
     print(&outcome, &server.to_string(), &load, args.load.output)
+}
+
+/// The round plan of a task that can run without a cluster, or why it cannot.
+fn local_plan(task: &Task) -> Result<RoundPlan> {
+    let node = kdoctor_agent::config::host_name();
+    let base = |kind,
+                load,
+                expect: Option<&NetSuccessCondition>,
+                schedule: Option<&SchedulePlan>| RoundPlan {
+        kind,
+        round: 1,
+        node: node.clone(),
+        pod: format!("kdoctor-probe-{}", std::process::id()),
+        http: vec![],
+        dns: vec![],
+        load,
+        expect: expect.cloned(),
+        tls: None,
+        round_timeout: Duration::from_secs(
+            60 * schedule.map(|s| s.round_timeout_minute).unwrap_or(1).max(1) as u64,
+        ),
+        setup_failures: vec![],
+    };
+    match task {
+        Task::AppHttpHealthy(t) => {
+            let target = &t.spec.target;
+            if target.body_configmap_name.is_some() || target.tls_secret_name.is_some() {
+                bail!(
+                    "AppHttpHealthy {:?}: bodyConfigmapName and tlsSecretName need the cluster; \
+                     use `kdoctor probe http` with --body-file, --ca, --cert and --key",
+                    t.metadata.name.as_deref().unwrap_or_default()
+                );
+            }
+            let load = kdoctor_agent::round::targets::http_load(t.spec.request.as_ref());
+            let mut plan = base(
+                TaskKind::AppHttpHealthy,
+                load,
+                t.spec.expect.as_ref(),
+                t.spec.schedule.as_ref(),
+            );
+            plan.http = vec![app_http_target(&t.spec, None)?];
+            Ok(plan)
+        }
+        Task::Netdns(t) => {
+            let user = t.spec.target.as_ref().and_then(|t| t.target_user.as_ref());
+            if user.is_none() {
+                bail!(
+                    "Netdns {:?}: targetDns (the cluster DNS) needs the cluster; give targetUser",
+                    t.metadata.name.as_deref().unwrap_or_default()
+                );
+            }
+            let load = kdoctor_agent::round::targets::dns_load(t.spec.request.as_ref());
+            let mut plan = base(
+                TaskKind::Netdns,
+                load,
+                t.spec.expect.as_ref(),
+                t.spec.schedule.as_ref(),
+            );
+            plan.dns = netdns_targets(&t.spec, &[])?;
+            Ok(plan)
+        }
+        Task::NetReach(t) => bail!(
+            "NetReach {:?}: probes the agents of a cluster; it cannot run from here",
+            t.metadata.name.as_deref().unwrap_or_default()
+        ),
+    }
+}
+
+async fn run_task(args: &TaskArgs) -> Result<ExitCode> {
+    let config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            Config::from_yaml(&text).with_context(|| format!("{}", path.display()))?
+        }
+        None => Config::default(),
+    };
+    let text = if args.file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("cannot read standard input")?;
+        text
+    } else {
+        std::fs::read_to_string(&args.file)
+            .with_context(|| format!("cannot read {}", args.file.display()))?
+    };
+    let mut plans = Vec::new();
+    for document in parse_tasks(&text) {
+        let task = document
+            .task
+            .map_err(|e| anyhow::anyhow!("document {}: {e}", document.index))?;
+        let task = validation::check(task, &config, ClusterFacts::default()).map_err(|errors| {
+            let lines: Vec<String> = errors.iter().map(|e| format!("  * {e}")).collect();
+            anyhow::anyhow!("the task is invalid:\n{}", lines.join("\n"))
+        })?;
+        plans.push((task.kind(), task.name().to_string(), local_plan(&task)?));
+    }
+    if plans.is_empty() {
+        bail!("{}: no kdoctor task found", args.file.display());
+    }
+    let mut all = true;
+    let mut reports = Vec::new();
+    let mut table = String::new();
+    for (kind, name, plan) in plans {
+        let report = execute(plan, None).await;
+        all &= report.round_result == kdoctor_agent::report::ROUND_SUCCEED;
+        table.push_str(&task_table(kind, &name, &report));
+        reports.push(report);
+    }
+    match args.output {
+        Format::Table => print!("{table}"),
+        Format::Json => print!("{}", render(&reports, Format::Json)?),
+        Format::Yaml => print!("{}", render(&reports, Format::Yaml)?),
+    }
+    Ok(if all {
+        ExitCode::SUCCESS
+    } else {
+        super::exit_failed()
+    })
+}
+
+/// One line per target, then the round's verdict.
+fn task_table(kind: TaskKind, name: &str, report: &Report) -> String {
+    let mut rows: Vec<[String; 7]> = vec![[
+        "TARGET".into(),
+        "RESULT".into(),
+        "REQUESTS".into(),
+        "SUCCEEDED".into(),
+        "MEAN ms".into(),
+        "P99 ms".into(),
+        "REASON".into(),
+    ]];
+    let mut row =
+        |name: &str, ok: bool, m: &kdoctor_api::report::RequestMetrics, reason: Option<&str>| {
+            rows.push([
+                name.to_string(),
+                if ok { "succeed" } else { "fail" }.to_string(),
+                m.request_counts.to_string(),
+                m.success_counts.to_string(),
+                format!("{:.3}", m.latencies.mean),
+                format!("{:.3}", m.latencies.p99),
+                reason.unwrap_or("").to_string(),
+            ]);
+        };
+    if let Some(r) = &report.task_app_http_healthy {
+        for d in &r.round_task_detail {
+            row(
+                &d.name,
+                d.request_succeed,
+                &d.request_target_metrics.requests,
+                d.failure_reason.as_deref(),
+            );
+        }
+    }
+    if let Some(r) = &report.task_net_dns {
+        for d in &r.round_task_detail {
+            row(
+                &d.name,
+                d.request_succeed,
+                &d.request_target_metrics.requests,
+                d.failure_reason.as_deref(),
+            );
+        }
+    }
+    let widths: Vec<usize> = (0..7)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = format!(
+        "{kind} {name:?}: round {}{}\n",
+        report.round_result,
+        report
+            .failed_reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    );
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 /// `IP` or `IP:PORT`, IPv6 with or without brackets.
@@ -526,5 +735,56 @@ mod tests {
         let mut bad = http_args("http://x/".to_string());
         bad.load.success_rate = 2.0;
         assert!(run_http(&bad).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn task_files_run_one_round_locally() {
+        let agent = kdoctor_agent::agent::start(&AgentArgs::ephemeral(vec![IpAddr::V4(
+            Ipv4Addr::LOCALHOST,
+        )]))
+        .await
+        .unwrap();
+        let dir = std::env::temp_dir().join(format!("kdoctor-probe-task-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("task.yaml");
+        let task = |status: u16| {
+            format!(
+                "apiVersion: kdoctor.io/v1beta1\nkind: AppHttpHealthy\nmetadata: {{name: echo}}\n\
+                 spec:\n  target: {{host: 'http://{}/?task=file', method: GET}}\n  \
+                 request: {{qps: 10, durationInSecond: 1, perRequestTimeoutInMS: 1000}}\n  \
+                 expect: {{successRate: 1, statusCode: {status}}}\n",
+                agent.http[0]
+            )
+        };
+        let args = |file: &PathBuf| TaskArgs {
+            file: file.clone(),
+            config: None,
+            output: Format::Table,
+        };
+        std::fs::write(&file, task(200)).unwrap();
+        assert_eq!(run_task(&args(&file)).await.unwrap(), ExitCode::SUCCESS);
+        assert_eq!(agent.echo.count("file"), 10);
+        std::fs::write(&file, task(201)).unwrap();
+        assert_eq!(
+            run_task(&args(&file)).await.unwrap(),
+            super::super::exit_failed()
+        );
+        std::fs::write(
+            &file,
+            "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: nr}\nspec: {}\n",
+        )
+        .unwrap();
+        let err = run_task(&args(&file)).await.unwrap_err();
+        assert!(
+            format!("{err:#}").contains("cannot run from here"),
+            "{err:#}"
+        );
+        std::fs::write(
+            &file,
+            "kind: AppHttpHealthy\nmetadata: {name: bad}\nspec: {}\n",
+        )
+        .unwrap();
+        assert!(run_task(&args(&file)).await.is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
