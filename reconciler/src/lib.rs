@@ -2,4 +2,18 @@
 //! carriers (server-side applied), the round state machine, the status (written only here),
 //! harvesting agent reports into the store, and clean-up.
 
+pub mod carrier;
+pub mod conditions;
+pub mod context;
+pub mod controller;
+pub mod deletions;
+pub mod ensure;
+pub mod harvest;
+pub mod leader;
+pub mod metrics;
+pub mod options;
+pub mod readiness;
+pub mod reconcile;
+pub mod references;
 pub mod rounds;
+pub mod task;

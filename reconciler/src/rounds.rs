@@ -236,8 +236,8 @@ pub fn step(status: &TaskStatus, inputs: &Inputs<'_>) -> Outcome {
             }
             RoundStatus::Ongoing => {
                 let expected = round_expected_nodes(current);
-                let everyone = !expected.is_empty()
-                    && expected.iter().all(|n| inputs.reports.contains_key(n));
+                let everyone =
+                    !expected.is_empty() && expected.iter().all(|n| inputs.reports.contains_key(n));
                 if everyone || inputs.now >= current.dead_line_time_stamp.0 {
                     finalise(current, &expected, inputs, FAILURE_REASON_NO_AGENT);
                     true

@@ -89,6 +89,17 @@ pub enum RuntimeStatus {
     Deleted,
 }
 
+impl RuntimeStatus {
+    /// The word in the status (`creating`, `created`, `deleted`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeStatus::Creating => "creating",
+            RuntimeStatus::Created => "created",
+            RuntimeStatus::Deleted => "deleted",
+        }
+    }
+}
+
 /// `status.resource`: the carrier this task runs on.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -138,6 +138,8 @@ pub enum ErrorKind {
     Forbidden,
     /// The field is not part of the schema.
     Unknown,
+    /// The object the field names does not exist.
+    NotFound,
 }
 
 impl ErrorKind {
@@ -149,6 +151,7 @@ impl ErrorKind {
             ErrorKind::NotSupported => "Unsupported value",
             ErrorKind::Forbidden => "Forbidden",
             ErrorKind::Unknown => "Unknown field",
+            ErrorKind::NotFound => "Not found",
         }
     }
 }
@@ -216,6 +219,20 @@ impl FieldError {
         }
     }
 
+    /// The object the field names does not exist (`detail` says where it was looked for).
+    pub fn not_found(
+        field: FieldPath,
+        value: impl Into<BadValue>,
+        detail: impl Into<String>,
+    ) -> FieldError {
+        FieldError {
+            kind: ErrorKind::NotFound,
+            field,
+            value: Some(value.into()),
+            detail: detail.into(),
+        }
+    }
+
     /// The field is not declared in the schema.
     pub fn unknown(field: FieldPath) -> FieldError {
         FieldError {
@@ -233,7 +250,7 @@ impl fmt::Display for FieldError {
             write!(f, "{}: ", self.field)?;
         }
         f.write_str(self.kind.as_str())?;
-        if let (Some(value), ErrorKind::Invalid | ErrorKind::NotSupported) =
+        if let (Some(value), ErrorKind::Invalid | ErrorKind::NotSupported | ErrorKind::NotFound) =
             (&self.value, self.kind)
         {
             write!(f, ": {value}")?;

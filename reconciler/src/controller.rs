@@ -1,0 +1,246 @@
+//! Running the reconciler: caches of agent objects, one kube-runtime controller per task kind,
+//! deletion tracking, all gated on leadership.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::Pod;
+use kdoctor_agent::report_client::ReportClient;
+use kdoctor_agent::tls::Identity;
+use kdoctor_api::config::Config;
+use kdoctor_api::labels::{APP_COMPONENT, MANAGED_BY, MANAGED_BY_KDOCTOR, TASK_KIND, TASK_NAME};
+use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns};
+use kdoctor_store::Store;
+use kube::runtime::controller::Controller;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use prometheus::Registry;
+use tokio::sync::watch;
+
+use crate::carrier::AGENT_COMPONENT;
+use crate::context::{Caches, Context};
+use crate::harvest::Harvester;
+use crate::leader::{Elector, LeaseTiming};
+use crate::metrics::ControllerMetrics;
+use crate::options::ControllerOptions;
+use crate::reconcile::{error_policy, reconcile};
+use crate::task::TaskObject;
+
+/// Name of the leader Lease (upstream's).
+pub const LEASE_NAME: &str = "kdoctor-controller-lease";
+
+/// Everything the reconciler needs to run.
+pub struct Setup {
+    /// Kubernetes client.
+    pub client: Client,
+    /// The report store (shared with the API server).
+    pub store: Arc<Store>,
+    /// `conf.yml`.
+    pub config: Config,
+    /// Controller settings.
+    pub options: ControllerOptions,
+    /// The client certificate presented to agents' report APIs.
+    pub harvest_identity: Identity,
+    /// Where metrics are registered.
+    pub registry: Registry,
+    /// This replica's name (pod name), for the Lease and Events.
+    pub identity: String,
+    /// Leader election timing; `None`: lead at once (a single replica).
+    pub election: Option<LeaseTiming>,
+}
+
+/// Why the reconciler stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The report client could not be built.
+    #[error(transparent)]
+    Tls(#[from] kdoctor_agent::tls::TlsError),
+    /// Another replica took over; this one must stop acting.
+    #[error("lost the leader Lease {LEASE_NAME}")]
+    LostLeadership,
+}
+
+fn agent_watch_config() -> watcher::Config {
+    watcher::Config::default().labels(&format!("{APP_COMPONENT}={AGENT_COMPONENT}"))
+}
+
+/// A cache of `K` in `namespace`, filled by a watch that runs until the program ends.
+fn cache<K>(client: &Client, namespace: &str) -> reflector::Store<K>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, agent_watch_config()))
+        .default_backoff()
+        .touched_objects();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                tracing::debug!(error = %e, "agent cache watch (retrying)");
+            }
+        }
+    });
+    reader
+}
+
+/// The task a carrier object belongs to, from its labels.
+fn task_of<K: TaskObject, O: ResourceExt>(object: O) -> Option<ObjectRef<K>> {
+    let labels = object.labels();
+    if labels.get(MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_KDOCTOR)
+        || labels.get(TASK_KIND).map(String::as_str) != Some(K::KIND.as_str())
+    {
+        return None;
+    }
+    labels.get(TASK_NAME).map(|name| ObjectRef::new(name))
+}
+
+async fn run_kind<K: TaskObject>(
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let namespace = ctx.options.namespace.clone();
+    tokio::spawn(crate::deletions::track::<K>(
+        client.clone(),
+        ctx.store.clone(),
+    ));
+    let metrics = ctx.metrics.clone();
+    Controller::new(Api::<K>::all(client.clone()), watcher::Config::default())
+        .watches(
+            Api::<DaemonSet>::namespaced(client.clone(), &namespace),
+            agent_watch_config(),
+            task_of::<K, DaemonSet>,
+        )
+        .watches(
+            Api::<Deployment>::namespaced(client.clone(), &namespace),
+            agent_watch_config(),
+            task_of::<K, Deployment>,
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .for_each(|result| {
+            if result.is_ok() {
+                metrics
+                    .reconciles
+                    .with_label_values(&[K::KIND.as_str(), "ok"])
+                    .inc();
+            }
+            futures::future::ready(())
+        })
+        .await;
+}
+
+/// Runs the reconciler until `shutdown` completes (Ok) or leadership is lost (Err). `leading`
+/// reports whether this replica leads (the API server turns unready when it does not).
+pub async fn run(
+    setup: Setup,
+    leading: watch::Sender<bool>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let metrics = ControllerMetrics::new(&setup.registry);
+    let client = ReportClient::new(
+        setup.harvest_identity,
+        setup.options.ports.report,
+        setup.options.harvest_timeout,
+    )?;
+    let mut shutdown = std::pin::pin!(shutdown);
+
+    // 1. Leadership.
+    let mut lead = leading.subscribe();
+    if let Some(timing) = setup.election.clone() {
+        let elector = Elector::new(
+            setup.client.clone(),
+            &setup.options.namespace,
+            LEASE_NAME,
+            &setup.identity,
+            timing,
+        );
+        let sender = leading.clone();
+        tokio::spawn(async move { elector.run(sender).await });
+        tracing::info!(lease = LEASE_NAME, identity = %setup.identity, "waiting for leadership");
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            changed = lead.wait_for(|l| *l) => {
+                if changed.is_err() {
+                    return Err(RunError::LostLeadership);
+                }
+            }
+        }
+    } else {
+        let _ = leading.send(true);
+    }
+    metrics.leader.set(1);
+
+    // 2. Caches of agent objects, then the controllers.
+    let namespace = setup.options.namespace.clone();
+    let caches = Caches {
+        pods: cache::<Pod>(&setup.client, &namespace),
+        daemonsets: cache::<DaemonSet>(&setup.client, &namespace),
+        deployments: cache::<Deployment>(&setup.client, &namespace),
+    };
+    for ready in [
+        caches.pods.wait_until_ready().await.is_ok(),
+        caches.daemonsets.wait_until_ready().await.is_ok(),
+        caches.deployments.wait_until_ready().await.is_ok(),
+    ] {
+        if !ready {
+            tracing::warn!("an agent cache did not become ready");
+        }
+    }
+    let ctx = Arc::new(Context {
+        client: setup.client.clone(),
+        store: setup.store.clone(),
+        config: Arc::new(setup.config),
+        options: setup.options,
+        caches,
+        harvester: Harvester {
+            client,
+            store: setup.store.clone(),
+            metrics: metrics.clone(),
+        },
+        recorder: Recorder::new(
+            setup.client.clone(),
+            Reporter {
+                controller: "kdoctor-controller".to_string(),
+                instance: Some(setup.identity.clone()),
+            },
+        ),
+        metrics: metrics.clone(),
+        carriers: Mutex::new(BTreeMap::new()),
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let controllers = futures::future::join3(
+        run_kind::<NetReach>(ctx.clone(), stopped(stop_rx.clone())),
+        run_kind::<AppHttpHealthy>(ctx.clone(), stopped(stop_rx.clone())),
+        run_kind::<Netdns>(ctx.clone(), stopped(stop_rx.clone())),
+    );
+    let mut controllers = std::pin::pin!(controllers);
+    tracing::info!(%namespace, "reconciling NetReach, AppHttpHealthy and Netdns tasks");
+    let result = tokio::select! {
+        _ = &mut shutdown => Ok(()),
+        _ = lead.wait_for(|l| !*l) => Err(RunError::LostLeadership),
+        _ = &mut controllers => Ok(()),
+    };
+    let _ = stop_tx.send(true);
+    // Let in-flight reconciles finish (bounded).
+    let _ = tokio::time::timeout(Duration::from_secs(10), &mut controllers).await;
+    metrics.leader.set(0);
+    result
+}

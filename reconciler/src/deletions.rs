@@ -1,0 +1,120 @@
+//! Noticing deleted tasks: the store marks the incarnation deleted (its reports stay served until
+//! retention) and a round that was running is recorded as failed. Tasks deleted while the
+//! controller was down are found when the watch's initial list completes.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use jiff::Timestamp;
+use kdoctor_api::task::{RoundStatus, TaskKind, TaskStatus};
+use kdoctor_store::{RoundResult, Store, StoreError};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+
+use crate::reconcile::{FAILURE_REASON_TASK_DELETED, summary};
+use crate::task::TaskObject;
+
+/// Records that the task with `uid` is gone. `last_status`: its status as last seen, when known.
+pub fn task_deleted(
+    store: &Store,
+    uid: &str,
+    last_status: Option<&TaskStatus>,
+    now: Timestamp,
+) -> Result<bool, StoreError> {
+    let Some(task) = store.by_uid(uid) else {
+        return Ok(false);
+    };
+    if task.deleted.is_some() {
+        return Ok(false);
+    }
+    if let Some(record) = last_status
+        .and_then(|s| s.history.as_ref())
+        .and_then(|h| h.first())
+        .filter(|r| r.status == RoundStatus::Ongoing)
+    {
+        let mut round = summary(record);
+        let reported = store.reports(task.id, round.round)?;
+        round.result = RoundResult::Fail;
+        round.end = Some(now);
+        round.succeeded_nodes = reported
+            .iter()
+            .filter(|r| r.result == RoundResult::Succeed)
+            .count() as u32;
+        round.failed_nodes = reported.len() as u32 - round.succeeded_nodes;
+        let have: BTreeSet<&str> = reported.iter().map(|r| r.node.as_str()).collect();
+        round.not_reported.retain(|n| !have.contains(n.as_str()));
+        round.failure_reason = Some(FAILURE_REASON_TASK_DELETED.to_string());
+        store.put_round(task.id, &round)?;
+    }
+    store.mark_deleted(task.id, now)?;
+    Ok(true)
+}
+
+/// Marks every incarnation of `kind` the store holds as live but whose UID is not in `live`.
+pub fn sweep(store: &Store, kind: TaskKind, live: &BTreeSet<String>) -> Result<usize, StoreError> {
+    let now = Timestamp::now();
+    let mut swept = 0;
+    for task in store.tasks() {
+        if task.kind == kind && task.deleted.is_none() && !live.contains(&task.uid) {
+            store.mark_deleted(task.id, now)?;
+            swept += 1;
+        }
+    }
+    Ok(swept)
+}
+
+/// Watches tasks of kind `K` and records deletions in the store, until the watch ends.
+pub async fn track<K: TaskObject>(client: Client, store: Arc<Store>) {
+    let api: Api<K> = Api::all(client);
+    let mut live: BTreeSet<String> = BTreeSet::new();
+    let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
+    loop {
+        let event = match events.try_next().await {
+            Ok(Some(event)) => event,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!(kind = %K::KIND, error = %e, "task watch (retrying)");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let store = store.clone();
+        let result = match event {
+            Event::Init => {
+                live.clear();
+                Ok(Ok(()))
+            }
+            Event::InitApply(object) => {
+                live.extend(object.meta().uid.clone());
+                Ok(Ok(()))
+            }
+            Event::InitDone => {
+                let live = live.clone();
+                tokio::task::spawn_blocking(move || sweep(&store, K::KIND, &live))
+                    .await
+                    .map(|r| {
+                        r.map(|n| {
+                            if n > 0 {
+                                tracing::info!(kind = %K::KIND, tasks = n, "tasks deleted while the controller was away");
+                            }
+                        })
+                    })
+            }
+            Event::Apply(_) => Ok(Ok(())),
+            Event::Delete(object) => {
+                let uid = object.meta().uid.clone().unwrap_or_default();
+                let status = object.task_status().cloned();
+                tokio::task::spawn_blocking(move || {
+                    task_deleted(&store, &uid, status.as_ref(), Timestamp::now()).map(|_| ())
+                })
+                .await
+            }
+        };
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(kind = %K::KIND, error = %e, "recording a deleted task"),
+            Err(e) => tracing::warn!(kind = %K::KIND, error = %e, "recording a deleted task"),
+        }
+    }
+}

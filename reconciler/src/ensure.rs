@@ -1,0 +1,194 @@
+//! Bringing a task's carrier into being and removing it: server-side apply of the objects
+//! [`crate::carrier`] builds, readiness from the caches, deletion after the grace period.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::Ingress;
+use kdoctor_api::labels::{APP_NAME, FIELD_MANAGER};
+use kdoctor_api::task::{AgentSpec, RuntimeStatus, Task, TaskResource};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::carrier::{self, Owner, Workload};
+use crate::context::Context;
+use crate::readiness::{AgentPod, daemonset_ready, deployment_ready};
+
+/// What the controller knows about a task's carrier after looking at it.
+#[derive(Clone, Debug)]
+pub struct CarrierState {
+    /// `status.resource`.
+    pub resource: TaskResource,
+    /// Every agent is ready.
+    pub ready: bool,
+    /// Its agents.
+    pub agents: Vec<AgentPod>,
+    /// Why it is not ready (for the condition).
+    pub not_ready_reason: Option<String>,
+    /// The carrier's objects were (re)applied in this reconcile.
+    pub applied: bool,
+}
+
+async fn apply<K>(ctx: &Context, object: &K) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ctx.options.namespace);
+    let name = object.meta().name.clone().unwrap_or_default();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(object),
+    )
+    .await
+}
+
+/// The default agent DaemonSet: never created or deleted by tasks.
+pub fn default_carrier(ctx: &Context) -> CarrierState {
+    let config = &ctx.config;
+    let namespace = &ctx.options.namespace;
+    let name = &config.agent_daemonset_name;
+    let selector = BTreeMap::from([(APP_NAME.to_string(), name.clone())]);
+    let (ready, not_ready_reason) = match ctx.caches.daemonset(namespace, name) {
+        None => (
+            false,
+            Some(format!(
+                "the default agent DaemonSet {namespace}/{name} does not exist"
+            )),
+        ),
+        Some(ds) if daemonset_ready(&ds) => (true, None),
+        Some(_) => (
+            false,
+            Some(format!(
+                "the default agent DaemonSet {namespace}/{name} is not ready"
+            )),
+        ),
+    };
+    CarrierState {
+        resource: carrier::default_agent_resource(config),
+        ready,
+        agents: ctx.caches.agents(namespace, &selector),
+        not_ready_reason,
+        applied: false,
+    }
+}
+
+/// A task's own carrier: applied while it is being created (or when it went missing while the
+/// task still runs), ready once every agent is.
+pub async fn own_carrier(
+    ctx: &Context,
+    task: &Task,
+    uid: &str,
+    agent: &AgentSpec,
+    previous: Option<&TaskResource>,
+) -> Result<CarrierState, kube::Error> {
+    let owner = Owner {
+        kind: task.kind(),
+        name: task.name(),
+        uid,
+    };
+    let wants_ingress = matches!(task, Task::NetReach(t)
+        if t.spec.target.as_ref().is_some_and(|target| target.ingress));
+    let built = carrier::build(&owner, agent, wants_ingress, &ctx.config, &ctx.options);
+    let namespace = &ctx.options.namespace;
+    let selector = carrier::carrier_selector(&owner, &ctx.config);
+    if previous.is_some_and(|r| r.runtime_status == RuntimeStatus::Deleted) {
+        return Ok(CarrierState {
+            resource: previous.cloned().unwrap_or(built.resource),
+            ready: false,
+            agents: Vec::new(),
+            not_ready_reason: Some("the carrier was deleted after the task finished".into()),
+            applied: false,
+        });
+    }
+    let cached_ready = match &built.workload {
+        Workload::DaemonSet(_) => ctx
+            .caches
+            .daemonset(namespace, &built.name)
+            .map(|ds| daemonset_ready(&ds)),
+        Workload::Deployment(_) => ctx
+            .caches
+            .deployment(namespace, &built.name)
+            .map(|d| deployment_ready(&d)),
+    };
+    let created = previous.is_some_and(|r| r.runtime_status == RuntimeStatus::Created);
+    let mut applied = false;
+    // Apply while creating (until everything is there and ready) and whenever the workload is
+    // missing; never touch a created, present carrier again (no write per reconcile).
+    if !created || cached_ready.is_none() {
+        let uid = match &built.workload {
+            Workload::DaemonSet(ds) => apply::<DaemonSet>(ctx, ds).await?.meta().uid.clone(),
+            Workload::Deployment(d) => apply::<Deployment>(ctx, d).await?.meta().uid.clone(),
+        }
+        .unwrap_or_default();
+        for service in &built.services {
+            let mut service = service.clone();
+            carrier::owned_by(
+                &mut service.metadata,
+                built.workload.kind(),
+                &built.name,
+                &uid,
+            );
+            apply::<Service>(ctx, &service).await?;
+        }
+        if let Some(ingress) = &built.ingress {
+            let mut ingress = ingress.clone();
+            carrier::owned_by(
+                &mut ingress.metadata,
+                built.workload.kind(),
+                &built.name,
+                &uid,
+            );
+            apply::<Ingress>(ctx, &ingress).await?;
+        }
+        applied = true;
+    }
+    let ready = cached_ready.unwrap_or(false);
+    let mut resource = built.resource;
+    resource.runtime_status = if ready || created {
+        RuntimeStatus::Created
+    } else {
+        RuntimeStatus::Creating
+    };
+    Ok(CarrierState {
+        resource,
+        ready,
+        agents: ctx.caches.agents(namespace, &selector),
+        not_ready_reason: (!ready).then(|| {
+            format!(
+                "{} {namespace}/{} has not every agent ready",
+                built.workload.kind(),
+                built.name
+            )
+        }),
+        applied,
+    })
+}
+
+/// Deletes a task's own carrier workload (its Services and Ingress follow by ownerReference).
+pub async fn delete_carrier(ctx: &Context, resource: &TaskResource) -> Result<(), kube::Error> {
+    let namespace = &ctx.options.namespace;
+    let params = DeleteParams::background();
+    let result = if resource.runtime_type == "Deployment" {
+        Api::<Deployment>::namespaced(ctx.client.clone(), namespace)
+            .delete(&resource.runtime_name, &params)
+            .await
+            .map(|_| ())
+    } else {
+        Api::<DaemonSet>::namespaced(ctx.client.clone(), namespace)
+            .delete(&resource.runtime_name, &params)
+            .await
+            .map(|_| ())
+    };
+    match result {
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        other => other,
+    }
+}

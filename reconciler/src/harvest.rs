@@ -1,0 +1,203 @@
+//! Harvesting: pull a task's reports from its agents' report APIs, store them durably, then
+//! acknowledge them (so an agent drops only what the store holds). Never remote commands.
+//!
+//! A report names the task incarnation it belongs to (`taskUID`): one of another incarnation
+//! of the same name goes to that incarnation when the store knows it, and is left on the agent
+//! otherwise; it is never mixed into the current one.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use kdoctor_agent::report_client::{ReportClient, ReportClientError};
+use kdoctor_agent::spool::Entry;
+use kdoctor_api::report::Report;
+use kdoctor_api::task::TaskKind;
+use kdoctor_store::{IncarnationId, NewReport, Store};
+
+use crate::metrics::ControllerMetrics;
+use crate::readiness::AgentPod;
+
+/// Agents harvested at once.
+const CONCURRENCY: usize = 64;
+
+/// The task incarnation being harvested.
+#[derive(Clone, Debug)]
+pub struct Harvestee {
+    /// Kind.
+    pub kind: TaskKind,
+    /// Name.
+    pub name: String,
+    /// `metadata.uid`.
+    pub uid: String,
+    /// The store's id of this incarnation.
+    pub id: IncarnationId,
+}
+
+/// What a harvest pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HarvestOutcome {
+    /// Reports newly stored (or stored again, harmlessly).
+    pub stored: usize,
+    /// Reports acknowledged.
+    pub acknowledged: usize,
+    /// Agents that could not be harvested, with the reason.
+    pub failures: Vec<(String, String)>,
+    /// Reports left on agents because they belong to an incarnation the store does not know.
+    pub foreign: usize,
+}
+
+/// Everything a harvest needs.
+#[derive(Clone)]
+pub struct Harvester {
+    /// Report API client.
+    pub client: ReportClient,
+    /// The store.
+    pub store: Arc<Store>,
+    /// Metrics.
+    pub metrics: ControllerMetrics,
+}
+
+fn reason(e: &ReportClientError) -> &'static str {
+    match e {
+        ReportClientError::Connect { .. } => "connect",
+        ReportClientError::Handshake { .. } | ReportClientError::Tls(_) => "tls",
+        ReportClientError::Http { .. } | ReportClientError::Status { .. } => "http",
+        ReportClientError::Timeout { .. } => "timeout",
+        ReportClientError::Decode { .. } => "decode",
+    }
+}
+
+fn wanted(entry: &Entry, task: &Harvestee, pod: &AgentPod) -> bool {
+    entry.acknowledged.is_none()
+        && entry.kind == task.kind.as_str()
+        && entry.task == task.name
+        && entry.node == pod.node
+}
+
+impl Harvester {
+    /// Harvests `task`'s reports from every agent in `pods`, concurrently.
+    pub async fn harvest(&self, task: &Harvestee, pods: &[AgentPod]) -> HarvestOutcome {
+        let mut outcome = HarvestOutcome::default();
+        // Owned pods: a stream of futures borrowing from the slice is not `Send` for every
+        // lifetime the controller's runtime asks for.
+        let mut passes = futures::stream::iter(pods.to_vec())
+            .map(|pod| async move { self.harvest_one(task, &pod).await })
+            .buffer_unordered(CONCURRENCY);
+        while let Some(one) = passes.next().await {
+            outcome.stored += one.stored;
+            outcome.acknowledged += one.acknowledged;
+            outcome.foreign += one.foreign;
+            outcome.failures.extend(one.failures);
+        }
+        outcome
+    }
+
+    async fn harvest_one(&self, task: &Harvestee, pod: &AgentPod) -> HarvestOutcome {
+        let started = Instant::now();
+        let mut outcome = HarvestOutcome::default();
+        if let Err((why, error)) = self.pull(task, pod, &mut outcome).await {
+            self.metrics
+                .harvest_failures
+                .with_label_values(&[why])
+                .inc();
+            tracing::debug!(task = %task.name, pod = %pod.name, %error, "harvest failed");
+            outcome.failures.push((pod.name.clone(), error));
+        }
+        self.metrics
+            .harvest_duration
+            .observe(started.elapsed().as_secs_f64());
+        outcome
+    }
+
+    async fn pull(
+        &self,
+        task: &Harvestee,
+        pod: &AgentPod,
+        outcome: &mut HarvestOutcome,
+    ) -> Result<(), (&'static str, String)> {
+        let client_error = |e: ReportClientError| (reason(&e), e.to_string());
+        let mut agent = self.client.connect(pod.ip).await.map_err(client_error)?;
+        let entries: Vec<Entry> = agent
+            .list()
+            .await
+            .map_err(client_error)?
+            .into_iter()
+            .filter(|e| wanted(e, task, pod))
+            .collect();
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut fetched: Vec<(String, IncarnationId, Report)> = Vec::new();
+        for entry in &entries {
+            let body = match agent.fetch(&entry.name).await {
+                Ok(body) => body,
+                // Swept by the agent meanwhile: nothing to store.
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(client_error(e)),
+            };
+            let report: Report = serde_json::from_slice(&body).map_err(|e| {
+                (
+                    "decode",
+                    format!("{} report {}: {e}", agent.addr(), entry.name),
+                )
+            })?;
+            if report.node_name != pod.node {
+                return Err((
+                    "decode",
+                    format!(
+                        "{} report {} names node {:?}, but the agent runs on {:?}",
+                        agent.addr(),
+                        entry.name,
+                        report.node_name,
+                        pod.node
+                    ),
+                ));
+            }
+            let id = match report.task_uid.as_deref() {
+                None => task.id,
+                Some(uid) if uid == task.uid => task.id,
+                Some(uid) => match self.store.by_uid(uid) {
+                    Some(other) if other.kind == task.kind && other.name == task.name => other.id,
+                    _ => {
+                        outcome.foreign += 1;
+                        continue;
+                    }
+                },
+            };
+            fetched.push((entry.name.clone(), id, report));
+        }
+        if fetched.is_empty() {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        let to_store: Vec<(IncarnationId, Report)> = fetched
+            .iter()
+            .map(|(_, id, report)| (*id, report.clone()))
+            .collect();
+        let stored = tokio::task::spawn_blocking(move || {
+            let batch: Vec<NewReport<'_>> = to_store
+                .iter()
+                .map(|(id, report)| NewReport { task: *id, report })
+                .collect();
+            store.put_reports(&batch).map(|outcomes| outcomes.len())
+        })
+        .await
+        .map_err(|e| ("store", e.to_string()))?
+        .map_err(|e| ("store", e.to_string()))?;
+        outcome.stored += stored;
+        self.metrics
+            .reports_stored
+            .with_label_values(&[task.kind.as_str()])
+            .inc_by(stored as u64);
+        // Durable now: the agent may drop them.
+        for (name, _, _) in &fetched {
+            match agent.acknowledge(name).await {
+                Ok(()) => outcome.acknowledged += 1,
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(client_error(e)),
+            }
+        }
+        Ok(())
+    }
+}
