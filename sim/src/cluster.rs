@@ -345,7 +345,11 @@ impl Cluster {
             meta.remove("deletionTimestamp");
             meta.remove("deletionGracePeriodSeconds");
             meta.remove("resourceVersion");
-            meta.remove("managedFields");
+            // With a field manager the create's own entry replaces them; without one (an apply
+            // that creates) the entries the caller computed stand.
+            if opts.field_manager.is_some() {
+                meta.remove("managedFields");
+            }
             if info.namespaced {
                 meta.insert("namespace".into(), json!(ns));
             } else {
@@ -512,7 +516,6 @@ impl Cluster {
             }
             let mut fresh = apply::server_side_apply(&json!({"metadata": {}}), &req)
                 .map_err(|c| ApiError::apply_conflict(info, name, c.message, c.causes))?;
-            let managed = fresh.pointer("/metadata/managedFields").cloned();
             fresh["apiVersion"] = json!(api_version);
             fresh["kind"] = json!(info.kind);
             fresh["metadata"]["name"] = json!(name);
@@ -527,21 +530,7 @@ impl Cluster {
             );
             match created {
                 Ok(_) if opts.dry_run => return created,
-                Ok(_) => {
-                    // create() reset managedFields; put the apply entry back without a new event.
-                    if let Some(m) = managed {
-                        self.store
-                            .mutate(&info.storage, ns, name, |cur, _| match cur {
-                                Some(c) => {
-                                    let mut v = (**c).clone();
-                                    v["metadata"]["managedFields"] = m;
-                                    Ok((Write::Put(v), ()))
-                                }
-                                None => Ok((Write::Keep, ())),
-                            })?;
-                    }
-                    return self.get(info, ns, name);
-                }
+                Ok(_) => return self.get(info, ns, name),
                 Err(e) if e.reason == "AlreadyExists" => {}
                 Err(e) => return Err(e),
             }

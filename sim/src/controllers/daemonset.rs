@@ -147,7 +147,7 @@ pub fn reconcile(c: &Cluster, ns: &str, name: &str) {
             tracing::warn!(error = %e, daemonset = name, node, "creating a daemon pod failed");
         }
     }
-    write_status(c, ns, name, &eligible, &hash, generation, &nodes);
+    write_status(c, ns, name, &eligible, &hash, generation);
 }
 
 fn write_status(
@@ -157,7 +157,6 @@ fn write_status(
     eligible: &BTreeSet<String>,
     hash: &str,
     generation: i64,
-    nodes: &[std::sync::Arc<Value>],
 ) {
     let Some(ds) = c.store.get("apps/daemonsets", ns, name) else {
         return;
@@ -192,7 +191,6 @@ fn write_status(
             updated += 1;
         }
     }
-    let _ = nodes;
     let desired = eligible.len() as i64;
     let status = json!({"status": {
         "desiredNumberScheduled": desired,
