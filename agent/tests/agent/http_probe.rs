@@ -380,3 +380,53 @@ async fn kept_alive_connections_are_capped_and_waiting_shows_in_response_time() 
         "queueing hidden: response p99 {response_p99} µs"
     );
 }
+
+#[tokio::test]
+async fn requests_beyond_the_in_flight_cap_are_counted_unsent_and_fail_the_target() {
+    use kdoctor_agent::metrics::Metrics;
+    use kdoctor_agent::probe::http::HttpProber;
+    use kdoctor_agent::probe::{Plan, Progress, run};
+    use kdoctor_agent::report::{APP_HTTP_HEALTHY_TARGET_NAME, app_http_detail};
+    use std::sync::atomic::Ordering;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            held.push(s);
+        }
+    });
+    let url = format!("http://{addr}/");
+    let prober = HttpProber::new(http_spec(&url), None).unwrap();
+    let mut plan = Plan::new(20.0, SECOND, Duration::from_secs(2)).unwrap();
+    plan.max_in_flight = 3;
+    let metrics = Metrics::new();
+    let progress = std::sync::Arc::new(Progress::default());
+    let m = run(
+        std::sync::Arc::new(prober),
+        plan,
+        progress.clone(),
+        Some(metrics.clone()),
+    )
+    .await;
+    server.abort();
+    assert_eq!(m.recorder.requests, 3, "only the cap was sent");
+    assert_eq!(m.recorder.unsent, 17);
+    assert_eq!(progress.unsent.load(Ordering::Relaxed), 17);
+    assert_eq!(metrics.probe_unsent.with_label_values(&["http"]).get(), 17);
+    assert_eq!(
+        metrics
+            .probe_requests
+            .with_label_values(&["http", "timeout"])
+            .get(),
+        3
+    );
+    let detail = app_http_detail(APP_HTTP_HEALTHY_TARGET_NAME, &url, "GET", &m, None);
+    assert!(
+        detail
+            .request_target_metrics
+            .requests
+            .exists_not_send_requests
+    );
+    assert!(!detail.request_succeed);
+}
