@@ -27,6 +27,8 @@ enum Command {
     Store(cmd::store::Args),
     /// Serve the KdoctorReport API from a store (standalone, or delegated in a cluster).
     Apiserver(cmd::apiserver::Args),
+    /// Run the controller: task reconcilers, harvester and the aggregated API server.
+    Controller(cmd::controller::Args),
     /// Serve the probe targets (echo API over HTTP/HTTPS), health endpoints and metrics.
     Agent(cmd::agent::Args),
     /// Probe an HTTP(S) URL or a DNS server once from here, at a fixed rate.
@@ -35,12 +37,20 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init("warn", false);
+    match &cli.command {
+        // Servers in a cluster log JSON at info (ENV_LOG_LEVEL, as upstream; RUST_LOG wins).
+        Command::Controller(_) => logging::init(
+            &std::env::var("ENV_LOG_LEVEL").unwrap_or_else(|_| "info".to_string()),
+            true,
+        ),
+        _ => logging::init("warn", false),
+    }
     let outcome = match cli.command {
         Command::Crd(args) => cmd::crd::run(&args),
         Command::Validate(args) => cmd::validate::run(&args),
         Command::Store(args) => cmd::store::run(&args),
         Command::Apiserver(args) => cmd::apiserver::run(&args),
+        Command::Controller(args) => cmd::controller::run_command(&args),
         Command::Agent(args) => cmd::agent::run(&args),
         Command::Probe(args) => cmd::probe::run(&args),
     };

@@ -15,6 +15,7 @@ use crate::state::AppState;
 pub struct Health {
     store_open: AtomicBool,
     authentication_loaded: AtomicBool,
+    leading: AtomicBool,
 }
 
 impl Default for Health {
@@ -22,6 +23,7 @@ impl Default for Health {
         Health {
             store_open: AtomicBool::new(false),
             authentication_loaded: AtomicBool::new(true),
+            leading: AtomicBool::new(true),
         }
     }
 }
@@ -37,6 +39,17 @@ impl Health {
         self.authentication_loaded.store(loaded, Ordering::SeqCst);
     }
 
+    /// Whether this replica leads (only the leader's store receives reports, so only it is
+    /// ready to serve them). True when there is no election.
+    pub fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::SeqCst);
+    }
+
+    /// Whether every readiness check passes.
+    pub fn ready(&self) -> bool {
+        self.checks("readyz").iter().all(|(_, ok)| *ok)
+    }
+
     fn checks(&self, endpoint: &str) -> Vec<(&'static str, bool)> {
         let mut checks = vec![("ping", true), ("log", true)];
         if endpoint == "readyz" {
@@ -45,6 +58,7 @@ impl Health {
                 "authentication-configuration",
                 self.authentication_loaded.load(Ordering::SeqCst),
             ));
+            checks.push(("leader-election", self.leading.load(Ordering::SeqCst)));
         }
         checks
     }

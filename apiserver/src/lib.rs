@@ -9,6 +9,7 @@ pub mod health;
 pub mod metrics;
 pub mod negotiate;
 pub mod openapi;
+pub mod ops;
 pub mod pki;
 pub mod query;
 pub mod resource;

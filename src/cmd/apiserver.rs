@@ -94,23 +94,8 @@ async fn serve_until_stopped(args: &Args) -> Result<ExitCode> {
             path.display()
         );
     }
-    wait_for_signal().await;
+    super::stopped().await;
     eprintln!("kdoctor apiserver: stopping");
     server.stop().await;
     Ok(ExitCode::SUCCESS)
-}
-
-async fn wait_for_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
-    }
 }

@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod apiserver;
+pub mod controller;
 pub mod crd;
 pub mod output;
 pub mod probe;
@@ -18,4 +19,20 @@ pub fn exit_failed() -> ExitCode {
 /// Usage or environment error: exit code 2.
 pub fn exit_usage() -> ExitCode {
     ExitCode::from(2)
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub async fn stopped() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
 }

@@ -1,0 +1,244 @@
+//! `kdoctor controller`: the reconciler, the harvester and the aggregated API server in one
+//! process, sharing one report store. Flags carry upstream's environment variable names
+//! (§15.1) where upstream had them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use kdoctor_agent::report_client::identity_from_pem;
+use kdoctor_api::config::Config;
+use kdoctor_apiserver::pki::{Ca, Pem};
+use kdoctor_apiserver::server::{AuthMode, ServerOptions, start};
+use kdoctor_reconciler::controller::{RunError, Setup, run};
+use kdoctor_reconciler::leader::LeaseTiming;
+use kdoctor_reconciler::options::{AgentPorts, ControllerOptions};
+use tokio::sync::watch;
+
+/// Arguments of `kdoctor controller`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The report store directory.
+    #[arg(
+        long = "data",
+        value_name = "DIR",
+        env = "ENV_CONTROLLER_REPORT_STORAGE_PATH",
+        default_value = "/report"
+    )]
+    data: PathBuf,
+    /// Address of the aggregated API server (HTTPS).
+    #[arg(long = "listen", value_name = "ADDR", default_value = "0.0.0.0:6443")]
+    listen: SocketAddr,
+    /// Address of the plain-HTTP `/metrics` and health endpoints.
+    #[arg(long = "metrics-listen", value_name = "ADDR", default_value = "0.0.0.0:5721")]
+    metrics_listen: SocketAddr,
+    /// Serving certificate of the API server (PEM), reloaded when it changes; default: issued
+    /// by a CA kept in the store directory.
+    #[arg(long = "tls-cert", visible_alias = "tls-server-cert", value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Serving key (PEM).
+    #[arg(long = "tls-key", visible_alias = "tls-server-key", value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The install's CA certificate: agents trust the harvester's client certificate it signs.
+    #[arg(long = "tls-ca-cert", value_name = "FILE", default_value = "/etc/tls/ca.crt")]
+    tls_ca_cert: PathBuf,
+    /// The install's CA key (signs the harvester's client certificate; never leaves this pod).
+    #[arg(long = "tls-ca-key", value_name = "FILE", default_value = "/etc/tls/ca.key")]
+    tls_ca_key: PathBuf,
+    /// `conf.yml` of the `kdoctor` ConfigMap; without it, upstream's Helm defaults.
+    #[arg(long = "config-path", short = 'C', value_name = "FILE")]
+    config_path: Option<PathBuf>,
+    /// Namespace of the controller, the default agent and every carrier.
+    #[arg(long = "namespace", env = "ENV_POD_NAMESPACE", default_value = "kdoctor")]
+    namespace: String,
+    /// This replica's name (Lease holder, Event reporter).
+    #[arg(long = "pod-name", env = "ENV_POD_NAME")]
+    pod_name: Option<String>,
+    /// Elect a leader on the Lease `kdoctor-controller-lease` (only the leader reconciles
+    /// and is ready to serve reports).
+    #[arg(long = "leader-elect", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Agent image of per-task carriers.
+    #[arg(long = "agent-image", env = "ENV_AGENT_IMAGE")]
+    agent_image: Option<String>,
+    /// Image pull policy of carrier pods.
+    #[arg(long = "agent-image-pull-policy", default_value = "IfNotPresent")]
+    agent_image_pull_policy: String,
+    /// Service account of carrier pods.
+    #[arg(long = "agent-service-account", default_value = "kdoctor-agent")]
+    agent_service_account: String,
+    /// Secret with the install's CA certificate (`ca.crt`), mounted into carrier agents.
+    #[arg(long = "ca-secret", default_value = "kdoctor-ca")]
+    ca_secret: String,
+    /// ConfigMap with `conf.yml`, mounted into carrier agents.
+    #[arg(long = "config-map", default_value = "kdoctor")]
+    config_map: String,
+    /// Type of carrier Services.
+    #[arg(long = "agent-service-type", default_value = "LoadBalancer")]
+    agent_service_type: String,
+    /// Ingress class of carrier Ingresses.
+    #[arg(long = "agent-ingress-class")]
+    agent_ingress_class: Option<String>,
+    /// Extra argument for carrier agents (repeatable), e.g. `--bind=$(POD_IP)`.
+    #[arg(long = "agent-extra-arg", value_name = "ARG", allow_hyphen_values = true)]
+    agent_extra_args: Vec<String>,
+    /// Node selector of carrier pods, KEY=VALUE (repeatable).
+    #[arg(long = "agent-node-selector", value_name = "KEY=VALUE")]
+    agent_node_selector: Vec<String>,
+    /// Agents' HTTP echo port.
+    #[arg(long, env = "ENV_AGENT_APP_HTTP_PORT", default_value_t = 80)]
+    agent_http_port: u16,
+    /// Agents' HTTPS echo port.
+    #[arg(long, env = "ENV_AGENT_APP_HTTPS_PORT", default_value_t = 443)]
+    agent_https_port: u16,
+    /// Agents' health port.
+    #[arg(long, env = "ENV_AGENT_HEALTH_HTTP_PORT", default_value_t = 5710)]
+    agent_health_port: u16,
+    /// Agents' metrics port.
+    #[arg(long, env = "ENV_AGENT_METRIC_HTTP_PORT", default_value_t = 5711)]
+    agent_metrics_port: u16,
+    /// Agents' report API port (upstream's gRPC port).
+    #[arg(long, env = "ENV_AGENT_GRPC_LISTEN_PORT", default_value_t = 3000)]
+    agent_report_port: u16,
+    /// How often an ongoing round is looked at, in seconds (at most conf.yml's
+    /// taskPollIntervalInSecond).
+    #[arg(long = "poll-seconds", default_value_t = 5)]
+    poll_seconds: u64,
+    /// Extra names for the issued serving certificate.
+    #[arg(long = "tls-san", value_name = "NAME")]
+    tls_san: Vec<String>,
+    /// How often retention runs, in minutes.
+    #[arg(long = "retention-interval-minutes", default_value_t = 10)]
+    retention_interval_minutes: u64,
+}
+
+fn read(path: &PathBuf, what: &str) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("{what} {}", path.display()))
+}
+
+fn config(args: &Args) -> Result<Config> {
+    let Some(path) = &args.config_path else {
+        return Ok(Config::default());
+    };
+    let config = Config::from_yaml(&read(path, "cannot read --config-path")?)
+        .with_context(|| format!("{}", path.display()))?;
+    config
+        .validate()
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    Ok(config)
+}
+
+fn options(args: &Args) -> Result<ControllerOptions> {
+    let mut options = ControllerOptions::new(&args.namespace);
+    if let Some(image) = &args.agent_image {
+        options.agent_image = image.clone();
+    }
+    options.image_pull_policy = args.agent_image_pull_policy.clone();
+    options.agent_service_account = args.agent_service_account.clone();
+    options.ca_secret = args.ca_secret.clone();
+    options.config_map = args.config_map.clone();
+    options.service_type = args.agent_service_type.clone();
+    options.ingress_class = args.agent_ingress_class.clone();
+    options.agent_extra_args = args.agent_extra_args.clone();
+    options.agent_node_selector = args
+        .agent_node_selector
+        .iter()
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| anyhow!("--agent-node-selector {pair:?}: expected KEY=VALUE"))
+        })
+        .collect::<Result<BTreeMap<_, _>>>()?;
+    options.ports = AgentPorts {
+        http: args.agent_http_port,
+        https: args.agent_https_port,
+        health: args.agent_health_port,
+        metrics: args.agent_metrics_port,
+        report: args.agent_report_port,
+    };
+    options.poll = Duration::from_secs(args.poll_seconds.max(1));
+    Ok(options)
+}
+
+/// Runs the controller until SIGINT or SIGTERM (exit 0) or until leadership is lost (exit 1,
+/// so the pod restarts as a follower).
+pub fn run_command(args: &Args) -> Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(controller(args))
+}
+
+async fn controller(args: &Args) -> Result<ExitCode> {
+    let config = config(args)?;
+    let options = options(args)?;
+    let ca = Ca::from_pem(Pem {
+        cert: read(&args.tls_ca_cert, "cannot read the install CA certificate --tls-ca-cert")?,
+        key: read(&args.tls_ca_key, "cannot read the install CA key --tls-ca-key")?,
+    })
+    .context("the install CA (--tls-ca-cert, --tls-ca-key)")?;
+    let harvester = ca
+        .client("kdoctor-controller", &[])
+        .context("issuing the harvester's client certificate")?;
+    let harvest_identity = identity_from_pem(&harvester.cert, &harvester.key)?;
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot reach the Kubernetes API (in-cluster or $KUBECONFIG)")?;
+    let identity = args
+        .pod_name
+        .clone()
+        .unwrap_or_else(kdoctor_agent::config::host_name);
+
+    let server = start(ServerOptions {
+        tls_files: args.tls_cert.clone().zip(args.tls_key.clone()),
+        tls_sans: args.tls_san.clone(),
+        auth: AuthMode::Delegated(client.clone()),
+        retention_every: Duration::from_secs(args.retention_interval_minutes.max(1) * 60),
+        ..ServerOptions::standalone(&args.data, args.listen)
+    })
+    .await?;
+    let state = server.state.clone();
+    let store = state
+        .store()
+        .map_err(|e| anyhow!("the report store in {}: {e:?}", args.data.display()))?;
+    let ops = kdoctor_apiserver::ops::serve(args.metrics_listen, state.clone())
+        .await
+        .with_context(|| format!("cannot listen on --metrics-listen {}", args.metrics_listen))?;
+    tracing::info!(api = %server.url(), metrics = %ops, store = %args.data.display(), "kdoctor controller serving");
+
+    let (leading_tx, mut leading_rx) = watch::channel(!args.leader_elect);
+    state.health.set_leading(!args.leader_elect);
+    let health = state.health.clone();
+    tokio::spawn(async move {
+        while leading_rx.changed().await.is_ok() {
+            health.set_leading(*leading_rx.borrow());
+        }
+    });
+    let setup = Setup {
+        client,
+        store: Arc::clone(&store),
+        config,
+        options,
+        harvest_identity,
+        registry: state.metrics.registry.clone(),
+        identity,
+        election: args.leader_elect.then(LeaseTiming::default),
+    };
+    let result = run(setup, leading_tx, super::stopped()).await;
+    server.stop().await;
+    match result {
+        Ok(()) => {
+            tracing::info!("kdoctor controller stopped");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(RunError::LostLeadership) => {
+            tracing::error!("lost leadership; exiting so that this replica restarts as a follower");
+            Ok(super::exit_failed())
+        }
+        Err(e) => bail!(e),
+    }
+}
