@@ -13,6 +13,7 @@
 
 #![warn(missing_docs)]
 
+pub mod aggregator;
 pub mod alloc;
 pub mod apply;
 pub mod bench;

@@ -256,6 +256,14 @@ impl Sim {
                 shutdown_rx.clone(),
             ));
         }
+        let aggregator = Arc::new(crate::aggregator::Aggregator::new(
+            pki.front_proxy_client.clone(),
+        ));
+        tasks.push(crate::aggregator::spawn(
+            cluster.clone(),
+            aggregator.clone(),
+            shutdown_rx.clone(),
+        ));
         let app = Arc::new(App {
             cluster: cluster.clone(),
             version: json!({
@@ -273,6 +281,7 @@ impl Sim {
             shutdown: shutdown_rx.clone(),
             rbac: cfg.rbac,
             logs_dir: cfg.runner.as_ref().map(|r| r.work_dir.clone()),
+            aggregator,
         });
         let router = server::router(app);
         if cfg.tls {

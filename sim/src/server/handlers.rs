@@ -160,6 +160,31 @@ pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
             &["system:masters", "system:authenticated"],
         )
     });
+    if let Some(remote) = remote_of(&app, &target) {
+        let pq = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or(path.clone());
+        let agg = &app.aggregator;
+        return match crate::aggregator::proxy::forward(
+            &remote.target,
+            &agg.front_proxy,
+            &user,
+            &parts.method,
+            &pq,
+            &parts.headers,
+            body,
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(error = %e, apiservice = %remote.apiservice, "aggregated request failed");
+                crate::aggregator::proxy::unavailable()
+            }
+        };
+    }
     let result = route(
         &app,
         &parts.method,
@@ -199,6 +224,61 @@ fn discovery_response(headers: &HeaderMap, v: &Value, content_type: &str) -> Res
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
     r
+}
+
+/// The aggregated API serving this request, if any.
+fn remote_of(app: &App, target: &Target) -> Option<crate::aggregator::Remote> {
+    match target {
+        Target::Resource { group, version, .. }
+        | Target::GroupVersion(group, version)
+        | Target::OpenApiDoc(group, version)
+            if !group.is_empty() =>
+        {
+            app.aggregator.lookup(group, version)
+        }
+        _ => None,
+    }
+}
+
+/// Adds the aggregated groups to a legacy `APIGroupList`.
+fn merge_remote_groups(app: &App, doc: &mut Value) {
+    let Some(groups) = doc.get_mut("groups").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for ((g, v), _) in app.aggregator.all() {
+        let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
+        match groups.iter_mut().find(|x| x["name"] == g.as_str()) {
+            Some(existing) => {
+                if let Some(vs) = existing.get_mut("versions").and_then(Value::as_array_mut) {
+                    vs.push(gv);
+                }
+            }
+            None => groups.push(json!({"name": g, "versions": [gv], "preferredVersion": gv})),
+        }
+    }
+}
+
+/// Adds the aggregated groups to an `APIGroupDiscoveryList`.
+fn merge_remote_aggregated(app: &App, doc: &mut Value) {
+    let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for ((g, v), remote) in app.aggregator.all() {
+        let entry = crate::aggregator::aggregated_version(&v, &remote.resources);
+        match items
+            .iter_mut()
+            .find(|x| x.pointer("/metadata/name") == Some(&json!(g)))
+        {
+            Some(existing) => {
+                if let Some(vs) = existing.get_mut("versions").and_then(Value::as_array_mut) {
+                    vs.push(entry);
+                }
+            }
+            None => items.push(
+                json!({"metadata": {"name": g, "creationTimestamp": null}, "versions": [entry]}),
+            ),
+        }
+    }
 }
 
 /// RBAC check of one request (`SimConfig::rbac`).
@@ -292,26 +372,46 @@ async fn route(
         Target::Api | Target::Apis => {
             let core = target == Target::Api;
             match discovery::negotiate(accept) {
-                Some(fmt) => Ok(discovery_response(
-                    headers,
-                    &discovery::aggregated(cat, core, fmt),
-                    &fmt.content_type(),
-                )),
+                Some(fmt) => {
+                    let mut doc = discovery::aggregated(cat, core, fmt);
+                    if !core {
+                        merge_remote_aggregated(app, &mut doc);
+                    }
+                    Ok(discovery_response(headers, &doc, &fmt.content_type()))
+                }
                 None if core => Ok(json_response(200, &discovery::api_versions())),
-                None => Ok(discovery_response(
-                    headers,
-                    &discovery::group_list(cat),
-                    "application/json",
-                )),
+                None => {
+                    let mut doc = discovery::group_list(cat);
+                    merge_remote_groups(app, &mut doc);
+                    Ok(discovery_response(headers, &doc, "application/json"))
+                }
             }
         }
-        Target::Group(g) => discovery::group(cat, &g)
-            .map(|v| json_response(200, &v))
-            .ok_or_else(ApiError::path_not_found),
+        Target::Group(g) => {
+            let mut list = discovery::group_list(cat);
+            merge_remote_groups(app, &mut list);
+            list.get("groups")
+                .and_then(Value::as_array)
+                .and_then(|gs| gs.iter().find(|x| x["name"] == g.as_str()))
+                .map(|found| {
+                    let mut v = found.clone();
+                    v["kind"] = json!("APIGroup");
+                    v["apiVersion"] = json!("v1");
+                    json_response(200, &v)
+                })
+                .ok_or_else(ApiError::path_not_found)
+        }
         Target::GroupVersion(g, v) => discovery::resource_list(cat, &g, &v)
             .map(|doc| json_response(200, &doc))
             .ok_or_else(ApiError::path_not_found),
-        Target::OpenApiIndex => Ok(json_response(200, &openapi::index(cat))),
+        Target::OpenApiIndex => {
+            let mut index = openapi::index(cat);
+            for ((g, v), _) in app.aggregator.all() {
+                let key = openapi::index_key(&g, &v);
+                index["paths"][&key] = json!({"serverRelativeURL": format!("/openapi/v3/{key}")});
+            }
+            Ok(json_response(200, &index))
+        }
         Target::OpenApiDoc(g, v) => {
             let doc = openapi::document(cat, &g, &v).ok_or_else(ApiError::path_not_found)?;
             let mut r = json_response(200, &doc);

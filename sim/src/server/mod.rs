@@ -39,6 +39,8 @@ pub struct App {
     pub rbac: bool,
     /// Where the process runner keeps pod logs (served as pods/log).
     pub logs_dir: Option<std::path::PathBuf>,
+    /// Aggregated APIs (APIServices backed by a Service).
+    pub aggregator: Arc<crate::aggregator::Aggregator>,
 }
 
 /// The router: one handler for every path, as the API's paths are data-driven.

@@ -1,5 +1,6 @@
 //! kube-sim's integration tests: API semantics through kube-rs and kubectl.
 
+mod aggregation;
 mod api;
 mod auth;
 mod cli;
