@@ -269,7 +269,9 @@ pub async fn sync(c: &Cluster, agg: &Aggregator) {
     }
 }
 
-/// Runs the availability controller every second (and at once on changes) until shutdown.
+/// Runs the availability controller until shutdown: at once when APIServices, Services or
+/// Endpoints change, else every 10 s (every second while one is unavailable), like
+/// kube-aggregator's resync.
 pub fn spawn(
     c: Arc<Cluster>,
     agg: Arc<Aggregator>,
@@ -277,17 +279,37 @@ pub fn spawn(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut notify = c.store.subscribe();
+        let mut cursor = c.store.rv();
+        let mut last = tokio::time::Instant::now();
+        let mut due = true;
         loop {
-            if c.store.count("apiregistration.k8s.io/apiservices") > 0 {
+            let services = c.store.count("apiregistration.k8s.io/apiservices");
+            if due && services > 0 {
                 sync(&c, &agg).await;
+                last = tokio::time::Instant::now();
             }
+            let period = if agg.all().len() < services {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_secs(10)
+            };
             tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                r = notify.changed() => if r.is_err() { return },
+                _ = tokio::time::sleep_until(last + period) => due = true,
+                r = notify.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    due = match c.store.events_since(cursor) {
+                        Ok(events) => events.iter().any(|e| matches!(
+                            &*e.storage,
+                            "apiregistration.k8s.io/apiservices" | "core/services" | "core/endpoints"
+                        )),
+                        Err(_) => true,
+                    };
+                    cursor = c.store.rv();
+                }
                 _ = async { let _ = shutdown.wait_for(|s| *s).await; } => return,
             }
-            // Coalesce bursts of changes.
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
 }
