@@ -1,3 +1,6 @@
-//! The kdoctor-reconciler test suite (one binary).
+//! The kdoctor-reconciler test suite (one binary): the pure round state machine, and the
+//! controller end to end in a simulated cluster with stand-in agents.
 
+mod flow;
 mod rounds;
+mod support;

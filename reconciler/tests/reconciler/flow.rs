@@ -1,0 +1,98 @@
+//! Tasks end to end in the simulated cluster: apply → carrier → rounds → reports in the store.
+
+use std::time::Duration;
+
+use kdoctor_api::task::{
+    LastRoundStatus, NetReach, RoundStatus, RuntimeStatus, TaskKind, TaskStatus,
+};
+use kdoctor_store::RoundResult;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+
+use crate::support::{Cluster, ClusterConfig, eventually};
+
+/// A NetReach task as a user writes it.
+pub fn net_reach(name: &str, extra_spec: serde_json::Value) -> serde_json::Value {
+    let mut spec = serde_json::json!({
+        "schedule": {"schedule": "0 1", "roundTimeoutMinute": 1, "roundNumber": 1},
+        "request": {"durationInSecond": 1, "qps": 2, "perRequestTimeoutInMS": 500},
+        "target": {"endpoint": true, "clusterIP": true, "nodePort": false}
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        for (k, v) in extra {
+            spec.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::json!({
+        "apiVersion": "kdoctor.io/v1beta1",
+        "kind": "NetReach",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+/// Applies a task (server-side apply, as `kubectl apply --server-side` does).
+pub async fn apply<K>(cluster: &Cluster, name: &str, object: &serde_json::Value)
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    Api::<K>::all(cluster.client.clone())
+        .patch(name, &PatchParams::apply("test"), &Patch::Apply(object))
+        .await
+        .expect("apply task");
+}
+
+/// Waits until the task's status satisfies `done`.
+pub async fn status_when(
+    cluster: &Cluster,
+    name: &str,
+    limit: Duration,
+    what: &str,
+    done: impl Fn(&TaskStatus) -> bool,
+) -> TaskStatus {
+    eventually(limit, what, || async {
+        cluster
+            .task::<NetReach>(name)
+            .await
+            .and_then(|t| t.status)
+            .filter(|s| done(s))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_net_reach_task_on_the_default_agent_runs_its_round_and_every_node_report_is_stored() {
+    let cluster = Cluster::start(ClusterConfig::default()).await;
+    apply::<NetReach>(&cluster, "reach", &net_reach("reach", serde_json::json!({}))).await;
+    let status = status_when(&cluster, "reach", Duration::from_secs(30), "the round to finish", |s| s.finish).await;
+
+    assert_eq!(status.expected_round, Some(1));
+    assert_eq!(status.done_round, Some(1));
+    assert_eq!(status.last_round_status, Some(LastRoundStatus::Succeed));
+    let record = &status.history.as_ref().expect("history")[0];
+    assert_eq!(record.status, RoundStatus::Succeed, "{record:?}");
+    assert_eq!(record.succeed_agent_node_list, ["node-1", "node-2", "node-3"]);
+    assert!(record.not_report_agent_node_list.is_empty());
+    assert_eq!(record.expected_actor_number, Some(3));
+    let resource = status.resource.as_ref().expect("resource");
+    assert_eq!(resource.runtime_name, "kdoctor-agent");
+    assert_eq!(resource.runtime_status, RuntimeStatus::Created);
+
+    // The store holds the incarnation, the round's summary and one report per node.
+    let tasks = cluster.store.find(TaskKind::NetReach, "reach");
+    assert_eq!(tasks.len(), 1);
+    let id = tasks[0].id;
+    let round = cluster.store.round(id, 1).expect("read").expect("round 1");
+    let summary = round.summary.expect("summary");
+    assert_eq!(summary.result, RoundResult::Succeed);
+    assert_eq!(summary.succeeded_nodes, 3);
+    let reports = cluster.store.reports(id, 1).expect("reports");
+    let nodes: Vec<&str> = reports.iter().map(|r| r.node.as_str()).collect();
+    assert_eq!(nodes, ["node-1", "node-2", "node-3"]);
+    // Harvested reports are acknowledged on the agents.
+    let stored = cluster.store.report(id, 1, "node-2").expect("read").expect("node-2");
+    assert_eq!(stored.task_uid.as_deref(), tasks[0].uid.as_str().into());
+}

@@ -1,0 +1,464 @@
+//! A simulated cluster with the real controller (reconciler, harvester, store) and stand-in
+//! agents: each agent pod gets the agent crate's real report API on its pod address, and a
+//! round runner that spools a report for every ongoing round of its carrier's tasks — what the
+//! agent's task watcher does, without the probing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
+use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kdoctor_agent::agent::{RunningAgent, start};
+use kdoctor_agent::config::AgentArgs;
+use kdoctor_agent::report_client::identity_from_pem;
+use kdoctor_api::config::Config;
+use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns, RoundStatus, TaskKind, TaskStatus};
+use kdoctor_apiserver::pki::Ca;
+use kdoctor_reconciler::controller::{Setup, run};
+use kdoctor_reconciler::leader::LeaseTiming;
+use kdoctor_reconciler::options::ControllerOptions;
+use kdoctor_store::{Store, StoreConfig};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use kube_sim::{Sim, SimConfig};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Namespace of the controller and the agents.
+pub const NAMESPACE: &str = "kdoctor";
+/// Report API port of the stand-in agents (each binds its own pod address).
+pub const REPORT_PORT: u16 = 3000;
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(what: &str) -> TempDir {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "kdoctor-reconciler-{what}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("temp dir");
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// How a stand-in agent behaves.
+#[derive(Default)]
+struct Behaviour {
+    /// Nodes whose agents never report.
+    silent: BTreeSet<String>,
+    /// Nodes whose agents report a failed round.
+    failing: BTreeSet<String>,
+}
+
+struct StandIn {
+    node: String,
+    carrier: String,
+    agent: RunningAgent,
+    written: BTreeSet<(String, i64)>,
+}
+
+/// The stand-in agents of the cluster.
+#[derive(Clone)]
+pub struct Agents {
+    behaviour: Arc<Mutex<Behaviour>>,
+    running: Arc<Mutex<BTreeMap<String, StandIn>>>,
+}
+
+impl Agents {
+    /// The agents on `node` stop reporting.
+    pub fn silence(&self, node: &str) {
+        self.behaviour.lock().unwrap().silent.insert(node.to_string());
+    }
+
+    /// The agents on `node` report failed rounds.
+    pub fn fail(&self, node: &str) {
+        self.behaviour.lock().unwrap().failing.insert(node.to_string());
+    }
+
+    /// Pods with a running stand-in agent.
+    pub fn pods(&self) -> Vec<String> {
+        self.running.lock().unwrap().keys().cloned().collect()
+    }
+}
+
+/// A simulated cluster with the controller running in-process.
+pub struct Cluster {
+    pub sim: Sim,
+    pub client: Client,
+    pub store: Arc<Store>,
+    pub agents: Agents,
+    pub ca: Ca,
+    pub options: ControllerOptions,
+    pub config: Config,
+    controller: Option<(watch::Sender<bool>, JoinHandle<()>)>,
+    _dir: TempDir,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// A second octet of 127.k.0.0/16 per simulated cluster of this test binary, so that stand-in
+/// agents of parallel tests never bind the same address.
+fn subnet() -> u8 {
+    static NEXT: AtomicU8 = AtomicU8::new(0);
+    40 + NEXT.fetch_add(1, Ordering::SeqCst) % 200
+}
+
+fn default_agent() -> DaemonSet {
+    let labels = BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "kdoctor-agent".to_string()),
+        ("app.kubernetes.io/component".to_string(), "agent".to_string()),
+    ]);
+    DaemonSet {
+        metadata: ObjectMeta {
+            name: Some("kdoctor-agent".into()),
+            namespace: Some(NAMESPACE.into()),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(DaemonSetSpec {
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "agent".into(),
+                        image: Some("kdoctor".into()),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DaemonSetSpec::default()
+        }),
+        ..DaemonSet::default()
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `limit` with `what`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn ongoing_rounds<K>(client: &Client) -> Vec<(String, String, i64, String)>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + kdoctor_reconciler::task::TaskObject,
+{
+    let api: Api<K> = Api::all(client.clone());
+    let Ok(list) = api.list(&ListParams::default()).await else {
+        return Vec::new();
+    };
+    list.items
+        .iter()
+        .filter_map(|task| {
+            let status: &TaskStatus = task.task_status()?;
+            let top = status.history.as_ref()?.first()?;
+            (top.status == RoundStatus::Ongoing).then(|| {
+                let carrier = status
+                    .resource
+                    .as_ref()
+                    .map(|r| r.runtime_name.clone())
+                    .unwrap_or_default();
+                (
+                    task.name_any(),
+                    task.meta().uid.clone().unwrap_or_default(),
+                    top.round_number,
+                    carrier,
+                )
+            })
+        })
+        .collect()
+}
+
+impl Agents {
+    async fn tick(&self, client: &Client, dir: &Path, ca_file: &Path) {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+        let Ok(list) = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/component=agent"))
+            .await
+        else {
+            return;
+        };
+        let mut live = BTreeSet::new();
+        for pod in &list.items {
+            let Some(agent) = kdoctor_reconciler::readiness::agent_pod(pod) else {
+                continue;
+            };
+            live.insert(agent.name.clone());
+            if self.running.lock().unwrap().contains_key(&agent.name) || !agent.ready {
+                continue;
+            }
+            let mut args = AgentArgs::ephemeral(vec![agent.ip]);
+            args.report_dir = Some(dir.join(&agent.name));
+            args.report_port = REPORT_PORT;
+            args.tls_ca_cert = ca_file.to_path_buf();
+            args.node_name = Some(agent.node.clone());
+            args.pod_name = Some(agent.name.clone());
+            let Ok(running) = start(&args).await else {
+                continue;
+            };
+            let carrier = pod
+                .labels()
+                .get("app.kubernetes.io/name")
+                .cloned()
+                .unwrap_or_default();
+            self.running.lock().unwrap().insert(
+                agent.name.clone(),
+                StandIn {
+                    node: agent.node,
+                    carrier,
+                    agent: running,
+                    written: BTreeSet::new(),
+                },
+            );
+        }
+        self.running
+            .lock()
+            .unwrap()
+            .retain(|name, _| live.contains(name));
+
+        let mut rounds = Vec::new();
+        for (kind, list) in [
+            (TaskKind::NetReach, ongoing_rounds::<NetReach>(client).await),
+            (
+                TaskKind::AppHttpHealthy,
+                ongoing_rounds::<AppHttpHealthy>(client).await,
+            ),
+            (TaskKind::Netdns, ongoing_rounds::<Netdns>(client).await),
+        ] {
+            rounds.extend(list.into_iter().map(|r| (kind, r)));
+        }
+        let behaviour = self.behaviour.lock().unwrap();
+        let mut running = self.running.lock().unwrap();
+        for (kind, (task, uid, round, carrier)) in rounds {
+            for (pod, standin) in running.iter_mut() {
+                if standin.carrier != carrier
+                    || behaviour.silent.contains(&standin.node)
+                    || standin.written.contains(&(uid.clone(), round))
+                {
+                    continue;
+                }
+                let mut report =
+                    kdoctor_api::fixtures::net_reach_report(&standin.node, round, 2, round as u64);
+                report.pod_name = pod.clone();
+                report.task_uid = Some(uid.clone());
+                if behaviour.failing.contains(&standin.node) {
+                    report.round_result = "fail".into();
+                    report.failed_reason = Some("test AgentPodV4IP: failed".into());
+                }
+                let expiry = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
+                if let Some(spool) = &standin.agent.spool
+                    && spool
+                        .write(kind, &task, &standin.node, &report, expiry)
+                        .is_ok()
+                {
+                    standin.written.insert((uid.clone(), round));
+                }
+            }
+        }
+    }
+}
+
+/// Settings of a test cluster.
+pub struct ClusterConfig {
+    pub nodes: usize,
+    pub default_agent: bool,
+    pub election: bool,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            nodes: 3,
+            default_agent: true,
+            election: false,
+        }
+    }
+}
+
+impl Cluster {
+    /// Starts a cluster, its stand-in agents and the controller.
+    pub async fn start(settings: ClusterConfig) -> Cluster {
+        let sim = Sim::start(SimConfig {
+            nodes: settings.nodes,
+            subnet: Some(subnet()),
+            ..SimConfig::default()
+        })
+        .await
+        .expect("simulated cluster");
+        let client = sim.client().await.expect("client");
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &Namespace {
+                    metadata: ObjectMeta {
+                        name: Some(NAMESPACE.into()),
+                        ..ObjectMeta::default()
+                    },
+                    ..Namespace::default()
+                },
+            )
+            .await
+            .expect("namespace");
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in kdoctor_api::crd::crds() {
+            crds.create(&PostParams::default(), &crd).await.expect("CRD");
+        }
+        if settings.default_agent {
+            let dss: Api<DaemonSet> = Api::namespaced(client.clone(), NAMESPACE);
+            dss.create(&PostParams::default(), &default_agent())
+                .await
+                .expect("default agent");
+        }
+        let dir = TempDir::new("cluster");
+        let ca = Ca::generate("kdoctor-test-ca").expect("CA");
+        let ca_file = dir.0.join("ca.crt");
+        std::fs::write(&ca_file, &ca.pem.cert).expect("CA file");
+        let store = Arc::new(
+            Store::open(StoreConfig::new(dir.0.join("store"))).expect("store"),
+        );
+        let agents = Agents {
+            behaviour: Arc::default(),
+            running: Arc::default(),
+        };
+        let runner = {
+            let agents = agents.clone();
+            let client = client.clone();
+            let spool_dir = dir.0.join("agents");
+            tokio::spawn(async move {
+                loop {
+                    agents.tick(&client, &spool_dir, &ca_file).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        };
+        let mut options = ControllerOptions::new(NAMESPACE);
+        options.ports.report = REPORT_PORT;
+        options.poll = Duration::from_millis(300);
+        options.harvest_timeout = Duration::from_secs(2);
+        let config = Config {
+            task_poll_interval_in_second: 1,
+            enable_ipv6: false,
+            ..Config::default()
+        };
+        let mut cluster = Cluster {
+            sim,
+            client,
+            store,
+            agents,
+            ca,
+            options,
+            config,
+            controller: None,
+            _dir: dir,
+            tasks: vec![runner],
+        };
+        cluster.start_controller(settings.election, "controller-0");
+        cluster
+    }
+
+    /// Starts a controller replica; returns whether it leads (via the receiver).
+    pub fn spawn_controller(&self, election: bool, identity: &str) -> (watch::Sender<bool>, watch::Receiver<bool>, JoinHandle<()>) {
+        let harvester = self.ca.client("kdoctor-controller", &[]).expect("client cert");
+        let setup = Setup {
+            client: self.client.clone(),
+            store: self.store.clone(),
+            config: self.config.clone(),
+            options: self.options.clone(),
+            harvest_identity: identity_from_pem(&harvester.cert, &harvester.key).expect("identity"),
+            registry: prometheus::Registry::new(),
+            identity: identity.to_string(),
+            election: election.then(|| LeaseTiming {
+                lease_duration: Duration::from_secs(3),
+                renew: Duration::from_millis(500),
+            }),
+        };
+        let (stop_tx, mut stop_rx) = watch::channel(false);
+        let (leading_tx, leading_rx) = watch::channel(false);
+        let handle = tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            };
+            let _ = run(setup, leading_tx, stopped).await;
+        });
+        (stop_tx, leading_rx, handle)
+    }
+
+    fn start_controller(&mut self, election: bool, identity: &str) {
+        let (stop, _, handle) = self.spawn_controller(election, identity);
+        self.controller = Some((stop, handle));
+    }
+
+    /// Kills the controller (no graceful stop: as a crash).
+    pub async fn kill_controller(&mut self) {
+        if let Some((_, handle)) = self.controller.take() {
+            handle.abort();
+            let _ = handle.await;
+        }
+    }
+
+    /// Starts the controller again (same store).
+    pub fn restart_controller(&mut self) {
+        self.start_controller(false, "controller-1");
+    }
+
+    /// The task of kind `K` named `name`.
+    pub async fn task<K>(&self, name: &str) -> Option<K>
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
+        Api::<K>::all(self.client.clone()).get_opt(name).await.ok().flatten()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some((_, handle)) = &self.controller {
+            handle.abort();
+        }
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
