@@ -38,7 +38,8 @@ struct Args {
     /// Nodes node-1..M whose pods run as real processes (needs --agent-program).
     #[arg(long, default_value_t = 0)]
     agent_nodes: usize,
-    /// Program started for each pod on those nodes (e.g. target/debug/kdoctor).
+    /// Program started for each pod on those nodes (default: the kdoctor binary next to
+    /// kube-sim).
     #[arg(long)]
     agent_program: Option<PathBuf>,
     /// Arguments of the program ($(POD_IP) and the pod's other variables expanded); without
@@ -72,6 +73,26 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         watchers: usize,
     },
+}
+
+/// The agent program: as given, or `kdoctor` next to this binary when agent nodes are asked
+/// for (both are built into the same target directory).
+fn agent_program(args: &Args) -> anyhow::Result<Option<PathBuf>> {
+    if let Some(p) = &args.agent_program {
+        return Ok(Some(p.clone()));
+    }
+    if args.agent_nodes == 0 {
+        return Ok(None);
+    }
+    let beside = std::env::current_exe()
+        .context("locating kube-sim")?
+        .with_file_name("kdoctor");
+    anyhow::ensure!(
+        beside.exists(),
+        "--agent-nodes needs --agent-program, or a kdoctor binary next to kube-sim ({}): cargo build -p kdoctor",
+        beside.display()
+    );
+    Ok(Some(beside))
 }
 
 async fn wait_for_stop() -> anyhow::Result<()> {
@@ -142,14 +163,12 @@ async fn main() -> anyhow::Result<()> {
         traffic: args.traffic,
         rbac: args.rbac,
         agent_nodes: args.agent_nodes,
-        runner: args
-            .agent_program
-            .map(|program| kube_sim::runner::RunnerConfig {
-                program,
-                args: args.agent_args.clone(),
-                selector: args.agent_selector.clone(),
-                work_dir: args.work_dir.clone(),
-            }),
+        runner: agent_program(&args)?.map(|program| kube_sim::runner::RunnerConfig {
+            program,
+            args: args.agent_args.clone(),
+            selector: args.agent_selector.clone(),
+            work_dir: args.work_dir.clone(),
+        }),
         ..Default::default()
     };
     let sim = kube_sim::Sim::start(cfg)
