@@ -270,6 +270,7 @@ fn local_plan(task: &Task) -> Result<RoundPlan> {
                 schedule: Option<&SchedulePlan>| RoundPlan {
         kind,
         round: 1,
+        task_uid: None,
         node: node.clone(),
         pod: format!("kdoctor-probe-{}", std::process::id()),
         http: vec![],

@@ -28,6 +28,8 @@ pub struct RoundPlan {
     pub kind: TaskKind,
     /// Round number.
     pub round: i64,
+    /// UID of the task incarnation (reports carry it so a re-created task never gets them).
+    pub task_uid: Option<String>,
     /// Node of the agent.
     pub node: String,
     /// Agent pod.
@@ -270,6 +272,7 @@ pub async fn execute(plan: RoundPlan, metrics: Option<Metrics>) -> Report {
             verdict
         }
     };
+    report.task_uid = plan.task_uid.clone();
     report.round_result = if succeed {
         crate::report::ROUND_SUCCEED
     } else {

@@ -17,6 +17,7 @@ fn plan(kind: TaskKind, load: Load) -> RoundPlan {
     RoundPlan {
         kind,
         round: 3,
+        task_uid: Some("0b7f4c3e-uid".into()),
         node: "node-1".into(),
         pod: "kdoctor-agent-abc".into(),
         http: vec![],
@@ -99,6 +100,7 @@ async fn netreach_round_against_the_echo_targets() {
     );
     assert_eq!(result.running_load_total.net_reach_qps, 80);
     assert_eq!(report.round_number, 3);
+    assert_eq!(report.task_uid.as_deref(), Some("0b7f4c3e-uid"));
     assert_eq!(agent.echo.count("default"), 80);
 }
 
