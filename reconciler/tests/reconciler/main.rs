@@ -1,6 +1,7 @@
 //! The kdoctor-reconciler test suite (one binary): the pure round state machine, and the
 //! controller end to end in a simulated cluster with stand-in agents.
 
+mod carriers;
 mod flow;
 mod rounds;
 mod support;
