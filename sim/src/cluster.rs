@@ -451,7 +451,10 @@ impl Cluster {
                 "the name of the object does not match the name on the URL",
             ));
         }
-        let precondition = meta_str(&obj, "resourceVersion").map(String::from);
+        // An empty resourceVersion means an unconditional update.
+        let precondition = meta_str(&obj, "resourceVersion")
+            .filter(|rv| !rv.is_empty())
+            .map(String::from);
         self.write(info, ns, name, opts, precondition, move |_| Ok(obj))
     }
 
@@ -535,7 +538,9 @@ impl Cluster {
                 Err(e) => return Err(e),
             }
         }
-        let precondition = meta_str(&applied, "resourceVersion").map(String::from);
+        let precondition = meta_str(&applied, "resourceVersion")
+            .filter(|rv| !rv.is_empty())
+            .map(String::from);
         let mut no_manager = opts.clone();
         no_manager.field_manager = None;
         self.write(info, ns, name, &no_manager, precondition, |current| {

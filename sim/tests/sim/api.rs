@@ -82,6 +82,13 @@ async fn crud_conflicts_and_not_found_speak_like_the_real_server() {
         "Operation cannot be fulfilled on configmaps \"a\": the object has been modified; please apply your changes to the latest version and try again"
     );
 
+    // Without a resourceVersion (absent or empty) an update is unconditional.
+    for rv in [None, Some(String::new())] {
+        changed.metadata.resource_version = rv;
+        cms.replace("a", &PostParams::default(), &changed)
+            .await
+            .expect("unconditional update");
+    }
     cms.create(&PostParams::default(), &cm("b", json!({"tier": "y"})))
         .await
         .expect("create b");
