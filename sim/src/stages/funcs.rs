@@ -73,9 +73,29 @@ impl Funcs for ClusterFuncs<'_> {
                 let probed = dot.pointer("/spec/containers/0/readinessProbe").is_some();
                 Ok(json!(marked && probed))
             }
-            "NodeIPOf" => Ok(json!(
+            // kwok's names: NodeIPWith <node>, PodIPWith <node> <hostNetwork> <uid> <name> <ns>.
+            "NodeIPOf" | "NodeIPWith" => Ok(json!(
                 self.node_ip_of(args.first().and_then(Value::as_str).unwrap_or(""))
             )),
+            "PodIPWith" => {
+                let node = args.first().and_then(Value::as_str).unwrap_or("");
+                if args.get(1).and_then(Value::as_bool) == Some(true) {
+                    Ok(json!(self.node_ip_of(node)))
+                } else if let Some(ip) = dot
+                    .pointer("/status/podIP")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                {
+                    Ok(json!(ip))
+                } else {
+                    self.cluster
+                        .alloc()
+                        .pods
+                        .allocate()
+                        .map(|ip| json!(ip.to_string()))
+                        .ok_or_else(no_addr)
+                }
+            }
             "PodIP" => {
                 if dot.pointer("/spec/hostNetwork").and_then(Value::as_bool) == Some(true) {
                     let node = dot
