@@ -43,6 +43,33 @@ impl Funcs for ClusterFuncs<'_> {
         let no_addr = || TemplateError("address pool exhausted".into());
         Some(match name {
             "Now" => Ok(json!(crate::clock::now())),
+            // kwok's node helpers.
+            "NodeName" => Ok(dot
+                .pointer("/metadata/name")
+                .cloned()
+                .unwrap_or(Value::Null)),
+            "NodePort" => Ok(json!(10250)),
+            "Version" => Ok(json!(env!("CARGO_PKG_VERSION"))),
+            "NodeConditions" => Ok(json!([
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"},
+                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory", "message": "kubelet has sufficient memory available"},
+                {"type": "DiskPressure", "status": "False", "reason": "KubeletHasNoDiskPressure", "message": "kubelet has no disk pressure"},
+                {"type": "PIDPressure", "status": "False", "reason": "KubeletHasSufficientPID", "message": "kubelet has sufficient PID available"},
+                {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated", "message": "RouteController created a route"}
+            ])),
+            // YAML <value> <level>: the value as YAML, every line indented by `level` steps.
+            "YAML" => serde_yaml::to_string(args.first().unwrap_or(&Value::Null))
+                .map_err(|e| TemplateError(e.to_string()))
+                .map(|text| {
+                    let level = args.get(1).and_then(Value::as_u64).unwrap_or(0) as usize;
+                    let pad = "  ".repeat(level);
+                    let lines: Vec<String> = text
+                        .trim_end()
+                        .lines()
+                        .map(|l| format!("{pad}{l}"))
+                        .collect();
+                    json!(lines.join("\n"))
+                }),
             "NodeIP" => match internal_ip(dot) {
                 Some(ip) => Ok(json!(ip)),
                 None => self
