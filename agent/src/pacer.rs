@@ -118,8 +118,10 @@ pub struct PacerSummary {
 }
 
 /// Slots reached this long after the end of the run are not sent: the run is over, and a
-/// prober that cannot keep up must say so instead of stretching the run.
-pub const OVERRUN_GRACE: Duration = Duration::from_millis(100);
+/// prober that cannot keep up must say so instead of stretching the run. A second, so that a
+/// pod throttled by its CPU limit (CFS periods of 100 ms) sends late — and reports the
+/// lateness — rather than dropping requests.
+pub const OVERRUN_GRACE: Duration = Duration::from_secs(1);
 
 /// Hands out every slot of `schedule` at its due time, starting at `start`. Slots that are
 /// already due when the pacer wakes (it was late) are handed out at once, each with the same
@@ -269,7 +271,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn slots_past_the_end_are_not_sent() {
         let s = Schedule::new(10.0, Duration::from_secs(1)).unwrap();
-        let start = Instant::now() - Duration::from_millis(1500);
+        let start = Instant::now() - Duration::from_millis(2500);
         let summary = run(s, start, |_| true).await;
         assert_eq!(
             summary,

@@ -143,8 +143,10 @@ impl Spool {
         Ok(())
     }
 
-    /// Spools a round report; returns its name. A report of the same round and node replaces
-    /// the earlier one only if the expiry is the same (otherwise both are kept).
+    /// Spools a round report; returns its name. Never replaces a spooled report: names have
+    /// whole-second expiries, so a second report of the same task name, round and node in the
+    /// same second (a task deleted and re-created at once) gets the next free second instead of
+    /// overwriting one not harvested yet, or inheriting its acknowledgement.
     pub fn write(
         &self,
         kind: TaskKind,
@@ -154,7 +156,13 @@ impl Spool {
         expiry: Timestamp,
     ) -> Result<String, SpoolError> {
         let round = u64::try_from(report.round_number).unwrap_or(0);
-        let name = file_name(kind, task, round, node, expiry);
+        let mut expiry = expiry;
+        let mut name = file_name(kind, task, round, node, expiry);
+        while self.dir.join(&name).exists() || self.dir.join(format!("{name}{ACK_SUFFIX}")).exists()
+        {
+            expiry += jiff::SignedDuration::from_secs(1);
+            name = file_name(kind, task, round, node, expiry);
+        }
         self.check(&name)?;
         let bytes = serde_json::to_vec(report)?;
         self.write_atomically(&name, &bytes)?;

@@ -18,7 +18,7 @@ use crate::report::{
     RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY, TARGET_TYPE_NETDNS, TARGET_TYPE_NETREACH,
     app_http_detail, dns_detail, netreach_detail, round_report, task_result,
 };
-use crate::resource::Sampler;
+use crate::resource::{Sampler, Source};
 use crate::tls::{ServerTrust, client_config};
 
 /// Everything one agent needs to run one round of one task.
@@ -48,6 +48,8 @@ pub struct RoundPlan {
     pub round_timeout: Duration,
     /// Targets that could not be built (missing addresses): each fails the round.
     pub setup_failures: Vec<String>,
+    /// Where the report's CPU and memory come from (an agent: its cgroup).
+    pub resources: Source,
 }
 
 enum Done {
@@ -58,7 +60,7 @@ enum Done {
 /// Runs the round and returns its report (never an error: problems are the report's verdict).
 pub async fn execute(plan: RoundPlan, metrics: Option<Metrics>) -> Report {
     let started = jiff::Timestamp::now();
-    let sampler = Sampler::start(Duration::from_secs(1));
+    let sampler = Sampler::start_with(Duration::from_secs(1), plan.resources.clone());
     let mut failures = plan.setup_failures.clone();
     let mut set = JoinSet::new();
     let schedule = Plan::new(plan.load.qps, plan.load.duration, plan.load.timeout);

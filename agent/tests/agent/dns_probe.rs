@@ -15,6 +15,7 @@ const SECOND: Duration = Duration::from_secs(1);
 
 #[tokio::test]
 async fn unbound_udp_tcp_and_tls_both_families() {
+    let _shared = crate::support::shared().await;
     let unbound = Unbound::start();
     let v4: SocketAddr = ([127, 0, 0, 1], unbound.port).into();
     let v6: SocketAddr = format!("[::1]:{}", unbound.port).parse().unwrap();
@@ -56,6 +57,7 @@ async fn unbound_udp_tcp_and_tls_both_families() {
 
 #[tokio::test]
 async fn nxdomain_is_counted_once_as_a_failure() {
+    let _shared = crate::support::shared().await;
     let unbound = Unbound::start();
     let server: SocketAddr = ([127, 0, 0, 1], unbound.port).into();
     let m = probe_dns(
@@ -79,6 +81,7 @@ async fn nxdomain_is_counted_once_as_a_failure() {
 
 #[tokio::test]
 async fn tls_to_a_server_with_an_unknown_certificate_fails() {
+    let _shared = crate::support::shared().await;
     let unbound = Unbound::start();
     let tls: SocketAddr = ([127, 0, 0, 1], unbound.tls_port).into();
     let roots = read_roots(&crate::peers::Nginx::start().cert).unwrap();
@@ -95,6 +98,7 @@ async fn tls_to_a_server_with_an_unknown_certificate_fails() {
 
 #[tokio::test]
 async fn refused_tcp_and_silent_udp() {
+    let _shared = crate::support::shared().await;
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -135,6 +139,7 @@ async fn refused_tcp_and_silent_udp() {
 
 #[tokio::test]
 async fn the_agents_dns_test_server_over_udp_tcp_and_tls_with_forwarding() {
+    let _shared = crate::support::shared().await;
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
     use kdoctor_agent::agent::start;

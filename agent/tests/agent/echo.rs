@@ -7,6 +7,7 @@ use crate::support::{agent, fetch, pick};
 
 #[tokio::test]
 async fn get_echoes_the_request_on_both_paths_and_families() {
+    let _shared = crate::support::shared().await;
     let agent = agent().await;
     for v6 in [false, true] {
         let addr = pick(&agent.http, v6);
@@ -39,6 +40,7 @@ async fn get_echoes_the_request_on_both_paths_and_families() {
 
 #[tokio::test]
 async fn every_method_counts_and_delete_resets() {
+    let _shared = crate::support::shared().await;
     let agent = agent().await;
     let addr = pick(&agent.http, false);
     for method in ["PUT", "POST", "PATCH", "OPTIONS", "HEAD"] {
@@ -59,6 +61,7 @@ async fn every_method_counts_and_delete_resets() {
 
 #[tokio::test]
 async fn delay_is_applied_and_bad_delays_are_rejected() {
+    let _shared = crate::support::shared().await;
     let agent = agent().await;
     let addr = pick(&agent.http, false);
     let began = Instant::now();
@@ -80,6 +83,7 @@ async fn delay_is_applied_and_bad_delays_are_rejected() {
 
 #[tokio::test]
 async fn https_speaks_http2_by_alpn_and_http1_otherwise() {
+    let _shared = crate::support::shared().await;
     let agent = agent().await;
     for v6 in [false, true] {
         let addr = pick(&agent.https, v6);
@@ -92,6 +96,7 @@ async fn https_speaks_http2_by_alpn_and_http1_otherwise() {
 
 #[tokio::test]
 async fn health_and_metrics() {
+    let _shared = crate::support::shared().await;
     let agent = agent().await;
     let health = pick(&agent.health, false);
     for probe in ["startup", "readiness", "liveness"] {

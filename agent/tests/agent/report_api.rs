@@ -102,6 +102,7 @@ async fn call(
 
 #[tokio::test]
 async fn harvester_lists_fetches_and_acknowledges_with_a_ca_signed_certificate() {
+    let _shared = crate::support::shared().await;
     let dir = TempDir::new("report-api");
     let install = ca("kdoctor-ca");
     let other = ca("someone-else");
@@ -193,6 +194,7 @@ fn count_reports(dir: &Path) -> usize {
 #[test]
 fn killed_writer_leaves_only_complete_reports() {
     if let Ok(dir) = std::env::var(CHILD_DIR) {
+        // The child: write until killed (no lock: it is its own process).
         let spool = Spool::open(&dir).unwrap();
         let expiry = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(3600);
         for round in 1.. {
@@ -205,6 +207,7 @@ fn killed_writer_leaves_only_complete_reports() {
         }
         return;
     }
+    let _shared = crate::support::TIMED.blocking_read();
     let dir = TempDir::new("spool-kill");
     let spool_dir = dir.0.join("spool");
     let exe = std::env::current_exe().unwrap();

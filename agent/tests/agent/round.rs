@@ -27,6 +27,7 @@ fn plan(kind: TaskKind, load: Load) -> RoundPlan {
         tls: None,
         round_timeout: Duration::from_secs(30),
         setup_failures: vec![],
+        resources: kdoctor_agent::resource::Source::own_cgroup_or_process(),
     }
 }
 
@@ -40,6 +41,7 @@ fn load(secs: u64) -> Load {
 
 #[tokio::test]
 async fn netreach_round_against_the_echo_targets() {
+    let _shared = crate::support::shared().await;
     let agent = agent().await;
     let v4 = agent.http.iter().find(|a| a.is_ipv4()).copied().unwrap();
     let v6 = agent.http.iter().find(|a| a.is_ipv6()).copied().unwrap();
@@ -106,6 +108,7 @@ async fn netreach_round_against_the_echo_targets() {
 
 #[tokio::test]
 async fn netdns_round_against_unbound_is_spooled_for_the_harvester() {
+    let _shared = crate::support::shared().await;
     let unbound = Unbound::start();
     let spec = NetdnsSpec {
         target: Some(NetDnsTarget {
@@ -161,6 +164,7 @@ async fn netdns_round_against_unbound_is_spooled_for_the_harvester() {
 
 #[tokio::test]
 async fn a_round_that_overruns_its_timeout_fails() {
+    let _shared = crate::support::shared().await;
     let agent = agent().await;
     let url = format!("http://{}/?delay=300ms", agent.http[0]);
     let mut p = plan(TaskKind::AppHttpHealthy, load(2));

@@ -105,8 +105,14 @@ use kdoctor_agent::probe::http::{HttpProber, HttpRequestSpec, client_alpn};
 use kdoctor_agent::probe::{Measurement, Plan, Progress, run};
 use kdoctor_agent::tls::Identity;
 
-/// Timed tests take this lock so that they do not load the two cores at the same time.
-pub static TIMED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Timed tests hold this lock for writing, every other test for reading: a timed test runs
+/// alone in this binary, so the two cores carry no other test's load while it measures.
+pub static TIMED: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// The guard of an untimed test (see [`TIMED`]).
+pub async fn shared() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    TIMED.read().await
+}
 
 /// A GET of `url` with keep-alive, no expected status.
 pub fn http_spec(url: &str) -> HttpRequestSpec {
