@@ -28,7 +28,7 @@ enum Command {
     /// Serve the KdoctorReport API from a store (standalone, or delegated in a cluster).
     Apiserver(cmd::apiserver::Args),
     /// Run the controller: task reconcilers, harvester and the aggregated API server.
-    Controller(cmd::controller::Args),
+    Controller(Box<cmd::controller::Args>),
     /// Serve the probe targets (echo API over HTTP/HTTPS), health endpoints and metrics.
     Agent(cmd::agent::Args),
     /// Probe an HTTP(S) URL or a DNS server once from here, at a fixed rate.
