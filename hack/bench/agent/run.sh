@@ -9,9 +9,9 @@ for tool in nginx unbound dnsperf; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || {
     echo "missing $tool: apt-get install -y nginx unbound dnsperf" >&2; exit 2; }
 done
-OHA=${OHA:-$(command -v oha || echo /opt/oha/bin/oha)}
-[ -x "$OHA" ] || { echo "missing oha: cargo install oha --locked" >&2; exit 2; }
-(cd ../../.. && CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target} cargo build --release -q -p kdoctor)
-KDOCTOR=$(cd ../../.. && echo "${CARGO_TARGET_DIR:-$PWD/target}/release/kdoctor")
-cargo build --release -q
-exec ./target/release/kdoctor-bench-agent --kdoctor "$KDOCTOR" --oha "$OHA" "$@"
+OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
+[ -x "$OHA" ] || { echo "missing oha: cargo install oha --locked (or set OHA=/path/to/oha)" >&2; exit 2; }
+root=$(cd ../../.. && pwd)
+target=${CARGO_TARGET_DIR:-$root/target}
+(cd "$root" && CARGO_TARGET_DIR="$target" cargo build --release -q -p kdoctor)
+exec cargo run --release -q -- --kdoctor "$target/release/kdoctor" --oha "$OHA" "$@"
