@@ -22,9 +22,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use prometheus::Registry;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use crate::carrier::AGENT_COMPONENT;
 use crate::context::{Caches, Context};
+use crate::deletions;
 use crate::harvest::Harvester;
 use crate::leader::{Elector, LeaseTiming};
 use crate::metrics::ControllerMetrics;
@@ -70,8 +72,8 @@ fn agent_watch_config() -> watcher::Config {
     watcher::Config::default().labels(&format!("{APP_COMPONENT}={AGENT_COMPONENT}"))
 }
 
-/// A cache of `K` in `namespace`, filled by a watch that runs until the program ends.
-fn cache<K>(client: &Client, namespace: &str) -> reflector::Store<K>
+/// A cache of `K` in `namespace`, filled by a watch that runs in `tasks`.
+fn cache<K>(client: &Client, namespace: &str, tasks: &mut JoinSet<()>) -> reflector::Store<K>
 where
     K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
         + Clone
@@ -86,7 +88,7 @@ where
     let stream = reflector::reflector(writer, watcher(api, agent_watch_config()))
         .default_backoff()
         .touched_objects();
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
             if let Err(e) = item {
@@ -114,10 +116,6 @@ async fn run_kind<K: TaskObject>(
 ) {
     let client = ctx.client.clone();
     let namespace = ctx.options.namespace.clone();
-    tokio::spawn(crate::deletions::track::<K>(
-        client.clone(),
-        ctx.store.clone(),
-    ));
     let metrics = ctx.metrics.clone();
     Controller::new(Api::<K>::all(client.clone()), watcher::Config::default())
         .watches(
@@ -158,9 +156,13 @@ pub async fn run(
         setup.options.harvest_timeout,
     )?;
     let mut shutdown = std::pin::pin!(shutdown);
+    // Every background task of this run; dropping the set (return, or the run being aborted)
+    // stops them all, so a stopped controller stops renewing its Lease at once.
+    let mut tasks = JoinSet::new();
 
     // 1. Leadership.
     let mut lead = leading.subscribe();
+    let mut elected: Option<Elector> = None;
     if let Some(timing) = setup.election.clone() {
         let elector = Elector::new(
             setup.client.clone(),
@@ -170,7 +172,8 @@ pub async fn run(
             timing,
         );
         let sender = leading.clone();
-        tokio::spawn(async move { elector.run(sender).await });
+        elected = Some(elector.clone());
+        tasks.spawn(async move { elector.run(sender).await });
         tracing::info!(lease = LEASE_NAME, identity = %setup.identity, "waiting for leadership");
         tokio::select! {
             _ = &mut shutdown => return Ok(()),
@@ -188,10 +191,22 @@ pub async fn run(
     // 2. Caches of agent objects, then the controllers.
     let namespace = setup.options.namespace.clone();
     let caches = Caches {
-        pods: cache::<Pod>(&setup.client, &namespace),
-        daemonsets: cache::<DaemonSet>(&setup.client, &namespace),
-        deployments: cache::<Deployment>(&setup.client, &namespace),
+        pods: cache::<Pod>(&setup.client, &namespace, &mut tasks),
+        daemonsets: cache::<DaemonSet>(&setup.client, &namespace, &mut tasks),
+        deployments: cache::<Deployment>(&setup.client, &namespace, &mut tasks),
     };
+    tasks.spawn(deletions::track::<NetReach>(
+        setup.client.clone(),
+        setup.store.clone(),
+    ));
+    tasks.spawn(deletions::track::<AppHttpHealthy>(
+        setup.client.clone(),
+        setup.store.clone(),
+    ));
+    tasks.spawn(deletions::track::<Netdns>(
+        setup.client.clone(),
+        setup.store.clone(),
+    ));
     for ready in [
         caches.pods.wait_until_ready().await.is_ok(),
         caches.daemonsets.wait_until_ready().await.is_ok(),
@@ -242,5 +257,11 @@ pub async fn run(
     // Let in-flight reconciles finish (bounded).
     let _ = tokio::time::timeout(Duration::from_secs(10), &mut controllers).await;
     metrics.leader.set(0);
+    tasks.abort_all();
+    if let (Some(elector), Ok(())) = (&elected, &result)
+        && let Err(e) = elector.release().await
+    {
+        tracing::warn!(error = %e, "could not release the leader Lease");
+    }
     result
 }

@@ -134,6 +134,31 @@ impl Elector {
         }
     }
 
+    /// Gives the Lease up if this replica holds it (on a graceful stop), so a follower takes
+    /// over at once instead of after the Lease expires.
+    pub async fn release(&self) -> Result<(), kube::Error> {
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            return Ok(());
+        };
+        let Some(spec) = lease.spec.as_mut() else {
+            return Ok(());
+        };
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.renew_time = None;
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Campaigns until this replica leads, then keeps the Lease. `leading` says whether this
     /// replica leads; returns when leadership is lost (the Lease could not be renewed within its
     /// duration), after which the process should stop acting as leader.

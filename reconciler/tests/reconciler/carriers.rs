@@ -33,38 +33,84 @@ async fn a_daemonset_carrier_is_created_used_and_deleted_after_the_grace_period(
     })
     .await;
     let owner = &ds.metadata.owner_references.as_ref().expect("owner")[0];
-    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("NetReach", "own"));
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("NetReach", "own")
+    );
     assert_eq!(owner.controller, Some(true));
     let labels = ds.metadata.labels.clone().unwrap_or_default();
-    assert_eq!(labels.get("kdoctor.io/task-kind").map(String::as_str), Some("NetReach"));
-    assert_eq!(labels.get("kdoctor.io/task-name").map(String::as_str), Some("own"));
-    let args = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0]
+    assert_eq!(
+        labels.get("kdoctor.io/task-kind").map(String::as_str),
+        Some("NetReach")
+    );
+    assert_eq!(
+        labels.get("kdoctor.io/task-name").map(String::as_str),
+        Some("own")
+    );
+    let args = ds
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
         .args
         .clone()
         .unwrap_or_default();
-    assert!(args.contains(&"--task-kind=NetReach".to_string()), "{args:?}");
+    assert!(
+        args.contains(&"--task-kind=NetReach".to_string()),
+        "{args:?}"
+    );
     assert!(args.contains(&"--task-name=own".to_string()), "{args:?}");
     let v4 = eventually(Duration::from_secs(10), "the IPv4 Service", || async {
-        services.get_opt("kdoctor-netreach-own-ipv4").await.ok().flatten()
+        services
+            .get_opt("kdoctor-netreach-own-ipv4")
+            .await
+            .ok()
+            .flatten()
     })
     .await;
     let owner = &v4.metadata.owner_references.as_ref().expect("owner")[0];
-    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("DaemonSet", "kdoctor-netreach-own"));
-    assert!(services.get_opt("kdoctor-netreach-own-ipv6").await.unwrap().is_none(), "IPv6 is disabled");
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("DaemonSet", "kdoctor-netreach-own")
+    );
+    assert!(
+        services
+            .get_opt("kdoctor-netreach-own-ipv6")
+            .await
+            .unwrap()
+            .is_none(),
+        "IPv6 is disabled"
+    );
 
     // The round runs on the carrier's agents; then, grace 0, the carrier goes.
-    let status = status_when(&cluster, "own", Duration::from_secs(30), "the carrier to be deleted", |s| {
-        s.resource.as_ref().is_some_and(|r| r.runtime_status == RuntimeStatus::Deleted)
-    })
+    let status = status_when(
+        &cluster,
+        "own",
+        Duration::from_secs(30),
+        "the carrier to be deleted",
+        |s| {
+            s.resource
+                .as_ref()
+                .is_some_and(|r| r.runtime_status == RuntimeStatus::Deleted)
+        },
+    )
     .await;
     let record = &status.history.as_ref().unwrap()[0];
     assert_eq!(record.status, RoundStatus::Succeed, "{record:?}");
     assert_eq!(record.succeed_agent_node_list.len(), 3);
-    eventually(Duration::from_secs(10), "the DaemonSet and its Service to go", || async {
-        let ds = dss.get_opt("kdoctor-netreach-own").await.ok()?;
-        let svc = services.get_opt("kdoctor-netreach-own-ipv4").await.ok()?;
-        (ds.is_none() && svc.is_none()).then_some(())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the DaemonSet and its Service to go",
+        || async {
+            let ds = dss.get_opt("kdoctor-netreach-own").await.ok()?;
+            let svc = services.get_opt("kdoctor-netreach-own-ipv4").await.ok()?;
+            (ds.is_none() && svc.is_none()).then_some(())
+        },
+    )
     .await;
     // What was harvested stays.
     let id = cluster.store.find(TaskKind::NetReach, "own")[0].id;
@@ -87,15 +133,26 @@ async fn a_deployment_carrier_runs_its_replicas_and_goes_with_the_task() {
     );
     apply::<NetReach>(&cluster, "dep", &task).await;
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    let status = status_when(&cluster, "dep", Duration::from_secs(30), "round 1 to finish", |s| {
-        s.done_round == Some(1)
-    })
+    let status = status_when(
+        &cluster,
+        "dep",
+        Duration::from_secs(30),
+        "round 1 to finish",
+        |s| s.done_round == Some(1),
+    )
     .await;
     let record = &status.history.as_ref().unwrap()[1];
     assert_eq!(record.round_number, 1);
     assert_eq!(record.status, RoundStatus::Succeed, "{record:?}");
-    assert_eq!(record.expected_actor_number, Some(2), "one agent per replica's node");
-    let deployment = deployments.get("kdoctor-netreach-dep").await.expect("Deployment");
+    assert_eq!(
+        record.expected_actor_number,
+        Some(2),
+        "one agent per replica's node"
+    );
+    let deployment = deployments
+        .get("kdoctor-netreach-dep")
+        .await
+        .expect("Deployment");
     assert_eq!(deployment.spec.unwrap().replicas, Some(2));
 
     // Deleting the task removes its carrier at once (ownerReference), long before round 2.
@@ -112,12 +169,15 @@ async fn a_deployment_carrier_runs_its_replicas_and_goes_with_the_task() {
     })
     .await;
     let tasks = cluster.store.find(TaskKind::NetReach, "dep");
-    eventually(Duration::from_secs(10), "the store to mark the task deleted", || async {
-        cluster
-            .store
-            .by_uid(&tasks[0].uid)
-            .and_then(|t| t.deleted)
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the store to mark the task deleted",
+        || async { cluster.store.by_uid(&tasks[0].uid).and_then(|t| t.deleted) },
+    )
     .await;
-    assert_eq!(cluster.store.reports(tasks[0].id, 1).unwrap().len(), 2, "harvested reports stay");
+    assert_eq!(
+        cluster.store.reports(tasks[0].id, 1).unwrap().len(),
+        2,
+        "harvested reports stay"
+    );
 }

@@ -53,28 +53,50 @@ pub async fn status_when(
     what: &str,
     done: impl Fn(&TaskStatus) -> bool,
 ) -> TaskStatus {
-    eventually(limit, what, || async {
-        cluster
-            .task::<NetReach>(name)
-            .await
-            .and_then(|t| t.status)
-            .filter(|s| done(s))
-    })
-    .await
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let status = cluster.task::<NetReach>(name).await.and_then(|t| t.status);
+        if let Some(status) = status.as_ref().filter(|s| done(s)) {
+            return status.clone();
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!(
+                "timed out after {limit:?} waiting for {what}; last status: {}\n{}",
+                serde_json::to_string_pretty(&status).unwrap_or_default(),
+                cluster.dump().await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_net_reach_task_on_the_default_agent_runs_its_round_and_every_node_report_is_stored() {
     let cluster = Cluster::start(ClusterConfig::default()).await;
-    apply::<NetReach>(&cluster, "reach", &net_reach("reach", serde_json::json!({}))).await;
-    let status = status_when(&cluster, "reach", Duration::from_secs(30), "the round to finish", |s| s.finish).await;
+    apply::<NetReach>(
+        &cluster,
+        "reach",
+        &net_reach("reach", serde_json::json!({})),
+    )
+    .await;
+    let status = status_when(
+        &cluster,
+        "reach",
+        Duration::from_secs(30),
+        "the round to finish",
+        |s| s.finish,
+    )
+    .await;
 
     assert_eq!(status.expected_round, Some(1));
     assert_eq!(status.done_round, Some(1));
     assert_eq!(status.last_round_status, Some(LastRoundStatus::Succeed));
     let record = &status.history.as_ref().expect("history")[0];
     assert_eq!(record.status, RoundStatus::Succeed, "{record:?}");
-    assert_eq!(record.succeed_agent_node_list, ["node-1", "node-2", "node-3"]);
+    assert_eq!(
+        record.succeed_agent_node_list,
+        ["node-1", "node-2", "node-3"]
+    );
     assert!(record.not_report_agent_node_list.is_empty());
     assert_eq!(record.expected_actor_number, Some(3));
     let resource = status.resource.as_ref().expect("resource");
@@ -93,6 +115,10 @@ async fn a_net_reach_task_on_the_default_agent_runs_its_round_and_every_node_rep
     let nodes: Vec<&str> = reports.iter().map(|r| r.node.as_str()).collect();
     assert_eq!(nodes, ["node-1", "node-2", "node-3"]);
     // Harvested reports are acknowledged on the agents.
-    let stored = cluster.store.report(id, 1, "node-2").expect("read").expect("node-2");
+    let stored = cluster
+        .store
+        .report(id, 1, "node-2")
+        .expect("read")
+        .expect("node-2");
     assert_eq!(stored.task_uid.as_deref(), tasks[0].uid.as_str().into());
 }

@@ -3,5 +3,6 @@
 
 mod carriers;
 mod flow;
+mod robustness;
 mod rounds;
 mod support;

@@ -83,23 +83,31 @@ pub struct Agents {
 impl Agents {
     /// The agents on `node` stop reporting.
     pub fn silence(&self, node: &str) {
-        self.behaviour.lock().unwrap().silent.insert(node.to_string());
+        self.behaviour
+            .lock()
+            .unwrap()
+            .silent
+            .insert(node.to_string());
+    }
+
+    /// The agents on `node` report again.
+    pub fn unsilence(&self, node: &str) {
+        self.behaviour.lock().unwrap().silent.remove(node);
     }
 
     /// The agents on `node` report failed rounds.
     pub fn fail(&self, node: &str) {
-        self.behaviour.lock().unwrap().failing.insert(node.to_string());
-    }
-
-    /// Pods with a running stand-in agent.
-    pub fn pods(&self) -> Vec<String> {
-        self.running.lock().unwrap().keys().cloned().collect()
+        self.behaviour
+            .lock()
+            .unwrap()
+            .failing
+            .insert(node.to_string());
     }
 }
 
 /// A simulated cluster with the controller running in-process.
 pub struct Cluster {
-    pub sim: Sim,
+    _sim: Sim,
     pub client: Client,
     pub store: Arc<Store>,
     pub agents: Agents,
@@ -107,6 +115,8 @@ pub struct Cluster {
     pub options: ControllerOptions,
     pub config: Config,
     controller: Option<(watch::Sender<bool>, JoinHandle<()>)>,
+    /// Whether the cluster's own controller leads.
+    pub leading: watch::Receiver<bool>,
     _dir: TempDir,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -120,8 +130,14 @@ fn subnet() -> u8 {
 
 fn default_agent() -> DaemonSet {
     let labels = BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), "kdoctor-agent".to_string()),
-        ("app.kubernetes.io/component".to_string(), "agent".to_string()),
+        (
+            "app.kubernetes.io/name".to_string(),
+            "kdoctor-agent".to_string(),
+        ),
+        (
+            "app.kubernetes.io/component".to_string(),
+            "agent".to_string(),
+        ),
     ]);
     DaemonSet {
         metadata: ObjectMeta {
@@ -316,6 +332,14 @@ impl Default for ClusterConfig {
 impl Cluster {
     /// Starts a cluster, its stand-in agents and the controller.
     pub async fn start(settings: ClusterConfig) -> Cluster {
+        // Controller logs in the test's output (shown for failing tests); RUST_LOG overrides.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "kdoctor_reconciler=debug".into()),
+            )
+            .with_test_writer()
+            .try_init();
         let sim = Sim::start(SimConfig {
             nodes: settings.nodes,
             subnet: Some(subnet()),
@@ -340,7 +364,9 @@ impl Cluster {
             .expect("namespace");
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in kdoctor_api::crd::crds() {
-            crds.create(&PostParams::default(), &crd).await.expect("CRD");
+            crds.create(&PostParams::default(), &crd)
+                .await
+                .expect("CRD");
         }
         if settings.default_agent {
             let dss: Api<DaemonSet> = Api::namespaced(client.clone(), NAMESPACE);
@@ -352,9 +378,7 @@ impl Cluster {
         let ca = Ca::generate("kdoctor-test-ca").expect("CA");
         let ca_file = dir.0.join("ca.crt");
         std::fs::write(&ca_file, &ca.pem.cert).expect("CA file");
-        let store = Arc::new(
-            Store::open(StoreConfig::new(dir.0.join("store"))).expect("store"),
-        );
+        let store = Arc::new(Store::open(StoreConfig::new(dir.0.join("store"))).expect("store"));
         let agents = Agents {
             behaviour: Arc::default(),
             running: Arc::default(),
@@ -380,7 +404,7 @@ impl Cluster {
             ..Config::default()
         };
         let mut cluster = Cluster {
-            sim,
+            _sim: sim,
             client,
             store,
             agents,
@@ -388,6 +412,7 @@ impl Cluster {
             options,
             config,
             controller: None,
+            leading: watch::channel(false).1,
             _dir: dir,
             tasks: vec![runner],
         };
@@ -396,8 +421,15 @@ impl Cluster {
     }
 
     /// Starts a controller replica; returns whether it leads (via the receiver).
-    pub fn spawn_controller(&self, election: bool, identity: &str) -> (watch::Sender<bool>, watch::Receiver<bool>, JoinHandle<()>) {
-        let harvester = self.ca.client("kdoctor-controller", &[]).expect("client cert");
+    pub fn spawn_controller(
+        &self,
+        election: bool,
+        identity: &str,
+    ) -> (watch::Sender<bool>, watch::Receiver<bool>, JoinHandle<()>) {
+        let harvester = self
+            .ca
+            .client("kdoctor-controller", &[])
+            .expect("client cert");
         let setup = Setup {
             client: self.client.clone(),
             store: self.store.clone(),
@@ -407,8 +439,10 @@ impl Cluster {
             registry: prometheus::Registry::new(),
             identity: identity.to_string(),
             election: election.then(|| LeaseTiming {
-                lease_duration: Duration::from_secs(3),
-                renew: Duration::from_millis(500),
+                // Generous for a loaded 2-core machine running many clusters at once: a
+                // renewal later than the Lease duration rightly hands leadership over.
+                lease_duration: Duration::from_secs(8),
+                renew: Duration::from_secs(1),
             }),
         };
         let (stop_tx, mut stop_rx) = watch::channel(false);
@@ -423,8 +457,9 @@ impl Cluster {
     }
 
     fn start_controller(&mut self, election: bool, identity: &str) {
-        let (stop, _, handle) = self.spawn_controller(election, identity);
+        let (stop, leading, handle) = self.spawn_controller(election, identity);
         self.controller = Some((stop, handle));
+        self.leading = leading;
     }
 
     /// Kills the controller (no graceful stop: as a crash).
@@ -440,6 +475,53 @@ impl Cluster {
         self.start_controller(false, "controller-1");
     }
 
+    /// The agent workloads and pods of the namespace, for failure messages.
+    pub async fn dump(&self) -> String {
+        use k8s_openapi::api::apps::v1::Deployment;
+        let mut out = String::new();
+        let params = ListParams::default();
+        if let Ok(list) = Api::<DaemonSet>::namespaced(self.client.clone(), NAMESPACE)
+            .list(&params)
+            .await
+        {
+            for ds in list.items {
+                out += &format!(
+                    "DaemonSet {} generation {:?} status {:?}\n",
+                    ds.name_any(),
+                    ds.metadata.generation,
+                    ds.status
+                );
+            }
+        }
+        if let Ok(list) = Api::<Deployment>::namespaced(self.client.clone(), NAMESPACE)
+            .list(&params)
+            .await
+        {
+            for d in list.items {
+                out += &format!(
+                    "Deployment {} generation {:?} status {:?}\n",
+                    d.name_any(),
+                    d.metadata.generation,
+                    d.status
+                );
+            }
+        }
+        if let Ok(list) = Api::<Pod>::namespaced(self.client.clone(), NAMESPACE)
+            .list(&params)
+            .await
+        {
+            for pod in list.items {
+                out += &format!(
+                    "Pod {} annotations {:?} status {:?}\n",
+                    pod.name_any(),
+                    pod.metadata.annotations,
+                    pod.status
+                );
+            }
+        }
+        out
+    }
+
     /// The task of kind `K` named `name`.
     pub async fn task<K>(&self, name: &str) -> Option<K>
     where
@@ -448,7 +530,11 @@ impl Cluster {
             + std::fmt::Debug
             + serde::de::DeserializeOwned,
     {
-        Api::<K>::all(self.client.clone()).get_opt(name).await.ok().flatten()
+        Api::<K>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
     }
 }
 

@@ -66,7 +66,7 @@ impl Scheduler {
                 &info,
                 ns,
                 name,
-                PatchType::Merge,
+                PatchType::Strategic,
                 &serde_json::to_vec(&patch).unwrap_or_default(),
                 &WriteOptions::manager(MANAGER).status(),
             );
@@ -89,12 +89,15 @@ impl Scheduler {
         )
         .is_ok()
         {
+            // Strategic merge (conditions keyed by type), as kube-scheduler patches: a merge
+            // patch would replace the list and drop the Ready condition a stage may already
+            // have set since the bind.
             let cond = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": crate::clock::now()}]}});
             let _ = c.patch(
                 &info,
                 ns,
                 name,
-                PatchType::Merge,
+                PatchType::Strategic,
                 &serde_json::to_vec(&cond).unwrap_or_default(),
                 &WriteOptions::manager(MANAGER).status(),
             );

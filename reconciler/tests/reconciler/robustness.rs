@@ -1,0 +1,227 @@
+//! Failures around a round: the task deleted or re-created mid-round, the controller killed and
+//! restarted mid-round, an agent dying mid-round, a second controller replica.
+
+use std::time::Duration;
+
+use k8s_openapi::api::events::v1::Event;
+use kdoctor_api::task::{NetReach, RoundStatus, TaskKind};
+use kdoctor_reconciler::reconcile::FAILURE_REASON_TASK_DELETED;
+use kdoctor_store::RoundResult;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+
+use crate::flow::{apply, net_reach, status_when};
+use crate::support::{Cluster, ClusterConfig, eventually};
+
+fn ongoing(s: &kdoctor_api::task::TaskStatus) -> bool {
+    s.history
+        .as_ref()
+        .and_then(|h| h.first())
+        .is_some_and(|r| r.status == RoundStatus::Ongoing)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_deleted_mid_round_keeps_its_reports_and_a_re_created_one_is_a_new_series() {
+    let cluster = Cluster::start(ClusterConfig::default()).await;
+    cluster.agents.silence("node-3");
+    apply::<NetReach>(
+        &cluster,
+        "again",
+        &net_reach("again", serde_json::json!({})),
+    )
+    .await;
+    status_when(
+        &cluster,
+        "again",
+        Duration::from_secs(20),
+        "round 1 to run",
+        ongoing,
+    )
+    .await;
+    let first = cluster.store.find(TaskKind::NetReach, "again")[0].clone();
+    eventually(Duration::from_secs(20), "two nodes' reports", || async {
+        (cluster.store.reports(first.id, 1).ok()?.len() == 2).then_some(())
+    })
+    .await;
+
+    Api::<NetReach>::all(cluster.client.clone())
+        .delete("again", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let summary = eventually(
+        Duration::from_secs(10),
+        "the round recorded as failed",
+        || async {
+            let task = cluster.store.by_uid(&first.uid)?;
+            task.deleted?;
+            cluster.store.round(first.id, 1).ok()??.summary
+        },
+    )
+    .await;
+    assert_eq!(summary.result, RoundResult::Fail);
+    assert_eq!(
+        summary.failure_reason.as_deref(),
+        Some(FAILURE_REASON_TASK_DELETED)
+    );
+    assert_eq!(summary.succeeded_nodes, 2);
+    assert_eq!(summary.not_reported, ["node-3"]);
+
+    // The same name again: a new incarnation with its own rounds; the old one stays readable.
+    apply::<NetReach>(
+        &cluster,
+        "again",
+        &net_reach("again", serde_json::json!({})),
+    )
+    .await;
+    status_when(
+        &cluster,
+        "again",
+        Duration::from_secs(20),
+        "the new round to run",
+        ongoing,
+    )
+    .await;
+    let both = cluster.store.find(TaskKind::NetReach, "again");
+    assert_eq!(both.len(), 2, "{both:?}");
+    let second = both
+        .iter()
+        .find(|t| t.uid != first.uid)
+        .expect("new incarnation");
+    assert!(second.deleted.is_none());
+    eventually(
+        Duration::from_secs(20),
+        "the new incarnation's reports",
+        || async { (cluster.store.reports(second.id, 1).ok()?.len() == 2).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        cluster.store.reports(first.id, 1).unwrap().len(),
+        2,
+        "nothing mixed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_restarted_mid_round_resumes_without_duplicating_or_skipping() {
+    let mut cluster = Cluster::start(ClusterConfig::default()).await;
+    cluster.agents.silence("node-1");
+    cluster.agents.silence("node-2");
+    cluster.agents.silence("node-3");
+    let task = net_reach(
+        "resume",
+        serde_json::json!({"schedule": {"schedule": "0 1", "roundTimeoutMinute": 1, "roundNumber": 2}}),
+    );
+    apply::<NetReach>(&cluster, "resume", &task).await;
+    status_when(
+        &cluster,
+        "resume",
+        Duration::from_secs(20),
+        "round 1 to run",
+        ongoing,
+    )
+    .await;
+    cluster.kill_controller().await;
+    // While the controller is away, the agents finish their round.
+    let agents = cluster.agents.clone();
+    for node in ["node-1", "node-2", "node-3"] {
+        agents.unsilence(node);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.restart_controller();
+    let status = status_when(
+        &cluster,
+        "resume",
+        Duration::from_secs(30),
+        "round 1 to finish",
+        |s| s.done_round == Some(1),
+    )
+    .await;
+    let history = status.history.as_ref().unwrap();
+    assert_eq!(history.len(), 2, "{history:?}");
+    assert_eq!(history[0].round_number, 2);
+    assert_eq!(history[0].status, RoundStatus::Notstarted);
+    assert_eq!(history[1].status, RoundStatus::Succeed, "{:?}", history[1]);
+    assert_eq!(history[1].succeed_agent_node_list.len(), 3);
+    let id = cluster.store.find(TaskKind::NetReach, "resume")[0].id;
+    assert_eq!(cluster.store.round_numbers(id), [1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_dying_mid_round_fails_only_its_node_at_the_deadline() {
+    let cluster = Cluster::start(ClusterConfig::default()).await;
+    cluster.agents.silence("node-2");
+    cluster.agents.fail("node-3");
+    apply::<NetReach>(&cluster, "dies", &net_reach("dies", serde_json::json!({}))).await;
+    // roundTimeoutMinute is at least 1: the deadline comes a minute after the start.
+    let status = status_when(
+        &cluster,
+        "dies",
+        Duration::from_secs(90),
+        "the deadline",
+        |s| s.finish,
+    )
+    .await;
+    let record = &status.history.as_ref().unwrap()[0];
+    assert_eq!(record.status, RoundStatus::Fail);
+    assert_eq!(record.succeed_agent_node_list, ["node-1"]);
+    assert_eq!(record.failed_agent_node_list, ["node-3"]);
+    assert_eq!(record.not_report_agent_node_list, ["node-2"]);
+    assert_eq!(record.failure_reason.as_deref(), Some("some agents failed"));
+    // Events tell the story.
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("dies"))
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(reasons.contains(&"RoundStarted".to_string()), "{reasons:?}");
+    assert!(reasons.contains(&"RoundFailed".to_string()), "{reasons:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_replica_stays_passive_until_the_leader_is_gone() {
+    let mut cluster = Cluster::start(ClusterConfig {
+        election: true,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let mut first = cluster.leading.clone();
+    tokio::time::timeout(Duration::from_secs(20), first.wait_for(|l| *l))
+        .await
+        .expect("the first replica leads")
+        .expect("leading");
+    let (_stop, mut second, handle) = cluster.spawn_controller(true, "controller-b");
+    apply::<NetReach>(&cluster, "one", &net_reach("one", serde_json::json!({}))).await;
+    status_when(
+        &cluster,
+        "one",
+        Duration::from_secs(30),
+        "the first task to finish",
+        |s| s.finish,
+    )
+    .await;
+    assert!(
+        !*second.borrow(),
+        "the second replica must not lead while the first does"
+    );
+
+    cluster.kill_controller().await;
+    tokio::time::timeout(Duration::from_secs(30), second.wait_for(|l| *l))
+        .await
+        .expect("the second replica takes over once the Lease expires")
+        .expect("leading");
+    apply::<NetReach>(&cluster, "two", &net_reach("two", serde_json::json!({}))).await;
+    status_when(
+        &cluster,
+        "two",
+        Duration::from_secs(30),
+        "the new leader to run a task",
+        |s| s.finish,
+    )
+    .await;
+    handle.abort();
+}
