@@ -282,6 +282,7 @@ fn local_plan(task: &Task) -> Result<RoundPlan> {
             60 * schedule.map(|s| s.round_timeout_minute).unwrap_or(1).max(1) as u64,
         ),
         setup_failures: vec![],
+        resources: kdoctor_agent::resource::Source::Process,
     };
     match task {
         Task::AppHttpHealthy(t) => {
