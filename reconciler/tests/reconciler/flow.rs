@@ -5,11 +5,12 @@ use std::time::Duration;
 use kdoctor_api::task::{
     LastRoundStatus, NetReach, RoundStatus, RuntimeStatus, TaskKind, TaskStatus,
 };
+use kdoctor_reconciler::task::TaskObject;
 use kdoctor_store::RoundResult;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 
-use crate::support::{Cluster, ClusterConfig, eventually};
+use crate::support::{Cluster, ClusterConfig};
 
 /// A NetReach task as a user writes it.
 pub fn net_reach(name: &str, extra_spec: serde_json::Value) -> serde_json::Value {
@@ -45,8 +46,19 @@ where
         .expect("apply task");
 }
 
-/// Waits until the task's status satisfies `done`.
+/// Waits until the NetReach task's status satisfies `done`.
 pub async fn status_when(
+    cluster: &Cluster,
+    name: &str,
+    limit: Duration,
+    what: &str,
+    done: impl Fn(&TaskStatus) -> bool,
+) -> TaskStatus {
+    kind_status_when::<NetReach>(cluster, name, limit, what, done).await
+}
+
+/// Waits until the status of the task of kind `K` satisfies `done`.
+pub async fn kind_status_when<K: TaskObject>(
     cluster: &Cluster,
     name: &str,
     limit: Duration,
@@ -55,7 +67,10 @@ pub async fn status_when(
 ) -> TaskStatus {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        let status = cluster.task::<NetReach>(name).await.and_then(|t| t.status);
+        let status = cluster
+            .task::<K>(name)
+            .await
+            .and_then(|t| t.task_status().cloned());
         if let Some(status) = status.as_ref().filter(|s| done(s)) {
             return status.clone();
         }
@@ -121,4 +136,65 @@ async fn a_net_reach_task_on_the_default_agent_runs_its_round_and_every_node_rep
         .expect("read")
         .expect("node-2");
     assert_eq!(stored.task_uid.as_deref(), tasks[0].uid.as_str().into());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn app_http_healthy_and_netdns_tasks_run_on_the_default_agent() {
+    use kdoctor_api::task::{AppHttpHealthy, Netdns};
+    let cluster = Cluster::start(ClusterConfig::default()).await;
+    let http = serde_json::json!({
+        "apiVersion": "kdoctor.io/v1beta1", "kind": "AppHttpHealthy",
+        "metadata": {"name": "web"},
+        "spec": {
+            "target": {"host": "http://127.0.0.1:9/", "method": "GET"},
+            "request": {"durationInSecond": 1, "qps": 2, "perRequestTimeoutInMS": 500},
+            "schedule": {"schedule": "0 1", "roundTimeoutMinute": 1, "roundNumber": 1},
+        }
+    });
+    let dns = serde_json::json!({
+        "apiVersion": "kdoctor.io/v1beta1", "kind": "Netdns",
+        "metadata": {"name": "dns"},
+        "spec": {
+            "target": {"targetDns": {"testIPv4": true, "testIPv6": false}},
+            "request": {"domain": "kubernetes.default.svc.cluster.local", "durationInSecond": 1, "qps": 2},
+            "schedule": {"schedule": "0 1", "roundTimeoutMinute": 1, "roundNumber": 1},
+        }
+    });
+    apply::<AppHttpHealthy>(&cluster, "web", &http).await;
+    apply::<Netdns>(&cluster, "dns", &dns).await;
+    for (kind, name) in [(TaskKind::AppHttpHealthy, "web"), (TaskKind::Netdns, "dns")] {
+        let status = match kind {
+            TaskKind::AppHttpHealthy => {
+                kind_status_when::<AppHttpHealthy>(
+                    &cluster,
+                    name,
+                    Duration::from_secs(30),
+                    "the round",
+                    |s| s.finish,
+                )
+                .await
+            }
+            _ => {
+                kind_status_when::<Netdns>(
+                    &cluster,
+                    name,
+                    Duration::from_secs(30),
+                    "the round",
+                    |s| s.finish,
+                )
+                .await
+            }
+        };
+        assert_eq!(
+            status.last_round_status,
+            Some(LastRoundStatus::Succeed),
+            "{kind}: {status:?}"
+        );
+        let task = &cluster.store.find(kind, name)[0];
+        assert_eq!(
+            cluster.store.reports(task.id, 1).unwrap().len(),
+            3,
+            "{kind}"
+        );
+    }
 }

@@ -3,6 +3,7 @@
 
 mod carriers;
 mod flow;
+mod invalid;
 mod robustness;
 mod rounds;
 mod support;
