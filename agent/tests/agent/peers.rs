@@ -109,7 +109,8 @@ impl Nginx {
         let config = format!(
             r#"
 daemon off;
-worker_processes 1;
+# One process: killing it (on drop) ends nginx; a master's workers would outlive a SIGKILL.
+master_process off;
 pid {d}/nginx.pid;
 error_log {d}/error.log warn;
 events {{ worker_connections 4096; }}

@@ -102,7 +102,7 @@ fn nginx() -> (Server, u16) {
     std::fs::create_dir_all(dir.join("www")).unwrap();
     std::fs::write(dir.join("www/index.html"), "x".repeat(100)).unwrap();
     let conf = format!(
-        "daemon off; worker_processes 1; pid {d}/pid; error_log {d}/error.log warn;
+        "daemon off; master_process off; pid {d}/pid; error_log {d}/error.log warn;
 events {{ worker_connections 16384; }}
 http {{ access_log off; keepalive_requests 1000000; client_body_temp_path {d}/b; proxy_temp_path {d}/p;
 fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
@@ -498,7 +498,7 @@ async fn main() {
 
     println!("## Agent\n");
     println!(
-        "`hack/bench/agent/run.sh --secs {secs}` ({cores} cores shared by the tools and the servers; nginx with one worker, unbound with one thread; release build).\n"
+        "`hack/bench/agent/run.sh --secs {secs}` ({cores} cores shared by the tools and the servers; nginx as one process, unbound with one thread; release build).\n"
     );
     println!(
         "### HTTP at a fixed {} requests/s for {secs} s, same nginx\n",
