@@ -19,15 +19,19 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::render))
         .route(
             "/healthz",
-            get(|State(s): State<AppState>, RawQuery(q): RawQuery| async move {
-                health::endpoint(&s, "healthz", q.as_deref())
-            }),
+            get(
+                |State(s): State<AppState>, RawQuery(q): RawQuery| async move {
+                    health::endpoint(&s, "healthz", q.as_deref())
+                },
+            ),
         )
         .route(
             "/livez",
-            get(|State(s): State<AppState>, RawQuery(q): RawQuery| async move {
-                health::endpoint(&s, "livez", q.as_deref())
-            }),
+            get(
+                |State(s): State<AppState>, RawQuery(q): RawQuery| async move {
+                    health::endpoint(&s, "livez", q.as_deref())
+                },
+            ),
         )
         .route(
             "/healthy/liveness",
@@ -35,9 +39,11 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/readyz",
-            get(|State(s): State<AppState>, RawQuery(q): RawQuery| async move {
-                health::endpoint(&s, "readyz", q.as_deref())
-            }),
+            get(
+                |State(s): State<AppState>, RawQuery(q): RawQuery| async move {
+                    health::endpoint(&s, "readyz", q.as_deref())
+                },
+            ),
         )
         .route(
             "/healthy/readiness",

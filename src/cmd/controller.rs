@@ -34,26 +34,52 @@ pub struct Args {
     #[arg(long = "listen", value_name = "ADDR", default_value = "0.0.0.0:6443")]
     listen: SocketAddr,
     /// Address of the plain-HTTP `/metrics` and health endpoints.
-    #[arg(long = "metrics-listen", value_name = "ADDR", default_value = "0.0.0.0:5721")]
+    #[arg(
+        long = "metrics-listen",
+        value_name = "ADDR",
+        default_value = "0.0.0.0:5721"
+    )]
     metrics_listen: SocketAddr,
     /// Serving certificate of the API server (PEM), reloaded when it changes; default: issued
     /// by a CA kept in the store directory.
-    #[arg(long = "tls-cert", visible_alias = "tls-server-cert", value_name = "FILE", requires = "tls_key")]
+    #[arg(
+        long = "tls-cert",
+        visible_alias = "tls-server-cert",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
     tls_cert: Option<PathBuf>,
     /// Serving key (PEM).
-    #[arg(long = "tls-key", visible_alias = "tls-server-key", value_name = "FILE", requires = "tls_cert")]
+    #[arg(
+        long = "tls-key",
+        visible_alias = "tls-server-key",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
     tls_key: Option<PathBuf>,
     /// The install's CA certificate: agents trust the harvester's client certificate it signs.
-    #[arg(long = "tls-ca-cert", value_name = "FILE", default_value = "/etc/tls/ca.crt")]
+    #[arg(
+        long = "tls-ca-cert",
+        value_name = "FILE",
+        default_value = "/etc/tls/ca.crt"
+    )]
     tls_ca_cert: PathBuf,
     /// The install's CA key (signs the harvester's client certificate; never leaves this pod).
-    #[arg(long = "tls-ca-key", value_name = "FILE", default_value = "/etc/tls/ca.key")]
+    #[arg(
+        long = "tls-ca-key",
+        value_name = "FILE",
+        default_value = "/etc/tls/ca.key"
+    )]
     tls_ca_key: PathBuf,
     /// `conf.yml` of the `kdoctor` ConfigMap; without it, upstream's Helm defaults.
     #[arg(long = "config-path", short = 'C', value_name = "FILE")]
     config_path: Option<PathBuf>,
     /// Namespace of the controller, the default agent and every carrier.
-    #[arg(long = "namespace", env = "ENV_POD_NAMESPACE", default_value = "kdoctor")]
+    #[arg(
+        long = "namespace",
+        env = "ENV_POD_NAMESPACE",
+        default_value = "kdoctor"
+    )]
     namespace: String,
     /// This replica's name (Lease holder, Event reporter).
     #[arg(long = "pod-name", env = "ENV_POD_NAME")]
@@ -84,7 +110,11 @@ pub struct Args {
     #[arg(long = "agent-ingress-class")]
     agent_ingress_class: Option<String>,
     /// Extra argument for carrier agents (repeatable), e.g. `--bind=$(POD_IP)`.
-    #[arg(long = "agent-extra-arg", value_name = "ARG", allow_hyphen_values = true)]
+    #[arg(
+        long = "agent-extra-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true
+    )]
     agent_extra_args: Vec<String>,
     /// Node selector of carrier pods, KEY=VALUE (repeatable).
     #[arg(long = "agent-node-selector", value_name = "KEY=VALUE")]
@@ -177,8 +207,14 @@ async fn controller(args: &Args) -> Result<ExitCode> {
     let config = config(args)?;
     let options = options(args)?;
     let ca = Ca::from_pem(Pem {
-        cert: read(&args.tls_ca_cert, "cannot read the install CA certificate --tls-ca-cert")?,
-        key: read(&args.tls_ca_key, "cannot read the install CA key --tls-ca-key")?,
+        cert: read(
+            &args.tls_ca_cert,
+            "cannot read the install CA certificate --tls-ca-cert",
+        )?,
+        key: read(
+            &args.tls_ca_key,
+            "cannot read the install CA key --tls-ca-key",
+        )?,
     })
     .context("the install CA (--tls-ca-cert, --tls-ca-key)")?;
     let harvester = ca

@@ -835,7 +835,10 @@ impl Store {
 
     /// The numbers of the stored rounds of a task, oldest first (from memory).
     pub fn round_numbers(&self, id: IncarnationId) -> Vec<u64> {
-        self.read_index().get(id).map(|e| e.rounds.keys().copied().collect()).unwrap_or_default()
+        self.read_index()
+            .get(id)
+            .map(|e| e.rounds.keys().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Every stored round of a task, oldest first.
