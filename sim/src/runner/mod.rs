@@ -8,6 +8,7 @@
 pub mod env;
 pub mod probe;
 pub mod process;
+pub mod volumes;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -138,7 +138,18 @@ impl Supervisor {
         } else {
             cfg.args.clone()
         };
-        let args: Vec<String> = raw_args.iter().map(|a| expand(a, &env)).collect();
+        let mounts = super::volumes::materialize(
+            &c,
+            pod,
+            &cfg.work_dir.join(format!("{ns}_{name}")).join("volumes"),
+        )?;
+        for (_, value) in env.iter_mut() {
+            *value = super::volumes::rewrite(value, &mounts);
+        }
+        let args: Vec<String> = raw_args
+            .iter()
+            .map(|a| super::volumes::rewrite(&expand(a, &env), &mounts))
+            .collect();
         let log = log_path(&cfg.work_dir, &ns, &name);
         let program = cfg.program.clone();
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
