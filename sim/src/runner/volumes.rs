@@ -1,5 +1,6 @@
-//! A pod process's volumes: the first container's Secret, ConfigMap and emptyDir mounts are
-//! written under the pod's work directory, and arguments and env values that name a path under a
+//! A pod process's volumes: the first container's Secret and ConfigMap mounts are written
+//! under the pod's work directory (emptyDir, hostPath and persistentVolumeClaim mounts are plain
+//! directories there, kept across process restarts), and arguments and env values that name a path under a
 //! mount path are rewritten to the written copy. Processes share the host's file system, so
 //! `/etc/tls/ca.crt` cannot be given to each of them; `--tls-ca-cert=/etc/tls/ca.crt` becomes
 //! `--tls-ca-cert=<work-dir>/<ns>_<pod>/volumes/tls/ca.crt` instead, which is what the manifests
@@ -179,12 +180,14 @@ mod tests {
         "volumes": [
             {"name": "tls", "secret": {"secretName": "ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
             {"name": "config", "configMap": {"name": "conf"}},
-            {"name": "reports", "emptyDir": {}}
+            {"name": "reports", "emptyDir": {}},
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
         ],
         "containers": [{"name": "c", "volumeMounts": [
             {"name": "tls", "mountPath": "/etc/tls"},
             {"name": "config", "mountPath": "/tmp/config-map"},
-            {"name": "reports", "mountPath": "/report"}
+            {"name": "reports", "mountPath": "/report"},
+            {"name": "data", "mountPath": "/var/lib/data"}
         ]}]}});
         let root = std::env::temp_dir().join(format!("kube-sim-volumes-{}", std::process::id()));
         let mounts = materialize(&c, &pod, &root).expect("materialize");
@@ -195,6 +198,10 @@ mod tests {
             "enableIPv6: false\n"
         );
         assert!(root.join("reports").is_dir());
+        assert!(
+            root.join("data").is_dir(),
+            "a claim is a directory of its own"
+        );
         assert_eq!(
             rewrite("--tls-ca-cert=/etc/tls/ca.crt", &mounts),
             format!("--tls-ca-cert={}/tls/ca.crt", root.display())
