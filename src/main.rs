@@ -27,6 +27,9 @@ enum Command {
     Store(cmd::store::Args),
     /// Serve the KdoctorReport API from a store (standalone, or delegated in a cluster).
     Apiserver(cmd::apiserver::Args),
+    /// Print the install's certificates (CA, controller serving certificate, APIService caBundle)
+    /// as Kubernetes objects, for `kubectl apply -f -`.
+    Certs(cmd::certs::Args),
     /// Run the controller: task reconcilers, harvester and the aggregated API server.
     Controller(Box<cmd::controller::Args>),
     /// Serve the probe targets (echo API over HTTP/HTTPS), health endpoints and metrics.
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(&args),
         Command::Store(args) => cmd::store::run(&args),
         Command::Apiserver(args) => cmd::apiserver::run(&args),
+        Command::Certs(args) => cmd::certs::run(&args),
         Command::Controller(args) => cmd::controller::run_command(&args),
         Command::Agent(args) => cmd::agent::run(&args),
         Command::Probe(args) => cmd::probe::run(&args),

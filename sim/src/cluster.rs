@@ -128,6 +128,8 @@ pub struct Cluster {
     pub catalogue: Catalogue,
     /// TokenReview and SubjectAccessReview tables.
     pub reviews: Reviews,
+    /// API requests served, by user, verb and resource.
+    pub requests: crate::requests::RequestLog,
     alloc: Mutex<Allocator>,
     rng: Mutex<Rng>,
 }
@@ -203,6 +205,7 @@ impl Cluster {
             store: Store::new(history),
             catalogue: Catalogue::with_builtins(),
             reviews: Reviews::default(),
+            requests: Default::default(),
             alloc: Mutex::new(alloc),
             rng: Mutex::new(Rng::new(seed)),
         }

@@ -30,6 +30,7 @@ pub mod listtype;
 pub mod net;
 pub mod patch;
 pub mod rbac;
+pub mod requests;
 pub mod resources;
 pub mod reviews;
 pub mod rng;

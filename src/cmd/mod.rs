@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod apiserver;
+pub mod certs;
 pub mod controller;
 pub mod crd;
 pub mod output;

@@ -130,6 +130,21 @@ async fn a_net_reach_task_on_the_default_agent_runs_its_round_and_every_node_rep
     let nodes: Vec<&str> = reports.iter().map(|r| r.node.as_str()).collect();
     assert_eq!(nodes, ["node-1", "node-2", "node-3"]);
     // Harvested reports are acknowledged on the agents.
+    // The controller alone writes the status, a constant number of times per round whatever
+    // the number of nodes: first sight (plan), start, end.
+    let status_writes: u64 = cluster
+        .sim
+        .cluster()
+        .requests
+        .snapshot()
+        .iter()
+        .filter(|(k, _)| k.user == "kdoctor-controller" && k.resource == "netreaches/status")
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        (2..=4).contains(&status_writes),
+        "{status_writes} status writes for one round"
+    );
     let stored = cluster
         .store
         .report(id, 1, "node-2")

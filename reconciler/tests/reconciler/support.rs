@@ -107,8 +107,10 @@ impl Agents {
 
 /// A simulated cluster with the controller running in-process.
 pub struct Cluster {
-    _sim: Sim,
+    pub sim: Sim,
     pub client: Client,
+    /// The controller's own identity (user `kdoctor-controller`), so its requests can be counted.
+    pub controller_client: Client,
     pub store: Arc<Store>,
     pub agents: Agents,
     pub ca: Ca,
@@ -394,6 +396,13 @@ impl Cluster {
                 }
             })
         };
+        let cert = sim
+            .client_cert("kdoctor-controller", &["system:masters"])
+            .expect("controller certificate");
+        let controller_client = sim
+            .client_with(&sim.kubeconfig_for(&cert))
+            .await
+            .expect("controller client");
         let mut options = ControllerOptions::new(NAMESPACE);
         options.ports.report = REPORT_PORT;
         options.poll = Duration::from_millis(300);
@@ -404,7 +413,8 @@ impl Cluster {
             ..Config::default()
         };
         let mut cluster = Cluster {
-            _sim: sim,
+            sim,
+            controller_client,
             client,
             store,
             agents,
@@ -431,7 +441,7 @@ impl Cluster {
             .client("kdoctor-controller", &[])
             .expect("client cert");
         let setup = Setup {
-            client: self.client.clone(),
+            client: self.controller_client.clone(),
             store: self.store.clone(),
             config: self.config.clone(),
             options: self.options.clone(),

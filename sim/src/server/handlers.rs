@@ -160,6 +160,31 @@ pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
             &["system:masters", "system:authenticated"],
         )
     });
+    let (resource, named) = match &target {
+        Target::Resource {
+            plural,
+            name,
+            subresource,
+            ..
+        } => (
+            match subresource {
+                Some(sub) => format!("{plural}/{sub}"),
+                None => plural.clone(),
+            },
+            name.is_some(),
+        ),
+        _ => (path.clone(), true),
+    };
+    app.cluster.requests.record(crate::requests::RequestKey {
+        user: user.username.clone(),
+        verb: crate::requests::verb(
+            parts.method.as_str(),
+            named,
+            matches!(query.get("watch"), Some("true" | "1")),
+        )
+        .to_string(),
+        resource,
+    });
     if let Some(remote) = remote_of(&app, &target) {
         let pq = parts
             .uri
