@@ -42,7 +42,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match &cli.command {
         // Servers in a cluster log JSON at info (ENV_LOG_LEVEL, as upstream; RUST_LOG wins).
-        Command::Controller(_) => logging::init(
+        Command::Controller(_) | Command::Agent(_) => logging::init(
             &std::env::var("ENV_LOG_LEVEL").unwrap_or_else(|_| "info".to_string()),
             true,
         ),

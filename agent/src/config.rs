@@ -104,6 +104,73 @@ impl AgentArgs {
     }
 }
 
+/// Which tasks the agent runs and where it finds what they probe (upstream's agent flags).
+/// Without `--default-agent` or `--task-kind` the agent only serves its targets.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct TaskArgs {
+    /// Run the rounds of every task without `agentSpec` (the default agent DaemonSet).
+    #[arg(long, conflicts_with = "task_kind")]
+    pub default_agent: bool,
+
+    /// Run the rounds of one task only: its kind (a task's own carrier).
+    #[arg(long, value_name = "KIND", requires = "task_name")]
+    pub task_kind: Option<kdoctor_api::task::TaskKind>,
+
+    /// The one task's name (with `--task-kind`).
+    #[arg(long, value_name = "NAME", requires = "task_kind")]
+    pub task_name: Option<String>,
+
+    /// The carrier's IPv4 Service (ClusterIP, NodePort and LoadBalancer targets); default: the
+    /// one the task's `status.resource` names.
+    #[arg(long, value_name = "NAME")]
+    pub service_ipv4_name: Option<String>,
+
+    /// The carrier's IPv6 Service.
+    #[arg(long, value_name = "NAME")]
+    pub service_ipv6_name: Option<String>,
+
+    /// `conf.yml` of the install (multus annotation key, Ingress and DaemonSet names);
+    /// default: upstream's values.
+    #[arg(long, short = 'C', value_name = "FILE")]
+    pub config_path: Option<PathBuf>,
+
+    /// Namespace of the agents, their Services and Ingresses.
+    #[arg(long, env = "ENV_POD_NAMESPACE", default_value = "kdoctor")]
+    pub namespace: String,
+
+    /// This node's address for NodePort targets (the pod's `status.hostIP`); default: the
+    /// Node object's last InternalIP of each family, as upstream.
+    #[arg(long, env = "ENV_LOCAL_NODE_IP", value_name = "IP")]
+    pub node_ip: Option<IpAddr>,
+
+    /// Label key selecting the cluster DNS Services in kube-system (Netdns `targetDns`).
+    #[arg(
+        long,
+        env = "ENV_DNS_SERVICE_SELECT_LABEL_KEY",
+        default_value = "kubernetes.io/name"
+    )]
+    pub dns_service_label_key: String,
+
+    /// Label value selecting the cluster DNS Services.
+    #[arg(
+        long,
+        env = "ENV_DNS_SERVICE_SELECT_LABEL_VALUE",
+        default_value = "CoreDNS"
+    )]
+    pub dns_service_label_value: String,
+
+    /// Hours a spooled report waits for the harvester before it is dropped.
+    #[arg(long, value_name = "HOURS", default_value_t = 24)]
+    pub report_expiry_hours: u64,
+}
+
+impl TaskArgs {
+    /// Whether the agent runs rounds at all.
+    pub fn runs_tasks(&self) -> bool {
+        self.default_agent || self.task_kind.is_some()
+    }
+}
+
 /// The host name, for `serverName` when no pod name is given.
 pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -2,6 +2,7 @@
 //! metrics) and the constant-rate HTTP and DNS prober that measures them.
 
 pub mod agent;
+pub mod cluster;
 pub mod config;
 pub mod dns_server;
 pub mod duration;

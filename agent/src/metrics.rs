@@ -16,6 +16,8 @@ pub struct Metrics {
     pub probe_requests: IntCounterVec,
     /// Planned probe requests that were not sent (in-flight cap reached or the run overran).
     pub probe_unsent: IntCounterVec,
+    /// Task rounds run and spooled, by kind and result.
+    pub rounds: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -57,6 +59,11 @@ impl Metrics {
             "Planned probe requests that were not sent, by kind.",
             &["kind"],
         );
+        let rounds = counter(
+            "rounds_total",
+            "Task rounds this agent ran, by task kind and result (succeed, fail).",
+            &["kind", "result"],
+        );
         let tls_handshake_failures = IntCounter::new(
             "target_tls_handshake_failures_total",
             "TLS handshakes that failed on the HTTPS probe-target server.",
@@ -72,6 +79,7 @@ impl Metrics {
             tls_handshake_failures,
             probe_requests,
             probe_unsent,
+            rounds,
         }
     }
 

@@ -106,14 +106,49 @@ pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
 
 /// A root store holding the certificates of a PEM file.
 pub fn read_roots(path: &Path) -> Result<RootCertStore, TlsError> {
+    roots_of(read_certs(path)?, &path.display().to_string())
+}
+
+fn roots_of(certs: Vec<CertificateDer<'static>>, source: &str) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
-    for cert in read_certs(path)? {
+    for cert in certs {
         roots.add(cert).map_err(|e| TlsError::File {
-            path: path.display().to_string(),
+            path: source.to_string(),
             problem: format!("not a usable CA certificate: {e}"),
         })?;
     }
     Ok(roots)
+}
+
+/// Every certificate of PEM text; `source` names where it came from (e.g. `Secret ns/name
+/// key ca.crt`) in errors.
+pub fn parse_certs(pem: &[u8], source: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let fail = |problem: String| TlsError::File {
+        path: source.to_string(),
+        problem,
+    };
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fail(format!("bad PEM certificate: {e}")))?;
+    if certs.is_empty() {
+        return Err(fail("no PEM certificate".to_string()));
+    }
+    Ok(certs)
+}
+
+/// A root store from PEM text.
+pub fn parse_roots(pem: &[u8], source: &str) -> Result<RootCertStore, TlsError> {
+    roots_of(parse_certs(pem, source)?, source)
+}
+
+/// An identity from PEM text: a certificate chain and its key.
+pub fn parse_identity(cert: &[u8], key: &[u8], source: &str) -> Result<Identity, TlsError> {
+    let certs = parse_certs(cert, source)?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsError::File {
+        path: source.to_string(),
+        problem: format!("no PEM private key: {e}"),
+    })?;
+    Ok(Identity { certs, key })
 }
 
 /// A server configuration offering HTTP/2 and HTTP/1.1 by ALPN; with `client_ca`, clients must

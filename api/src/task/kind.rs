@@ -106,14 +106,18 @@ impl Task {
         }
     }
 
-    /// `metadata.name` ("" when missing).
-    pub fn name(&self) -> &str {
-        let meta = match self {
+    /// `metadata`.
+    pub fn metadata(&self) -> &kube::core::ObjectMeta {
+        match self {
             Task::NetReach(t) => t.meta(),
             Task::AppHttpHealthy(t) => t.meta(),
             Task::Netdns(t) => t.meta(),
-        };
-        meta.name.as_deref().unwrap_or("")
+        }
+    }
+
+    /// `metadata.name` ("" when missing).
+    pub fn name(&self) -> &str {
+        self.metadata().name.as_deref().unwrap_or("")
     }
 
     /// `spec.schedule`.

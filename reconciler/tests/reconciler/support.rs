@@ -14,7 +14,8 @@ use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec, PodTemplate
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kdoctor_agent::agent::{RunningAgent, start};
-use kdoctor_agent::config::AgentArgs;
+use kdoctor_agent::cluster::runner::Runner;
+use kdoctor_agent::config::{AgentArgs, TaskArgs};
 use kdoctor_agent::report_client::identity_from_pem;
 use kdoctor_api::config::Config;
 use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns, RoundStatus, TaskKind, TaskStatus};
@@ -71,6 +72,16 @@ struct StandIn {
     carrier: String,
     agent: RunningAgent,
     written: BTreeSet<(String, i64)>,
+    /// The real agent's task loop, when the cluster runs real agents.
+    rounds: Option<JoinHandle<()>>,
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        if let Some(rounds) = &self.rounds {
+            rounds.abort();
+        }
+    }
 }
 
 /// The stand-in agents of the cluster.
@@ -78,6 +89,9 @@ struct StandIn {
 pub struct Agents {
     behaviour: Arc<Mutex<Behaviour>>,
     running: Arc<Mutex<BTreeMap<String, StandIn>>>,
+    /// Real agents: every pod serves the echo targets on its address and runs the agent's
+    /// task loop (watch, discover, probe through the simulated network, spool).
+    real: bool,
 }
 
 impl Agents {
@@ -249,8 +263,42 @@ impl Agents {
             args.tls_ca_cert = ca_file.to_path_buf();
             args.node_name = Some(agent.node.clone());
             args.pod_name = Some(agent.name.clone());
+            if self.real {
+                // The ports the carrier's Services and probes name (upstream's defaults).
+                let ports = ControllerOptions::new(NAMESPACE).ports;
+                args.app_http_port = ports.http;
+                args.app_https_port = ports.https;
+                args.health_port = ports.health;
+                args.metrics_port = ports.metrics;
+            }
             let Ok(running) = start(&args).await else {
                 continue;
+            };
+            let rounds = if self.real {
+                let labels = pod.labels();
+                let tasks = TaskArgs {
+                    default_agent: !labels.contains_key(kdoctor_api::labels::TASK_KIND),
+                    task_kind: labels
+                        .get(kdoctor_api::labels::TASK_KIND)
+                        .and_then(|k| k.parse().ok()),
+                    task_name: labels.get(kdoctor_api::labels::TASK_NAME).cloned(),
+                    namespace: NAMESPACE.to_string(),
+                    dns_service_label_key: "kubernetes.io/name".to_string(),
+                    dns_service_label_value: "CoreDNS".to_string(),
+                    report_expiry_hours: 1,
+                    ..TaskArgs::default()
+                };
+                let runner = Runner::new(
+                    client.clone(),
+                    &args,
+                    &tasks,
+                    running.spool.clone(),
+                    running.registry.clone(),
+                )
+                .expect("agent task loop");
+                runner.map(|r| tokio::spawn(Arc::new(r).run(client.clone())))
+            } else {
+                None
             };
             let carrier = pod
                 .labels()
@@ -264,6 +312,7 @@ impl Agents {
                     carrier,
                     agent: running,
                     written: BTreeSet::new(),
+                    rounds,
                 },
             );
         }
@@ -287,7 +336,8 @@ impl Agents {
         let mut running = self.running.lock().unwrap();
         for (kind, (task, uid, round, carrier)) in rounds {
             for (pod, standin) in running.iter_mut() {
-                if standin.carrier != carrier
+                if standin.rounds.is_some()
+                    || standin.carrier != carrier
                     || behaviour.silent.contains(&standin.node)
                     || standin.written.contains(&(uid.clone(), round))
                 {
@@ -319,6 +369,8 @@ pub struct ClusterConfig {
     pub nodes: usize,
     pub default_agent: bool,
     pub election: bool,
+    /// Real agents probing through the simulated network instead of fixture reports.
+    pub real_agents: bool,
 }
 
 impl Default for ClusterConfig {
@@ -327,6 +379,7 @@ impl Default for ClusterConfig {
             nodes: 3,
             default_agent: true,
             election: false,
+            real_agents: false,
         }
     }
 }
@@ -345,6 +398,7 @@ impl Cluster {
         let sim = Sim::start(SimConfig {
             nodes: settings.nodes,
             subnet: Some(subnet()),
+            traffic: settings.real_agents,
             ..SimConfig::default()
         })
         .await
@@ -384,6 +438,7 @@ impl Cluster {
         let agents = Agents {
             behaviour: Arc::default(),
             running: Arc::default(),
+            real: settings.real_agents,
         };
         let runner = {
             let agents = agents.clone();

@@ -1,0 +1,432 @@
+//! Reading what a round probes from the Kubernetes API when the round starts: the carrier's
+//! pods, Services, this node and the Ingress (NetReach), the cluster DNS Services (Netdns), and
+//! an AppHttpHealthy task's body ConfigMap and TLS Secret. Read-only: the agent writes nothing
+//! to the API.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use kdoctor_api::config::Config;
+use kdoctor_api::task::{AppHttpHealthySpec, NetDnsTargetDns, NetReachTarget, TaskResource};
+use kube::api::ListParams;
+use kube::{Api, Client};
+use rustls::ClientConfig;
+
+use super::addresses::{
+    Family, carrier_pods, dns_addresses, ingress_url, node_address, service_addresses,
+};
+use crate::config::TaskArgs;
+use crate::probe::http::client_alpn;
+use crate::round::targets::Carrier;
+use crate::tls::{ServerTrust, client_config, parse_identity, parse_roots};
+
+/// Something a round needs could not be read; the message names the object and the problem.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    /// The object does not exist.
+    #[error("{what} not found")]
+    NotFound {
+        /// Kind, namespace and name.
+        what: String,
+    },
+    /// The API server refused or failed.
+    #[error("cannot read {what}: {source}")]
+    Api {
+        /// Kind, namespace and name.
+        what: String,
+        /// The client's error.
+        source: kube::Error,
+    },
+    /// The object exists but cannot be used.
+    #[error("{what}: {problem}")]
+    Unusable {
+        /// Kind, namespace and name.
+        what: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+/// Reads one object; absence is an error that names it.
+async fn get<K>(api: &Api<K>, what: String, name: &str) -> Result<K, DiscoveryError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.get_opt(name).await {
+        Ok(Some(object)) => Ok(object),
+        Ok(None) => Err(DiscoveryError::NotFound { what }),
+        Err(source) => Err(DiscoveryError::Api { what, source }),
+    }
+}
+
+/// The agent's view of the cluster for round set-up.
+pub struct Discovery {
+    client: Client,
+    namespace: String,
+    node: String,
+    http_port: u16,
+    args: TaskArgs,
+    config: Config,
+    default_agent: bool,
+    /// Pod label selectors of carrier workloads by name (a workload's selector is immutable).
+    selectors: Mutex<HashMap<String, String>>,
+}
+
+impl Discovery {
+    /// Discovery for the agent on `node` whose echo target listens on `http_port`.
+    pub fn new(
+        client: Client,
+        node: String,
+        http_port: u16,
+        args: TaskArgs,
+        config: Config,
+    ) -> Discovery {
+        Discovery {
+            client,
+            namespace: args.namespace.clone(),
+            node,
+            http_port,
+            default_agent: args.default_agent,
+            args,
+            config,
+            selectors: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn namespaced<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn what(&self, kind: &str, name: &str) -> String {
+        format!("{kind} {}/{name}", self.namespace)
+    }
+
+    /// The label selector of the carrier workload's pods.
+    async fn pod_selector(&self, resource: &TaskResource) -> Result<String, DiscoveryError> {
+        let name = &resource.runtime_name;
+        if let Some(known) = self
+            .selectors
+            .lock()
+            .ok()
+            .and_then(|s| s.get(name).cloned())
+        {
+            return Ok(known);
+        }
+        let (what, selector) = if resource.runtime_type == "Deployment" {
+            let what = self.what("Deployment", name);
+            let d: Deployment = get(&self.namespaced(), what.clone(), name).await?;
+            (what, d.spec.map(|s| s.selector))
+        } else {
+            let what = self.what("DaemonSet", name);
+            let d: DaemonSet = get(&self.namespaced(), what.clone(), name).await?;
+            (what, d.spec.map(|s| s.selector))
+        };
+        let labels = selector.and_then(|s| s.match_labels).unwrap_or_default();
+        if labels.is_empty() {
+            return Err(DiscoveryError::Unusable {
+                what,
+                problem: "its selector has no matchLabels".to_string(),
+            });
+        }
+        let text = labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        if let Ok(mut known) = self.selectors.lock() {
+            known.insert(name.clone(), text.clone());
+        }
+        Ok(text)
+    }
+
+    /// This node's address of `family` for NodePort targets: `--node-ip` when it is of that
+    /// family, else the Node object's.
+    async fn node_ip(&self, family: Family) -> Result<Option<IpAddr>, DiscoveryError> {
+        if let Some(ip) = self.args.node_ip.filter(|ip| family.holds(ip)) {
+            return Ok(Some(ip));
+        }
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = get(&nodes, format!("Node {}", self.node), &self.node).await?;
+        Ok(node_address(&node, family))
+    }
+
+    /// A NetReach carrier's addresses as seen from this node, and the problems met (each
+    /// fails the round, as upstream's set-up errors do). Targets whose address is missing are
+    /// reported by the target builder with upstream's messages.
+    pub async fn netreach(
+        &self,
+        target: &NetReachTarget,
+        resource: Option<&TaskResource>,
+    ) -> (Carrier, Vec<String>) {
+        let mut carrier = Carrier {
+            http_port: self.http_port,
+            ..Carrier::default()
+        };
+        let mut problems = Vec::new();
+        let Some(resource) = resource else {
+            problems.push("the task has no status.resource (carrier) yet".to_string());
+            return (carrier, problems);
+        };
+        if target.endpoint {
+            match self.pod_selector(resource).await {
+                Ok(selector) => {
+                    let pods: Api<Pod> = self.namespaced();
+                    match pods.list(&ListParams::default().labels(&selector)).await {
+                        Ok(list) => {
+                            let key = target
+                                .multus_interface
+                                .then_some(self.config.multus_pod_annotation_key.as_str());
+                            let (found, multus_problems) = carrier_pods(&list.items, key);
+                            carrier.pods = found;
+                            problems.extend(multus_problems);
+                        }
+                        Err(e) => problems.push(format!("cannot list carrier pods: {e}")),
+                    }
+                }
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        let wants_service = target.cluster_ip || target.node_port || target.load_balancer;
+        let families = [
+            (
+                Family::V4,
+                target.ipv4,
+                0,
+                self.service_name(resource, Family::V4),
+            ),
+            (
+                Family::V6,
+                target.ipv6,
+                1,
+                self.service_name(resource, Family::V6),
+            ),
+        ];
+        for (family, wanted, i, name) in families {
+            let (true, true, Some(name)) = (wanted, wants_service, name) else {
+                continue;
+            };
+            let services: Api<Service> = self.namespaced();
+            let service = match get(&services, self.what("Service", &name), &name).await {
+                Ok(s) => s,
+                Err(DiscoveryError::NotFound { .. }) => continue,
+                Err(e) => {
+                    problems.push(e.to_string());
+                    continue;
+                }
+            };
+            let node_ip = if target.node_port {
+                match self.node_ip(family).await {
+                    Ok(ip) => ip,
+                    Err(e) => {
+                        problems.push(e.to_string());
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            let found = service_addresses(&service, family, node_ip);
+            carrier.cluster_ip[i] = found.cluster_ip;
+            carrier.node_port[i] = found.node_port;
+            carrier.load_balancer[i] = found.load_balancer;
+        }
+        if target.ingress
+            && target.ipv4
+            && let Some(v4) = &resource.service_name_v4
+        {
+            // Upstream: the default agent's Ingress is named in conf.yml, a carrier's like
+            // its IPv4 Service.
+            let name = if self.default_agent {
+                self.config.agent_ingress_name.clone()
+            } else {
+                v4.clone()
+            };
+            let ingresses: Api<Ingress> = self.namespaced();
+            match get(&ingresses, self.what("Ingress", &name), &name).await {
+                Ok(ingress) => carrier.ingress = ingress_url(&ingress),
+                Err(DiscoveryError::NotFound { .. }) => {}
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        (carrier, problems)
+    }
+
+    /// The Service of `family` the task names, else the flag's.
+    fn service_name(&self, resource: &TaskResource, family: Family) -> Option<String> {
+        match family {
+            Family::V4 => resource
+                .service_name_v4
+                .clone()
+                .or_else(|| self.args.service_ipv4_name.clone()),
+            Family::V6 => resource
+                .service_name_v6
+                .clone()
+                .or_else(|| self.args.service_ipv6_name.clone()),
+        }
+    }
+
+    /// The ClusterIPs of the DNS Service a Netdns `targetDns` names, or of the cluster DNS
+    /// Services in kube-system selected by label (upstream's `kubernetes.io/name=CoreDNS`).
+    pub async fn cluster_dns(&self, dns: &NetDnsTargetDns) -> Result<Vec<IpAddr>, DiscoveryError> {
+        let services = match &dns.service_name {
+            Some(name) => {
+                let namespace = dns.service_namespace.as_deref().unwrap_or("kube-system");
+                let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
+                vec![get(&api, format!("Service {namespace}/{name}"), name).await?]
+            }
+            None => {
+                let selector = format!(
+                    "{}={}",
+                    self.args.dns_service_label_key, self.args.dns_service_label_value
+                );
+                let what = format!("Services in kube-system labelled {selector}");
+                let api: Api<Service> = Api::namespaced(self.client.clone(), "kube-system");
+                let list = api
+                    .list(&ListParams::default().labels(&selector))
+                    .await
+                    .map_err(|source| DiscoveryError::Api {
+                        what: what.clone(),
+                        source,
+                    })?;
+                if list.items.is_empty() {
+                    return Err(DiscoveryError::NotFound { what });
+                }
+                list.items
+            }
+        };
+        Ok(dns_addresses(&services))
+    }
+
+    /// An AppHttpHealthy task's request body (its ConfigMap's data as a JSON object) and TLS
+    /// (its Secret: `ca.crt` turns verification on, `tls.crt` and `tls.key` are the client
+    /// certificate), read when the round starts as upstream does.
+    pub async fn app_http(
+        &self,
+        spec: &AppHttpHealthySpec,
+    ) -> Result<(Option<Bytes>, Option<Arc<ClientConfig>>), DiscoveryError> {
+        let target = &spec.target;
+        let body = match (
+            &target.body_configmap_name,
+            &target.body_configmap_namespace,
+        ) {
+            (Some(name), Some(namespace)) => {
+                let what = format!("ConfigMap {namespace}/{name}");
+                let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+                let map = get(&api, what.clone(), name).await?;
+                let data = map.data.unwrap_or_default();
+                let json = serde_json::to_vec(&data).map_err(|e| DiscoveryError::Unusable {
+                    what,
+                    problem: e.to_string(),
+                })?;
+                Some(Bytes::from(json))
+            }
+            _ => None,
+        };
+        let tls = match (&target.tls_secret_name, &target.tls_secret_namespace) {
+            (Some(name), Some(namespace)) => {
+                let what = format!("Secret {namespace}/{name}");
+                let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+                let secret = get(&api, what.clone(), name).await?;
+                Some(Arc::new(secret_tls(&secret, &what, target.http2)?))
+            }
+            _ => None,
+        };
+        Ok((body, tls))
+    }
+}
+
+/// The client TLS of an AppHttpHealthy Secret.
+fn secret_tls(secret: &Secret, what: &str, http2: bool) -> Result<ClientConfig, DiscoveryError> {
+    let data = secret.data.clone().unwrap_or_default();
+    let key = |k: &str| data.get(k).map(|b| b.0.clone());
+    let unusable = |problem: String| DiscoveryError::Unusable {
+        what: what.to_string(),
+        problem,
+    };
+    let trust = match key("ca.crt") {
+        Some(ca) => ServerTrust::Roots(
+            parse_roots(&ca, &format!("{what} key ca.crt")).map_err(|e| unusable(e.to_string()))?,
+        ),
+        None => ServerTrust::Any,
+    };
+    let identity = match (key("tls.crt"), key("tls.key")) {
+        (Some(cert), Some(private)) => Some(
+            parse_identity(&cert, &private, &format!("{what} keys tls.crt/tls.key"))
+                .map_err(|e| unusable(e.to_string()))?,
+        ),
+        (None, None) => None,
+        _ => {
+            return Err(unusable(
+                "tls.crt and tls.key must be given together".to_string(),
+            ));
+        }
+    };
+    client_config(trust, identity, client_alpn(http2)).map_err(|e| unusable(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::ByteString;
+
+    use super::*;
+
+    fn secret(keys: &[(&str, Vec<u8>)]) -> Secret {
+        Secret {
+            data: Some(
+                keys.iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.clone())))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..Secret::default()
+        }
+    }
+
+    #[test]
+    fn secret_tls_names_the_secret_and_key_in_errors() {
+        let identity = rcgen::generate_simple_self_signed(vec!["app.test".to_string()]).unwrap();
+        let cert = identity.cert.pem().into_bytes();
+        let key = identity.signing_key.serialize_pem().into_bytes();
+        assert!(secret_tls(&secret(&[]), "Secret a/b", false).is_ok());
+        assert!(
+            secret_tls(
+                &secret(&[
+                    ("ca.crt", cert.clone()),
+                    ("tls.crt", cert.clone()),
+                    ("tls.key", key)
+                ]),
+                "Secret a/b",
+                true
+            )
+            .is_ok()
+        );
+        let err = secret_tls(
+            &secret(&[("ca.crt", b"junk".to_vec())]),
+            "Secret a/b",
+            false,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("Secret a/b: Secret a/b key ca.crt:"),
+            "{err}"
+        );
+        let err = secret_tls(&secret(&[("tls.crt", cert)]), "Secret a/b", false)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "Secret a/b: tls.crt and tls.key must be given together"
+        );
+    }
+}

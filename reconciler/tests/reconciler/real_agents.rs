@@ -1,0 +1,249 @@
+//! The controller with real agents: every agent pod serves the echo targets on its address and
+//! runs the agent's task loop, which discovers the carrier through the API and probes pods,
+//! Services and the Ingress through the simulated network. Nothing is a fixture: the stored
+//! reports are what the probes measured.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kdoctor_api::report::Report;
+use kdoctor_api::task::{AppHttpHealthy, LastRoundStatus, NetReach, Netdns, TaskKind};
+use kube::Api;
+use kube::api::PostParams;
+
+use crate::flow::{apply, kind_status_when, net_reach};
+use crate::support::{Cluster, ClusterConfig, NAMESPACE};
+
+fn real(nodes: usize, default_agent: bool) -> ClusterConfig {
+    ClusterConfig {
+        nodes,
+        default_agent,
+        real_agents: true,
+        ..ClusterConfig::default()
+    }
+}
+
+/// Every node's stored report of round 1 of the task.
+fn stored_reports(cluster: &Cluster, kind: TaskKind, name: &str) -> Vec<Report> {
+    let task = &cluster.store.find(kind, name)[0];
+    cluster
+        .store
+        .reports(task.id, 1)
+        .expect("read reports")
+        .iter()
+        .map(|meta| {
+            cluster
+                .store
+                .report(task.id, 1, &meta.node)
+                .expect("read")
+                .expect("report")
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_net_reach_carrier_of_real_agents_reaches_pods_services_and_the_ingress() {
+    let cluster = Cluster::start(real(2, false)).await;
+    let task = net_reach(
+        "mesh",
+        serde_json::json!({
+            "agentSpec": {"kind": "DaemonSet", "terminationGracePeriodMinutes": 0},
+            "request": {"durationInSecond": 1, "qps": 5, "perRequestTimeoutInMS": 1000},
+            "target": {"endpoint": true, "clusterIP": true, "nodePort": true,
+                       "loadBalancer": true, "ingress": true, "ipv4": true, "ipv6": false},
+        }),
+    );
+    apply::<NetReach>(&cluster, "mesh", &task).await;
+    let status = kind_status_when::<NetReach>(
+        &cluster,
+        "mesh",
+        Duration::from_secs(60),
+        "the round to finish",
+        |s| s.finish,
+    )
+    .await;
+    let reports = stored_reports(&cluster, TaskKind::NetReach, "mesh");
+    let reasons: Vec<_> = reports.iter().map(|r| &r.failed_reason).collect();
+    assert_eq!(
+        status.last_round_status,
+        Some(LastRoundStatus::Succeed),
+        "{status:?}\nreasons: {reasons:?}"
+    );
+    assert_eq!(reports.len(), 2);
+    let uid = cluster.store.find(TaskKind::NetReach, "mesh")[0]
+        .uid
+        .clone();
+    for report in &reports {
+        assert_eq!(report.task_uid.as_deref(), Some(uid.as_str()));
+        assert!(
+            report.pod_name.starts_with("kdoctor-netreach-mesh-"),
+            "{}",
+            report.pod_name
+        );
+        let result = report.task_net_reach.as_ref().expect("NetReach result");
+        let names: Vec<&str> = result
+            .round_task_detail
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        // Two pods, then the Service three ways, then the Ingress — upstream's names.
+        assert_eq!(result.target_number, 6, "{names:?}");
+        assert_eq!(
+            names
+                .iter()
+                .filter(|n| n.starts_with("AgentPodV4IP_kdoctor-netreach-mesh-"))
+                .count(),
+            2,
+            "{names:?}"
+        );
+        for prefix in [
+            "AgentClusterV4IP_",
+            "AgentNodePortV4IP_",
+            "AgentLoadbalancerV4IP_",
+            "AgentIngress_v4_http://",
+        ] {
+            assert!(
+                names.iter().any(|n| n.starts_with(prefix)),
+                "{prefix} in {names:?}"
+            );
+        }
+        for detail in &result.round_task_detail {
+            let requests = &detail.request_target_metrics.requests;
+            assert!(
+                detail.request_succeed,
+                "{}: {:?}",
+                detail.name, detail.failure_reason
+            );
+            assert_eq!(requests.request_counts, 5, "{}", detail.name);
+            assert_eq!(requests.success_counts, 5, "{}", detail.name);
+            assert_eq!(
+                detail.request_target_metrics.status_codes.get(&200),
+                Some(&5),
+                "{}",
+                detail.name
+            );
+        }
+        // The NodePort target is this node's own address.
+        let node_port = names
+            .iter()
+            .find(|n| n.starts_with("AgentNodePortV4IP_"))
+            .expect("node port target");
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(cluster.client.clone());
+        let node = nodes.get(&report.node_name).await.expect("node");
+        let address = &node.status.expect("status").addresses.expect("addresses")[0].address;
+        assert!(
+            node_port.contains(address.as_str()),
+            "{node_port} on {address}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_agents_probe_an_app_with_its_configmap_body_and_the_cluster_dns() {
+    let cluster = Cluster::start(real(2, true)).await;
+    // The app: the echo target of the first default agent pod, found by its address.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let ip = crate::support::eventually(Duration::from_secs(20), "an agent pod address", || {
+        let pods = pods.clone();
+        async move {
+            let list = pods.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .find_map(|p| p.status.as_ref()?.pod_ip.clone())
+        }
+    })
+    .await;
+    let body = ConfigMap {
+        metadata: kube::core::ObjectMeta {
+            name: Some("body".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        data: Some([("hello".to_string(), "world".to_string())].into()),
+        ..ConfigMap::default()
+    };
+    Api::<ConfigMap>::namespaced(cluster.client.clone(), "default")
+        .create(&PostParams::default(), &body)
+        .await
+        .expect("body ConfigMap");
+    let http = serde_json::json!({
+        "apiVersion": "kdoctor.io/v1beta1", "kind": "AppHttpHealthy",
+        "metadata": {"name": "app"},
+        "spec": {
+            "target": {"host": format!("http://{ip}/?task=app"), "method": "PUT",
+                       "bodyConfigmapName": "body", "bodyConfigmapNamespace": "default"},
+            "request": {"durationInSecond": 1, "qps": 4, "perRequestTimeoutInMS": 1000},
+            "expect": {"statusCode": 200},
+            "schedule": {"schedule": "0 1", "roundTimeoutMinute": 1, "roundNumber": 1},
+        }
+    });
+    let dns = serde_json::json!({
+        "apiVersion": "kdoctor.io/v1beta1", "kind": "Netdns",
+        "metadata": {"name": "dns"},
+        "spec": {
+            "target": {"targetDns": {"testIPv4": true}},
+            "request": {"domain": "kubernetes.default.svc.cluster.local", "durationInSecond": 1,
+                        "qps": 4, "protocol": "udp"},
+            "schedule": {"schedule": "0 1", "roundTimeoutMinute": 1, "roundNumber": 1},
+        }
+    });
+    apply::<AppHttpHealthy>(&cluster, "app", &http).await;
+    apply::<Netdns>(&cluster, "dns", &dns).await;
+    let app = kind_status_when::<AppHttpHealthy>(
+        &cluster,
+        "app",
+        Duration::from_secs(60),
+        "the app round",
+        |s| s.finish,
+    )
+    .await;
+    let reports = stored_reports(&cluster, TaskKind::AppHttpHealthy, "app");
+    let reasons: Vec<_> = reports.iter().map(|r| &r.failed_reason).collect();
+    assert_eq!(
+        app.last_round_status,
+        Some(LastRoundStatus::Succeed),
+        "{reasons:?}"
+    );
+    assert_eq!(reports.len(), 2);
+    for report in &reports {
+        let detail = &report
+            .task_app_http_healthy
+            .as_ref()
+            .expect("result")
+            .round_task_detail[0];
+        assert_eq!(detail.method, "PUT");
+        assert_eq!(detail.request_target_metrics.requests.success_counts, 4);
+    }
+    let dns_status = kind_status_when::<Netdns>(
+        &cluster,
+        "dns",
+        Duration::from_secs(60),
+        "the DNS round",
+        |s| s.finish,
+    )
+    .await;
+    let reports = stored_reports(&cluster, TaskKind::Netdns, "dns");
+    let reasons: Vec<_> = reports.iter().map(|r| &r.failed_reason).collect();
+    assert_eq!(
+        dns_status.last_round_status,
+        Some(LastRoundStatus::Succeed),
+        "{reasons:?}"
+    );
+    for report in &reports {
+        let result = report.task_net_dns.as_ref().expect("result");
+        assert_eq!(result.round_task_detail.len(), 1);
+        let detail = &result.round_task_detail[0];
+        assert!(detail.name.starts_with("typeA_"), "{}", detail.name);
+        assert!(
+            detail
+                .name
+                .ends_with(":53_kubernetes.default.svc.cluster.local")
+        );
+        assert_eq!(detail.request_target_metrics.requests.success_counts, 4);
+        assert_eq!(
+            detail.request_target_metrics.reply_code.get("NOERROR"),
+            Some(&4)
+        );
+    }
+}
