@@ -56,7 +56,7 @@ trap cleanup EXIT
 k() { "$KUBECTL_BIN" --kubeconfig "$WORK/kubeconfig" --cache-dir "$WORK/kube-cache" "$@"; }
 
 step "starting a simulated cluster of $NODES nodes (pods of kdoctor run as real processes)"
-"$BIN/kube-sim" --nodes "$NODES" --agent-nodes "$NODES" --traffic \
+"$BIN/kube-sim" --nodes "$NODES" --agent-nodes "$NODES" --traffic --rbac \
   --agent-program "$BIN/kdoctor" \
   --agent-selector 'app.kubernetes.io/component in (agent,controller)' \
   --work-dir "$WORK/pods" --kubeconfig-out "$WORK/kubeconfig" >"$WORK/sim.log" 2>&1 &
@@ -74,8 +74,10 @@ k apply -f manifests/crds/ -f manifests/config.yaml -f manifests/rbac.yaml -f ma
 mkdir -p "$WORK/manifests"
 sed -e 's|        - --service-ipv4-name=kdoctor-agent-ipv4|&\n        - --bind=$(POD_IP)|' \
   manifests/agent.yaml >"$WORK/manifests/agent.yaml"
+# `$$(POD_IP)` stays `$(POD_IP)` in the controller's own arguments (Kubernetes expands
+# `$(VAR)`), so that each carrier pod expands it to its own address.
 sed -e 's|--listen=0.0.0.0:6443|--listen=$(POD_IP):6443|' \
-  -e 's|--metrics-listen=0.0.0.0:5721|--metrics-listen=$(POD_IP):5721\n        - --agent-extra-arg=--bind=$(POD_IP)\n        - --poll-seconds=1|' \
+  -e 's|--metrics-listen=0.0.0.0:5721|--metrics-listen=$(POD_IP):5721\n        - --agent-extra-arg=--bind=$$(POD_IP)\n        - --poll-seconds=1|' \
   manifests/controller.yaml >"$WORK/manifests/controller.yaml"
 grep -q -- '--bind=$(POD_IP)' "$WORK/manifests/agent.yaml" || { echo "e2e: cannot adapt agent.yaml" >&2; exit 2; }
 grep -q -- '--agent-extra-arg' "$WORK/manifests/controller.yaml" || { echo "e2e: cannot adapt controller.yaml" >&2; exit 2; }
@@ -113,10 +115,22 @@ k get kdoctorreport
 echo "netreach-task, per node:"
 k get kdoctorreport netreach-task -o jsonpath='{range .report.latestRoundReport[*]}{"  "}{.nodeName}{" "}{.roundResult}{"\n"}{end}'
 
+echo "netreach-e2e-carrier, targets probed by each node:"
+k get kdoctorreport netreach-e2e-carrier -o jsonpath='{range .report.latestRoundReport[*]}{"  "}{.nodeName}{":"}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestSucceedRate}{end}{"\n"}{end}'
+# Every node probes the three carrier pods, the Service three ways and the Ingress.
+targets="$(k get kdoctorreport netreach-e2e-carrier -o jsonpath='{range .report.latestRoundReport[*]}{.taskNetReach.targetNumber}{" "}{end}')"
+expected="$(for _ in $(seq "$NODES"); do printf '%s ' "$((NODES + 4))"; done)"
+if [ "$targets" != "$expected" ]; then
+  echo "e2e: expected $((NODES + 4)) targets per node on netreach-e2e-carrier, got: $targets" >&2
+  exit 1
+fi
+
 failed="$(k get netreach,apphttphealthy,netdns -o jsonpath='{range .items[?(@.status.lastRoundStatus!="succeed")]}{.kind}/{.metadata.name} {end}')"
 if [ -n "$failed" ]; then
   echo "e2e: rounds did not succeed: $failed" >&2
   k get netreach,apphttphealthy,netdns -o yaml >&2
+  echo "e2e: why, per node:" >&2
+  k get kdoctorreport -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{range .report.latestRoundReport[*]}{"  "}{.nodeName}{": "}{.reasonsForFailure}{"\n"}{end}{end}' >&2
   exit 1
 fi
 reports="$(k get kdoctorreport -o name | wc -l)"

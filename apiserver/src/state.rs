@@ -13,6 +13,7 @@ use crate::status::ApiError;
 #[derive(Clone)]
 pub struct AppState {
     store: Arc<RwLock<Option<Arc<Store>>>>,
+    opened: Arc<tokio::sync::Notify>,
     /// Authentication and authorization.
     pub auth: Arc<Auth>,
     /// Request metrics.
@@ -32,6 +33,7 @@ impl AppState {
     ) -> AppState {
         AppState {
             store: Arc::new(RwLock::new(None)),
+            opened: Arc::new(tokio::sync::Notify::new()),
             auth,
             metrics,
             health: Arc::new(Health::default()),
@@ -43,6 +45,22 @@ impl AppState {
     pub fn set_store(&self, store: Arc<Store>) {
         *self.store.write().unwrap_or_else(|p| p.into_inner()) = Some(store);
         self.health.set_store_open(true);
+        self.opened.notify_waiters();
+    }
+
+    /// The store once it is open (the server opens it in the background, retrying while
+    /// another process still holds it).
+    pub async fn wait_store(&self) -> Arc<Store> {
+        loop {
+            let opened = self.opened.notified();
+            tokio::pin!(opened);
+            // Registered before the check, so an open in between is not missed.
+            opened.as_mut().enable();
+            if let Ok(store) = self.store() {
+                return store;
+            }
+            opened.await;
+        }
     }
 
     /// The store, or a 503 while it is not open.

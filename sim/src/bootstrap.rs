@@ -70,6 +70,30 @@ pub fn run(c: &Cluster, pki: &Pki, api: std::net::SocketAddr) -> ApiResult<()> {
     )?;
     let cm = c.builtin("", "ConfigMap")?;
     c.create(&cm, "kube-system", auth_configmap(pki), &opts)?;
+    // The bootstrap roles an aggregated API server is bound to (kube-apiserver's own).
+    let cluster_role = c.builtin("rbac.authorization.k8s.io", "ClusterRole")?;
+    c.create(
+        &cluster_role,
+        "",
+        json!({
+            "metadata": {"name": "system:auth-delegator", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+            "rules": [
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+                {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}
+            ]
+        }),
+        &opts,
+    )?;
+    let role = c.builtin("rbac.authorization.k8s.io", "Role")?;
+    c.create(
+        &role,
+        "kube-system",
+        json!({
+            "metadata": {"name": "extension-apiserver-authentication-reader", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [AUTH_CONFIGMAP], "verbs": ["get", "list", "watch"]}]
+        }),
+        &opts,
+    )?;
     Ok(())
 }
 

@@ -182,6 +182,19 @@ fn spec_part(v: &Value) -> Value {
     c
 }
 
+/// Whether `name` is valid for objects of `info`: RBAC objects only need to be a path
+/// segment (`system:auth-delegator` bindings are common), everything else a DNS subdomain.
+fn is_valid_name(info: &ResourceInfo, name: &str) -> bool {
+    if info.group == "rbac.authorization.k8s.io" {
+        return !name.is_empty()
+            && name != "."
+            && name != ".."
+            && !name.contains('/')
+            && !name.contains('%');
+    }
+    is_dns_label_like(name)
+}
+
 fn is_dns_label_like(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
@@ -388,7 +401,7 @@ impl Cluster {
                 }
                 _ => given.clone(),
             };
-            if !is_dns_label_like(&name) {
+            if !is_valid_name(info, &name) {
                 return Err(ApiError::invalid(
                     info,
                     &name,

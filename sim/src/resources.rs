@@ -248,6 +248,18 @@ pub fn builtins() -> Vec<ResourceInfo> {
             subresources: &[],
             fields: &["type"],
         }),
+        // Stored only: no volumes are provisioned; the runner gives a claim's mount a
+        // directory of the pod's own.
+        builtin(Builtin {
+            group: "",
+            version: "v1",
+            kind: "PersistentVolumeClaim",
+            plural: "persistentvolumeclaims",
+            namespaced: true,
+            short: &["pvc"],
+            subresources: &["status"],
+            fields: &[],
+        }),
         builtin(Builtin {
             group: "",
             version: "v1",

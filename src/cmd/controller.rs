@@ -238,9 +238,10 @@ async fn controller(args: &Args) -> Result<ExitCode> {
     })
     .await?;
     let state = server.state.clone();
-    let store = state
-        .store()
-        .map_err(|e| anyhow!("the report store in {}: {e:?}", args.data.display()))?;
+    if state.store().is_err() {
+        tracing::info!(store = %args.data.display(), "waiting for the report store to open");
+    }
+    let store = state.wait_store().await;
     let ops = kdoctor_apiserver::ops::serve(args.metrics_listen, state.clone())
         .await
         .with_context(|| format!("cannot listen on --metrics-listen {}", args.metrics_listen))?;

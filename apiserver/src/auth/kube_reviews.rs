@@ -12,7 +12,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 
 use super::Auth;
 use super::config::{AuthnConfig, NAME, NAMESPACE};
@@ -120,7 +120,8 @@ pub async fn watch_configmap(
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, NAMESPACE);
     let config = watcher::Config::default().fields(&format!("metadata.name={NAME}"));
-    let mut events = watcher::watcher(api, config).boxed();
+    // Backoff: without it a failing API server is retried in a tight loop.
+    let mut events = watcher::watcher(api, config).default_backoff().boxed();
     while let Some(event) = events.next().await {
         let configmap = match event {
             Ok(watcher::Event::Apply(cm)) | Ok(watcher::Event::InitApply(cm)) => cm,

@@ -349,7 +349,19 @@ fn authorize(
                 resource: plural.clone(),
                 subresource: subresource.clone().unwrap_or_default(),
                 namespace: ns,
-                name: name.clone().unwrap_or_default(),
+                // As kube-apiserver: a list or watch of one object by `metadata.name` field
+                // selector is authorized for that name (resourceNames rules apply).
+                name: name.clone().unwrap_or_else(|| {
+                    query
+                        .get("fieldSelector")
+                        .and_then(|f| {
+                            f.strip_prefix("metadata.name==")
+                                .or_else(|| f.strip_prefix("metadata.name="))
+                        })
+                        .filter(|n| !n.contains(','))
+                        .unwrap_or_default()
+                        .to_string()
+                }),
                 path: None,
             }
         }

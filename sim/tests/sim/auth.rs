@@ -269,3 +269,27 @@ async fn rbac_mode_authenticates_and_authorizes_like_the_real_server() {
     );
     assert_eq!(String::from_utf8_lossy(&no.stdout).trim(), "no");
 }
+
+#[tokio::test]
+async fn rbac_names_may_hold_colons_other_names_may_not() {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    let (_sim, client) = start().await;
+    // As the real server: RBAC names are path segments (`x:system:auth-delegator` is common).
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "kdoctor-controller:system:auth-delegator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
+        "subjects": [{"kind": "ServiceAccount", "name": "kdoctor-controller", "namespace": "kdoctor"}]
+    }))
+    .expect("binding");
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("a colon in an RBAC name");
+    let odd: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "a:b"}})).expect("configmap");
+    let err = Api::<ConfigMap>::namespaced(client, "default")
+        .create(&PostParams::default(), &odd)
+        .await
+        .expect_err("a colon in a ConfigMap name");
+    assert!(err.to_string().contains("RFC 1123 subdomain"), "{err}");
+}
