@@ -36,6 +36,9 @@ enum Command {
     Agent(cmd::agent::Args),
     /// Probe an HTTP(S) URL or a DNS server once from here, at a fixed rate.
     Probe(cmd::probe::Args),
+    /// Run task files for real on this machine, no cluster: echo targets, the report store and
+    /// the API server in one process; `kubectl get kdoctorreport` reads the reports.
+    Local(cmd::local::Args),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Command::Controller(args) => cmd::controller::run_command(&args),
         Command::Agent(args) => cmd::agent::run(&args),
         Command::Probe(args) => cmd::probe::run(&args),
+        Command::Local(args) => cmd::local::run(&args),
     };
     match outcome {
         Ok(code) => code,

@@ -3,12 +3,13 @@
 //! the aggregator's availability check is `GET /apis/<g>/<v>`, which must never depend on the
 //! store.
 
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha512};
 
-use crate::{GROUP, PLURAL, SHORT_NAME, SINGULAR, VERSION};
+use crate::{AppState, GROUP, PLURAL, SHORT_NAME, SINGULAR, VERSION};
 use kdoctor_api::report::KIND;
 
 /// Verbs served on `kdoctorreports`.
@@ -88,8 +89,8 @@ pub async fn resources() -> Response {
     }))
 }
 
-fn aggregated(api_version: &str) -> Value {
-    json!({
+fn aggregated(api_version: &str, with_tasks: bool) -> Value {
+    let mut document = json!({
         "kind": "APIGroupDiscoveryList",
         "apiVersion": api_version,
         "metadata": {},
@@ -109,7 +110,11 @@ fn aggregated(api_version: &str) -> Value {
                 }],
             }],
         }],
-    })
+    });
+    if with_tasks && let Some(items) = document["items"].as_array_mut() {
+        items.push(crate::tasks::aggregated_group());
+    }
+    document
 }
 
 /// Which aggregated format the Accept header asks for first, if any.
@@ -142,16 +147,22 @@ fn wants_aggregated(headers: &HeaderMap) -> Option<&'static str> {
 }
 
 /// `/apis`: aggregated discovery when asked for (with ETag / If-None-Match), else APIGroupList.
-pub async fn apis(headers: HeaderMap) -> Response {
+/// Includes `kdoctor.io` when the server shows task objects (local mode).
+pub async fn apis(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let with_tasks = state.tasks.is_some();
     let Some(content_type) = wants_aggregated(&headers) else {
-        return json(&json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [api_group()]}));
+        let mut groups = vec![api_group()];
+        if with_tasks {
+            groups.push(crate::tasks::api_group());
+        }
+        return json(&json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}));
     };
     let api_version = if content_type == AGGREGATED_V2 {
         "apidiscovery.k8s.io/v2"
     } else {
         "apidiscovery.k8s.io/v2beta1"
     };
-    let body = serde_json::to_vec(&aggregated(api_version)).unwrap_or_default();
+    let body = serde_json::to_vec(&aggregated(api_version, with_tasks)).unwrap_or_default();
     let etag = format!("\"{}\"", hex_upper(&Sha512::digest(&body)));
     let matches = headers
         .get(header::IF_NONE_MATCH)

@@ -17,6 +17,7 @@ pub mod serve;
 pub mod server;
 pub mod state;
 pub mod status;
+pub mod tasks;
 pub mod tls;
 
 use axum::Router;
@@ -45,7 +46,14 @@ pub const GROUP_RESOURCE: &str = "kdoctorreports.system.kdoctor.io";
 pub fn router(state: AppState) -> Router {
     let collection = format!("/apis/{GROUP}/{VERSION}/{PLURAL}");
     let named = format!("{collection}/{{name}}");
+    // Task objects only where the embedding program shows them (`kdoctor local`).
+    let tasks = if state.tasks.is_some() {
+        tasks::routes()
+    } else {
+        Router::new()
+    };
     Router::new()
+        .merge(tasks)
         .route("/version", get(discovery::version))
         .route("/api", get(discovery::api))
         .route("/apis", get(discovery::apis))

@@ -49,6 +49,8 @@ pub struct ServerOptions {
     pub retention_every: Duration,
     /// How often the serving certificate files are checked for changes.
     pub tls_reload_every: Duration,
+    /// Task objects to serve read-only under `kdoctor.io` (a server with no cluster behind it).
+    pub tasks: Option<crate::tasks::TaskObjects>,
 }
 
 impl ServerOptions {
@@ -64,6 +66,7 @@ impl ServerOptions {
             store: None,
             retention_every: Duration::from_secs(600),
             tls_reload_every: Duration::from_secs(10),
+            tasks: None,
         }
     }
 }
@@ -190,7 +193,7 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
     };
     let metrics = Arc::new(ApiMetrics::new());
     let (stop, shutdown) = watch::channel(false);
-    let state = match options.auth {
+    let mut state = match options.auth {
         AuthMode::Standalone => {
             let mut bundle = ca.pem.cert.clone();
             if let Some(extra) = &options.extra_client_ca {
@@ -218,6 +221,7 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
         }
         AuthMode::Custom(auth) => AppState::new(auth, metrics, shutdown.clone()),
     };
+    state.tasks = options.tasks;
     match options.store {
         Some(store) => {
             let _ = store.metrics().register(&state.metrics.registry);

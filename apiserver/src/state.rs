@@ -22,6 +22,8 @@ pub struct AppState {
     pub health: Arc<Health>,
     /// Closed when the server shuts down (ends watches).
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Task objects served read-only under `kdoctor.io` (local mode only; `None`: not served).
+    pub tasks: Option<crate::tasks::TaskObjects>,
 }
 
 impl AppState {
@@ -38,6 +40,7 @@ impl AppState {
             metrics,
             health: Arc::new(Health::default()),
             shutdown,
+            tasks: None,
         }
     }
 

@@ -16,16 +16,16 @@ use kdoctor_agent::oneshot::{ClientTls, Load, Outcome, probe_dns, probe_http};
 use kdoctor_agent::probe::Progress;
 use kdoctor_agent::probe::dns::{DnsProtocol, DnsRequestSpec, RecordType};
 use kdoctor_agent::probe::http::HttpRequestSpec;
-use kdoctor_agent::round::execute::{RoundPlan, execute};
-use kdoctor_agent::round::targets::{app_http_target, netdns_targets};
+use kdoctor_agent::round::execute::execute;
 use kdoctor_api::config::Config;
 use kdoctor_api::defaults::ClusterFacts;
 use kdoctor_api::document::parse_tasks;
 use kdoctor_api::report::Report;
 use kdoctor_api::task::apphttphealthy::parse_header;
-use kdoctor_api::task::{NetSuccessCondition, SchedulePlan, Task, TaskKind};
+use kdoctor_api::task::{NetSuccessCondition, TaskKind};
 use kdoctor_api::validation;
 
+use super::local::plan::{StandIns, local_plan};
 use super::output::{Format, render};
 
 /// Arguments of `kdoctor probe`.
@@ -261,74 +261,6 @@ async fn run_dns(args: &DnsArgs) -> Result<ExitCode> {
     print(&outcome, &server.to_string(), &load, args.load.output)
 }
 
-/// The round plan of a task that can run without a cluster, or why it cannot.
-fn local_plan(task: &Task) -> Result<RoundPlan> {
-    let node = kdoctor_agent::config::host_name();
-    let base = |kind,
-                load,
-                expect: Option<&NetSuccessCondition>,
-                schedule: Option<&SchedulePlan>| RoundPlan {
-        kind,
-        round: 1,
-        task_uid: None,
-        node: node.clone(),
-        pod: format!("kdoctor-probe-{}", std::process::id()),
-        http: vec![],
-        dns: vec![],
-        load,
-        expect: expect.cloned(),
-        tls: None,
-        round_timeout: Duration::from_secs(
-            60 * schedule.map(|s| s.round_timeout_minute).unwrap_or(1).max(1) as u64,
-        ),
-        setup_failures: vec![],
-        resources: kdoctor_agent::resource::Source::Process,
-    };
-    match task {
-        Task::AppHttpHealthy(t) => {
-            let target = &t.spec.target;
-            if target.body_configmap_name.is_some() || target.tls_secret_name.is_some() {
-                bail!(
-                    "AppHttpHealthy {:?}: bodyConfigmapName and tlsSecretName need the cluster; \
-                     use `kdoctor probe http` with --body-file, --ca, --cert and --key",
-                    t.metadata.name.as_deref().unwrap_or_default()
-                );
-            }
-            let load = kdoctor_agent::round::targets::http_load(t.spec.request.as_ref());
-            let mut plan = base(
-                TaskKind::AppHttpHealthy,
-                load,
-                t.spec.expect.as_ref(),
-                t.spec.schedule.as_ref(),
-            );
-            plan.http = vec![app_http_target(&t.spec, None)?];
-            Ok(plan)
-        }
-        Task::Netdns(t) => {
-            let user = t.spec.target.as_ref().and_then(|t| t.target_user.as_ref());
-            if user.is_none() {
-                bail!(
-                    "Netdns {:?}: targetDns (the cluster DNS) needs the cluster; give targetUser",
-                    t.metadata.name.as_deref().unwrap_or_default()
-                );
-            }
-            let load = kdoctor_agent::round::targets::dns_load(t.spec.request.as_ref());
-            let mut plan = base(
-                TaskKind::Netdns,
-                load,
-                t.spec.expect.as_ref(),
-                t.spec.schedule.as_ref(),
-            );
-            plan.dns = netdns_targets(&t.spec, &[])?;
-            Ok(plan)
-        }
-        Task::NetReach(t) => bail!(
-            "NetReach {:?}: probes the agents of a cluster; it cannot run from here",
-            t.metadata.name.as_deref().unwrap_or_default()
-        ),
-    }
-}
-
 async fn run_task(args: &TaskArgs) -> Result<ExitCode> {
     let config = match &args.config {
         Some(path) => {
@@ -356,7 +288,14 @@ async fn run_task(args: &TaskArgs) -> Result<ExitCode> {
             let lines: Vec<String> = errors.iter().map(|e| format!("  * {e}")).collect();
             anyhow::anyhow!("the task is invalid:\n{}", lines.join("\n"))
         })?;
-        plans.push((task.kind(), task.name().to_string(), local_plan(&task)?));
+        // No stand-ins: one round from here probes only what the task names itself.
+        let plan = local_plan(
+            &task,
+            &kdoctor_agent::config::host_name(),
+            &format!("kdoctor-probe-{}", std::process::id()),
+            &StandIns::default(),
+        )?;
+        plans.push((task.kind(), task.name().to_string(), plan));
     }
     if plans.is_empty() {
         bail!("{}: no kdoctor task found", args.file.display());

@@ -34,18 +34,54 @@ pub struct Args {
 
 /// Checks every task of every file.
 pub fn run(args: &Args) -> Result<ExitCode> {
-    let config = match &args.config {
+    let config = load_config(args.config.as_deref())?;
+    let checked = check_files(&args.files, &config)?;
+    let mut stdout = std::io::stdout();
+    if args.output == Format::Table {
+        stdout.write_all(checked.report.as_bytes())?;
+    } else {
+        // The tasks go to stdout for piping; the verdicts to stderr.
+        if !checked.valid.is_empty() {
+            stdout.write_all(render(&checked.valid, args.output)?.as_bytes())?;
+        }
+        std::io::stderr().write_all(checked.report.as_bytes())?;
+    }
+    Ok(if checked.all_valid {
+        ExitCode::SUCCESS
+    } else {
+        super::exit_failed()
+    })
+}
+
+/// `conf.yml` from `path`, or upstream's defaults without one.
+pub fn load_config(path: Option<&Path>) -> Result<Config> {
+    match path {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
-            Config::from_yaml(&text).with_context(|| format!("{}", path.display()))?
+            Config::from_yaml(&text).with_context(|| format!("{}", path.display()))
         }
-        None => Config::default(),
-    };
+        None => Ok(Config::default()),
+    }
+}
+
+/// The verdict on a set of task files.
+pub struct Checked {
+    /// One line (or block) per task or file: `<file>: <kind> "<name>": valid`, or the errors.
+    pub report: String,
+    /// The valid tasks, defaults applied, in file order.
+    pub valid: Vec<Task>,
+    /// Every file held tasks and every task was valid.
+    pub all_valid: bool,
+}
+
+/// Checks every task of every file (directories: their task files; `-`: standard input). An
+/// `Err` is a file that cannot be read at all.
+pub fn check_files(files: &[PathBuf], config: &Config) -> Result<Checked> {
     let mut report = String::new();
-    let mut valid_tasks: Vec<Task> = Vec::new();
+    let mut valid: Vec<Task> = Vec::new();
     let mut all_valid = true;
-    for (source, text) in read_sources(&args.files)? {
+    for (source, text) in read_sources(files)? {
         let Ok(text) = text else {
             all_valid = false;
             let _ = writeln!(report, "{source}: not a task file: not UTF-8 text");
@@ -57,10 +93,10 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             let _ = writeln!(report, "{source}: no kdoctor task found");
         }
         for document in documents {
-            match check(document, &config) {
+            match check(document, config) {
                 Ok(task) => {
                     let _ = writeln!(report, "{source}: {} {:?}: valid", task.kind(), task.name());
-                    valid_tasks.push(task);
+                    valid.push(task);
                 }
                 Err(message) => {
                     all_valid = false;
@@ -69,20 +105,10 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             }
         }
     }
-    let mut stdout = std::io::stdout();
-    if args.output == Format::Table {
-        stdout.write_all(report.as_bytes())?;
-    } else {
-        // The tasks go to stdout for piping; the verdicts to stderr.
-        if !valid_tasks.is_empty() {
-            stdout.write_all(render(&valid_tasks, args.output)?.as_bytes())?;
-        }
-        std::io::stderr().write_all(report.as_bytes())?;
-    }
-    Ok(if all_valid {
-        ExitCode::SUCCESS
-    } else {
-        super::exit_failed()
+    Ok(Checked {
+        report,
+        valid,
+        all_valid,
     })
 }
 

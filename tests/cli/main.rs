@@ -1,5 +1,6 @@
 //! The `kdoctor` command line, run as a user would (one test binary).
 
+mod local;
 mod manifests;
 mod store;
 mod support;

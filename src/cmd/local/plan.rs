@@ -1,0 +1,262 @@
+//! The round plan of a task run from this machine, shared by `kdoctor probe task` (one round,
+//! no stand-ins) and `kdoctor local` (every round, with the local echo server standing in for
+//! the agents and the system resolver for the cluster DNS).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use kdoctor_agent::round::execute::RoundPlan;
+use kdoctor_agent::round::targets::{
+    Carrier, CarrierPod, app_http_target, dns_load, http_load, netdns_targets, netreach_targets,
+};
+use kdoctor_api::task::{NetSuccessCondition, SchedulePlan, Task, TaskKind};
+
+/// What stands in for the cluster when a task runs on this machine.
+#[derive(Clone, Debug, Default)]
+pub struct StandIns {
+    /// The local echo server, as every NetReach target kind (`None`: NetReach cannot run).
+    pub carrier: Option<Carrier>,
+    /// Name servers standing in for the cluster DNS of Netdns `targetDns` (`None`: it cannot
+    /// run).
+    pub resolvers: Option<Vec<IpAddr>>,
+}
+
+/// The local echo server as a NetReach carrier: one "pod" at the loopback addresses, and the
+/// same server as its ClusterIP, NodePort, LoadBalancer and Ingress (there is no Service layer
+/// on one machine; the target names show the loopback addresses, so no report pretends
+/// otherwise).
+pub fn loopback_carrier(pod: &str, http_port: u16, ipv6: bool) -> Carrier {
+    let v4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), http_port);
+    let v6 = ipv6.then(|| SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), http_port));
+    let mut ips = vec![v4.ip()];
+    ips.extend(v6.map(|a| a.ip()));
+    Carrier {
+        pods: vec![CarrierPod {
+            name: pod.to_string(),
+            ips,
+            multus: vec![],
+        }],
+        http_port,
+        cluster_ip: [Some(v4), v6],
+        node_port: [Some(v4), v6],
+        load_balancer: [Some(v4), v6],
+        ingress: Some(format!("http://{v4}/kdoctoragent")),
+    }
+}
+
+/// The name servers of a resolv.conf text (`nameserver IP` lines; a zone suffix is dropped).
+pub fn resolvers_of(resolv_conf: &str) -> Vec<IpAddr> {
+    resolv_conf
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next()) {
+                (Some("nameserver"), Some(address)) => {
+                    address.split('%').next().and_then(|a| a.parse().ok())
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The plan of round 1 of `task`, run by `node`/`pod`; the caller sets the round number, the
+/// task UID and the time box when it runs another round. An error says why the task cannot run
+/// here.
+pub fn local_plan(task: &Task, node: &str, pod: &str, stand_ins: &StandIns) -> Result<RoundPlan> {
+    let base = |kind,
+                load,
+                expect: Option<&NetSuccessCondition>,
+                schedule: Option<&SchedulePlan>| RoundPlan {
+        kind,
+        round: 1,
+        task_uid: None,
+        node: node.to_string(),
+        pod: pod.to_string(),
+        http: vec![],
+        dns: vec![],
+        load,
+        expect: expect.cloned(),
+        tls: None,
+        round_timeout: Duration::from_secs(
+            60 * schedule.map(|s| s.round_timeout_minute).unwrap_or(1).max(1) as u64,
+        ),
+        setup_failures: vec![],
+        resources: kdoctor_agent::resource::Source::Process,
+    };
+    let name = task.name();
+    match task {
+        Task::AppHttpHealthy(t) => {
+            let target = &t.spec.target;
+            if target.body_configmap_name.is_some() || target.tls_secret_name.is_some() {
+                bail!(
+                    "AppHttpHealthy {name:?}: bodyConfigmapName and tlsSecretName need the cluster; \
+                     use `kdoctor probe http` with --body-file, --ca, --cert and --key"
+                );
+            }
+            let mut plan = base(
+                TaskKind::AppHttpHealthy,
+                http_load(t.spec.request.as_ref()),
+                t.spec.expect.as_ref(),
+                t.spec.schedule.as_ref(),
+            );
+            plan.http = vec![app_http_target(&t.spec, None)?];
+            Ok(plan)
+        }
+        Task::Netdns(t) => {
+            let user = t.spec.target.as_ref().and_then(|t| t.target_user.as_ref());
+            let resolvers = match (user, &stand_ins.resolvers) {
+                (Some(_), _) => vec![],
+                (None, Some(resolvers)) => resolvers.clone(),
+                (None, None) => bail!(
+                    "Netdns {name:?}: targetDns (the cluster DNS) needs the cluster; give \
+                     targetUser, or use `kdoctor local` (the system resolver stands in)"
+                ),
+            };
+            let mut plan = base(
+                TaskKind::Netdns,
+                dns_load(t.spec.request.as_ref()),
+                t.spec.expect.as_ref(),
+                t.spec.schedule.as_ref(),
+            );
+            plan.dns = netdns_targets(&t.spec, &resolvers)?;
+            if plan.dns.is_empty() {
+                // No resolver of the asked family: the round fails saying so, as a cluster
+                // without a DNS Service would.
+                plan.setup_failures
+                    .push("no name server of the tested IP family in /etc/resolv.conf".into());
+            }
+            Ok(plan)
+        }
+        Task::NetReach(t) => {
+            let Some(carrier) = &stand_ins.carrier else {
+                bail!(
+                    "NetReach {name:?}: probes the agents of a cluster; it cannot run from here \
+                     (`kdoctor local` runs it against a local echo server)"
+                );
+            };
+            let mut plan = base(
+                TaskKind::NetReach,
+                http_load(t.spec.request.as_ref()),
+                t.spec.expect.as_ref(),
+                t.spec.schedule.as_ref(),
+            );
+            let target = t.spec.target.clone().unwrap_or_default();
+            let (targets, missing) = netreach_targets(&target, carrier);
+            plan.http = targets;
+            plan.setup_failures = missing;
+            Ok(plan)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kdoctor_api::config::Config;
+    use kdoctor_api::defaults::ClusterFacts;
+    use kdoctor_api::document::parse_tasks;
+
+    use super::*;
+
+    fn task(yaml: &str) -> Task {
+        let document = parse_tasks(yaml).into_iter().next().unwrap();
+        kdoctor_api::validation::check(
+            document.task.unwrap(),
+            &Config::default(),
+            ClusterFacts::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn resolv_conf_name_servers() {
+        let text = "# comment\nsearch example\nnameserver 10.0.0.2\nnameserver fe80::1%eth0\n\
+                    nameserver\noptions ndots:5\nnameserver bad\n";
+        assert_eq!(
+            resolvers_of(text),
+            vec![
+                "10.0.0.2".parse::<IpAddr>().unwrap(),
+                "fe80::1".parse().unwrap()
+            ]
+        );
+    }
+
+    #[test]
+    fn netreach_targets_are_the_local_echo_server() {
+        let nr = task(
+            "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: nr}\nspec:\n  \
+             target: {endpoint: true, clusterIP: true, nodePort: true, loadBalancer: true, \
+             ingress: true, ipv4: true, ipv6: true}\n",
+        );
+        let none = local_plan(&nr, "n", "p", &StandIns::default()).unwrap_err();
+        assert!(none.to_string().contains("cannot run from here"), "{none}");
+        let stand_ins = StandIns {
+            carrier: Some(loopback_carrier("kdoctor-local", 18080, true)),
+            resolvers: None,
+        };
+        let plan = local_plan(&nr, "node-a", "kdoctor-local", &stand_ins).unwrap();
+        let names: Vec<&str> = plan.http.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "AgentPodV4IP_kdoctor-local_127.0.0.1",
+                "AgentPodV6IP_kdoctor-local_::1",
+                "AgentClusterV4IP_127.0.0.1:18080",
+                "AgentNodePortV4IP_127.0.0.1_18080",
+                "AgentLoadbalancerV4IP_127.0.0.1:18080",
+                "AgentClusterV6IP_[::1]:18080",
+                "AgentNodePortV6IP_::1_18080",
+                "AgentLoadbalancerV6IP_[::1]:18080",
+                "AgentIngress_v4_http://127.0.0.1:18080/kdoctoragent",
+            ]
+        );
+        assert!(plan.setup_failures.is_empty());
+        assert_eq!(plan.node, "node-a");
+        // Without IPv6 on the machine, asked-for IPv6 Service targets fail the round by name.
+        let stand_ins = StandIns {
+            carrier: Some(loopback_carrier("kdoctor-local", 18080, false)),
+            resolvers: None,
+        };
+        let plan = local_plan(&nr, "node-a", "kdoctor-local", &stand_ins).unwrap();
+        assert_eq!(plan.http.len(), 5);
+        assert_eq!(
+            plan.setup_failures,
+            [
+                "failed to get cluster IPv6 IP",
+                "failed to get nodePort IPv6 address",
+                "failed to get loadbalancer IPv6 address"
+            ]
+        );
+    }
+
+    #[test]
+    fn netdns_target_dns_asks_the_system_resolvers() {
+        let dns = task(
+            "apiVersion: kdoctor.io/v1beta1\nkind: Netdns\nmetadata: {name: d}\nspec:\n  \
+             target: {targetDns: {testIPv4: true}}\n",
+        );
+        let err = local_plan(&dns, "n", "p", &StandIns::default()).unwrap_err();
+        assert!(err.to_string().contains("targetDns"), "{err}");
+        let stand_ins = StandIns {
+            carrier: None,
+            resolvers: Some(vec![
+                "10.0.0.2".parse().unwrap(),
+                "fd00::2".parse().unwrap(),
+            ]),
+        };
+        let plan = local_plan(&dns, "n", "p", &stand_ins).unwrap();
+        let names: Vec<&str> = plan.dns.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["typeA_10.0.0.2:53_kubernetes.default.svc.cluster.local"]
+        );
+        let stand_ins = StandIns {
+            carrier: None,
+            resolvers: Some(vec!["fd00::2".parse().unwrap()]),
+        };
+        let plan = local_plan(&dns, "n", "p", &stand_ins).unwrap();
+        assert!(plan.dns.is_empty());
+        assert_eq!(plan.setup_failures.len(), 1);
+    }
+}

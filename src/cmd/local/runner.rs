@@ -1,0 +1,262 @@
+//! The rounds of one task, as the controller and an agent run them together: the controller's
+//! round state machine (`kdoctor_reconciler::rounds::step`) decides when a round starts and
+//! ends, the agent's round executor probes, and the report and the round summary go into the
+//! store as the harvester and the controller put them there. One node: this machine.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use jiff::Timestamp;
+use kdoctor_agent::round::execute::{RoundPlan, execute};
+use kdoctor_api::report::Report;
+use kdoctor_api::task::{RoundStatus, StatusHistoryRecord, TaskStatus};
+use kdoctor_apiserver::tasks::TaskObjects;
+use kdoctor_reconciler::reconcile::summary;
+use kdoctor_reconciler::rounds::{self, Inputs, RoundEvent};
+use kdoctor_store::{IncarnationId, RoundResult, Store};
+use tokio::sync::{mpsc, watch};
+
+use super::progress;
+use super::task::LocalTask;
+
+/// Why an interrupted round failed.
+pub const FAILURE_REASON_STOPPED: &str = "kdoctor local stopped during the round";
+
+/// What every task's loop shares.
+pub struct Shared {
+    /// The report store.
+    pub store: Arc<Store>,
+    /// The task objects the API server shows.
+    pub objects: TaskObjects,
+    /// This machine, as the one node.
+    pub node: String,
+    /// `crdMaxHistory`.
+    pub max_history: usize,
+    /// How often an ongoing round is looked at (the report's arrival wakes the loop sooner).
+    pub poll: Duration,
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, kdoctor_store::StoreError> + Send + 'static,
+) -> Result<T> {
+    Ok(tokio::task::spawn_blocking(f)
+        .await
+        .context("a store call panicked")??)
+}
+
+/// The reports stored for the round on top of `status` when it is ongoing: node → succeeded.
+fn ongoing_reports(
+    store: &Store,
+    id: IncarnationId,
+    status: &TaskStatus,
+) -> Result<BTreeMap<String, bool>> {
+    let Some(top) = status
+        .history
+        .as_ref()
+        .and_then(|h| h.first())
+        .filter(|r| r.status == RoundStatus::Ongoing)
+    else {
+        return Ok(BTreeMap::new());
+    };
+    let reports = store.reports(id, top.round_number.max(0) as u64)?;
+    Ok(reports
+        .into_iter()
+        .map(|m| (m.node, m.result == RoundResult::Succeed))
+        .collect())
+}
+
+/// The history record of round `n`.
+fn record_of(status: &TaskStatus, n: i64) -> Option<&StatusHistoryRecord> {
+    status
+        .history
+        .as_ref()
+        .and_then(|h| h.iter().find(|r| r.round_number == n))
+}
+
+/// Runs `task`'s rounds until they are all done or `stop` turns true. `base` is the task's
+/// round plan (targets, load, expectations); each round gets its number, the task's UID and
+/// the time until shortly before its deadline.
+pub async fn run(
+    shared: Arc<Shared>,
+    task: LocalTask,
+    base: RoundPlan,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let store = shared.store.clone();
+    let (id, _) = {
+        let record = task.record(&TaskStatus::default());
+        let store = store.clone();
+        blocking(move || store.record_task(&record)).await?
+    };
+    let expected_nodes = BTreeSet::from([shared.node.clone()]);
+    let mut status = TaskStatus::default();
+    shared
+        .objects
+        .publish(task.kind, &task.name, task.object(&status));
+    let (done_tx, mut done_rx) = mpsc::channel::<Report>(1);
+    let mut probing: Option<tokio::task::JoinHandle<()>> = None;
+    let mut last_report: Option<Report> = None;
+    let expected = task.plan.round_number;
+    loop {
+        let now = Timestamp::now();
+        let reports = {
+            let (store, status) = (store.clone(), status.clone());
+            tokio::task::spawn_blocking(move || ongoing_reports(&store, id, &status))
+                .await
+                .context("a store call panicked")??
+        };
+        let outcome = rounds::step(
+            &status,
+            &Inputs {
+                now,
+                plan: &task.plan,
+                schedule: &task.schedule,
+                carrier_ready: true,
+                expected_nodes: &expected_nodes,
+                reports: &reports,
+                max_history: shared.max_history,
+                poll: shared.poll,
+            },
+        );
+        let next = outcome.status;
+        for event in &outcome.events {
+            match event {
+                RoundEvent::Started(n) => {
+                    let deadline = record_of(&next, *n)
+                        .map(|r| r.dead_line_time_stamp.0)
+                        .unwrap_or(now);
+                    let mut plan = base.clone();
+                    plan.round = *n;
+                    plan.task_uid = Some(task.uid.clone());
+                    plan.round_timeout = kdoctor_agent::cluster::duty::time_box(deadline, now);
+                    eprintln!(
+                        "{}",
+                        progress::started(
+                            task.kind,
+                            &task.name,
+                            *n,
+                            expected,
+                            plan.http.len() + plan.dns.len(),
+                            plan.load.qps,
+                            plan.load.duration.as_secs(),
+                        )
+                    );
+                    probing = Some(tokio::spawn(probe(
+                        store.clone(),
+                        id,
+                        plan,
+                        done_tx.clone(),
+                    )));
+                }
+                RoundEvent::Finished(record) => {
+                    let round = summary(record);
+                    let store = store.clone();
+                    blocking(move || store.put_round(id, &round)).await?;
+                    eprintln!(
+                        "{}",
+                        progress::ended(
+                            task.kind,
+                            &task.name,
+                            record,
+                            expected,
+                            last_report.as_ref()
+                        )
+                    );
+                }
+            }
+        }
+        if next != status {
+            status = next;
+            let record = task.record(&status);
+            let store = store.clone();
+            blocking(move || store.record_task(&record)).await?;
+            shared
+                .objects
+                .publish(task.kind, &task.name, task.object(&status));
+            if let Some(top) = status.history.as_ref().and_then(|h| h.first())
+                && top.status == RoundStatus::Notstarted
+                && top.start_time_stamp.0 > now
+            {
+                eprintln!(
+                    "{}",
+                    progress::planned(
+                        task.kind,
+                        &task.name,
+                        top.round_number,
+                        top.start_time_stamp.0,
+                        now
+                    )
+                );
+            }
+        }
+        let Some(wait) = outcome.requeue_after else {
+            let last = status.last_round_status.as_ref().map(|s| match s {
+                kdoctor_api::task::LastRoundStatus::Succeed => "succeed",
+                _ => "fail",
+            });
+            eprintln!(
+                "{}",
+                progress::finished(task.kind, &task.name, status.done_round.unwrap_or(0), last)
+            );
+            return Ok(());
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            Some(report) = done_rx.recv() => last_report = Some(report),
+            _ = stop.changed() => {
+                if let Some(probing) = probing.take() {
+                    probing.abort();
+                }
+                let store = store.clone();
+                blocking(move || interrupted(&store, id, &status, Timestamp::now())).await?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Probes one round and stores its report (durably) before handing it back.
+async fn probe(store: Arc<Store>, id: IncarnationId, plan: RoundPlan, done: mpsc::Sender<Report>) {
+    let report = execute(plan, None).await;
+    let to_store = report.clone();
+    match tokio::task::spawn_blocking(move || store.put_report(id, &to_store)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "storing a round report"),
+        Err(e) => tracing::error!(error = %e, "storing a round report panicked"),
+    }
+    let _ = done.send(report).await;
+}
+
+/// Records a round cut short by stopping as failed, keeping what was stored of it.
+pub fn interrupted(
+    store: &Store,
+    id: IncarnationId,
+    status: &TaskStatus,
+    now: Timestamp,
+) -> Result<(), kdoctor_store::StoreError> {
+    let Some(record) = status
+        .history
+        .as_ref()
+        .and_then(|h| h.first())
+        .filter(|r| r.status == RoundStatus::Ongoing)
+    else {
+        return Ok(());
+    };
+    let mut round = summary(record);
+    let reported = store.reports(id, round.round)?;
+    round.result = RoundResult::Fail;
+    round.end = Some(now);
+    round.succeeded_nodes = reported
+        .iter()
+        .filter(|r| r.result == RoundResult::Succeed)
+        .count() as u32;
+    round.failed_nodes = reported.len() as u32 - round.succeeded_nodes;
+    round
+        .not_reported
+        .retain(|n| !reported.iter().any(|r| &r.node == n));
+    round.failure_reason = Some(FAILURE_REASON_STOPPED.to_string());
+    store.put_round(id, &round)?;
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! A task as local mode runs it: the effective task from its file, given what the Kubernetes API
+//! would give it (a UID, a creation time, a generation) and a status only local mode writes.
+//! Each run of `kdoctor local` is a new incarnation of its tasks (as a task deleted and
+//! re-created in a cluster), so earlier runs' reports stay apart in the store.
+
+use std::hash::{BuildHasher, Hasher};
+
+use anyhow::{Context, Result};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kdoctor_api::defaults::omitted_schedule;
+use kdoctor_api::schedule::Schedule;
+use kdoctor_api::task::{SchedulePlan, Task, TaskKind, TaskStatus};
+use kdoctor_store::TaskRecord;
+
+/// One task of this run.
+#[derive(Clone, Debug)]
+pub struct LocalTask {
+    /// The effective task with its metadata filled in.
+    pub task: Task,
+    /// Its kind.
+    pub kind: TaskKind,
+    /// Its name.
+    pub name: String,
+    /// Its UID (new for every run).
+    pub uid: String,
+    /// When this run created it.
+    pub created: Timestamp,
+    /// The schedule block (the defaults' when omitted).
+    pub plan: SchedulePlan,
+    /// The parsed schedule.
+    pub schedule: Schedule,
+}
+
+/// A random UUID (version 4 layout). The std hasher's per-process random keys, the clock and a
+/// counter are enough for a UID no other run of this store will repeat; no crate needed.
+pub fn new_uid() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut words = [0u64; 2];
+    for (i, word) in words.iter_mut().enumerate() {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        hasher.write_u32(std::process::id());
+        hasher.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        hasher.write_usize(i);
+        *word = hasher.finish();
+    }
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+    let hex: String = bytes
+        .iter()
+        .enumerate()
+        .map(|(i, b)| match i {
+            // Version 4 and the RFC 4122 variant, so the UID looks like any other.
+            6 => format!("{:02x}", (b & 0x0f) | 0x40),
+            8 => format!("{:02x}", (b & 0x3f) | 0x80),
+            _ => format!("{b:02x}"),
+        })
+        .collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+fn metadata_mut(task: &mut Task) -> &mut kube::core::ObjectMeta {
+    match task {
+        Task::NetReach(t) => &mut t.metadata,
+        Task::AppHttpHealthy(t) => &mut t.metadata,
+        Task::Netdns(t) => &mut t.metadata,
+    }
+}
+
+fn set_status(task: &mut Task, status: TaskStatus) {
+    match task {
+        Task::NetReach(t) => t.status = Some(status),
+        Task::AppHttpHealthy(t) => t.status = Some(status),
+        Task::Netdns(t) => t.status = Some(status),
+    }
+}
+
+impl LocalTask {
+    /// The incarnation of an effective (validated) task created at `now`.
+    pub fn new(mut task: Task, now: Timestamp) -> Result<LocalTask> {
+        let uid = new_uid();
+        let meta = metadata_mut(&mut task);
+        meta.uid = Some(uid.clone());
+        meta.creation_timestamp = Some(Time(now));
+        meta.generation = Some(1);
+        let plan = task.schedule().cloned().unwrap_or_else(omitted_schedule);
+        let text = plan.schedule.clone().unwrap_or_else(|| "0 1".to_string());
+        // Validation accepted it; an error here would be a bug, reported rather than hidden.
+        let schedule: Schedule = text
+            .parse()
+            .with_context(|| format!("{} {:?}: schedule {text:?}", task.kind(), task.name()))?;
+        Ok(LocalTask {
+            kind: task.kind(),
+            name: task.name().to_string(),
+            uid,
+            created: now,
+            plan,
+            schedule,
+            task,
+        })
+    }
+
+    /// The task object with `status`, as the API shows it.
+    pub fn object(&self, status: &TaskStatus) -> serde_json::Value {
+        let mut task = self.task.clone();
+        set_status(&mut task, status.clone());
+        serde_json::to_value(&task).unwrap_or_default()
+    }
+
+    /// The store's record of this incarnation with `status`.
+    pub fn record(&self, status: &TaskStatus) -> TaskRecord {
+        let object = self.object(status);
+        TaskRecord {
+            kind: self.kind,
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            created: self.created,
+            spec: object.get("spec").cloned().unwrap_or_default(),
+            status: object.get("status").cloned(),
+            deleted: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kdoctor_api::config::Config;
+    use kdoctor_api::defaults::ClusterFacts;
+    use kdoctor_api::document::parse_tasks;
+
+    use super::*;
+
+    #[test]
+    fn uids_are_uuid_shaped_and_differ() {
+        let a = new_uid();
+        let b = new_uid();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        let parts: Vec<&str> = a.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(parts[2].starts_with('4'), "{a}");
+        assert!(a.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn incarnation_has_metadata_schedule_and_record() {
+        let document = parse_tasks(
+            "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: nr}\nspec: {}\n",
+        )
+        .into_iter()
+        .next()
+        .unwrap();
+        let task = kdoctor_api::validation::check(
+            document.task.unwrap(),
+            &Config::default(),
+            ClusterFacts::default(),
+        )
+        .unwrap();
+        let now: Timestamp = "2025-01-01T00:00:00Z".parse().unwrap();
+        let local = LocalTask::new(task, now).unwrap();
+        assert_eq!(local.name, "nr");
+        assert_eq!(local.plan.round_number, 1);
+        assert_eq!(local.schedule.first_start(now), Some(now));
+        let status = TaskStatus {
+            expected_round: Some(1),
+            done_round: Some(0),
+            ..Default::default()
+        };
+        let object = local.object(&status);
+        assert_eq!(object["apiVersion"], "kdoctor.io/v1beta1");
+        assert_eq!(object["kind"], "NetReach");
+        assert_eq!(object["metadata"]["uid"], local.uid.as_str());
+        assert_eq!(
+            object["metadata"]["creationTimestamp"],
+            "2025-01-01T00:00:00Z"
+        );
+        assert_eq!(object["status"]["expectedRound"], 1);
+        let record = local.record(&status);
+        assert_eq!(record.uid, local.uid);
+        assert_eq!(record.status.unwrap()["doneRound"], 0);
+        assert!(record.spec.get("target").is_some());
+    }
+}

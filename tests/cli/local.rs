@@ -1,0 +1,389 @@
+//! `kdoctor local`: the whole system in one process, read with the real kubectl through the
+//! kubeconfig it writes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{kdoctor_with_stdin, scratch, stderr, write};
+
+/// The kubectl the tests pin (the newest the simulated cluster is tested with).
+const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
+const NODE: &str = "local-test-node";
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+struct Ports {
+    api: u16,
+    http: u16,
+    https: u16,
+    dns: u16,
+}
+
+impl Ports {
+    fn new() -> Ports {
+        Ports {
+            api: free_port(),
+            http: free_port(),
+            https: free_port(),
+            dns: free_port(),
+        }
+    }
+}
+
+/// One task of each kind, one short round each, against the local targets.
+fn tasks(ports: &Ports) -> String {
+    format!(
+        "apiVersion: kdoctor.io/v1beta1
+kind: NetReach
+metadata: {{name: reach}}
+spec:
+  target: {{endpoint: true, clusterIP: true, nodePort: true, ipv4: true}}
+  request: {{qps: 5, durationInSecond: 1, perRequestTimeoutInMS: 1000}}
+  schedule: {{schedule: \"0 1\", roundNumber: 1, roundTimeoutMinute: 1}}
+---
+apiVersion: kdoctor.io/v1beta1
+kind: AppHttpHealthy
+metadata: {{name: web}}
+spec:
+  target: {{host: 'http://127.0.0.1:{http}/kdoctoragent?task=web', method: GET}}
+  request: {{qps: 5, durationInSecond: 1, perRequestTimeoutInMS: 1000}}
+  schedule: {{schedule: \"0 1\", roundNumber: 1, roundTimeoutMinute: 1}}
+  expect: {{successRate: 1, statusCode: 200}}
+---
+apiVersion: kdoctor.io/v1beta1
+kind: Netdns
+metadata: {{name: dns}}
+spec:
+  target: {{targetUser: {{server: 127.0.0.1, port: {dns}}}}}
+  request: {{qps: 5, durationInSecond: 1, perRequestTimeoutInMS: 500, domain: netdns-e2e.test, protocol: udp}}
+  schedule: {{schedule: \"0 1\", roundNumber: 1, roundTimeoutMinute: 1}}
+",
+        http = ports.http,
+        dns = ports.dns
+    )
+}
+
+/// A running `kdoctor local`, its standard error in a file.
+struct Local {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Local {
+    fn start(dir: &Path, task_dir: &Path, ports: &Ports) -> Local {
+        let log = dir.join(format!("local-{}.log", ports.api));
+        let file = std::fs::File::create(&log).expect("log file");
+        let data = dir.join("data");
+        let kubeconfig = dir.join("kubeconfig");
+        let child = Command::new(env!("CARGO_BIN_EXE_kdoctor"))
+            .arg("local")
+            .arg("-f")
+            .arg(task_dir)
+            .arg("--data")
+            .arg(&data)
+            .arg("--kubeconfig-out")
+            .arg(&kubeconfig)
+            .args(["--listen", &format!("127.0.0.1:{}", ports.api)])
+            .args(["--app-http-port", &ports.http.to_string()])
+            .args(["--app-https-port", &ports.https.to_string()])
+            .args(["--dns-port", &ports.dns.to_string()])
+            .args(["--node-name", NODE])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("kdoctor local starts");
+        Local { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log has `count` lines containing `text`.
+    fn wait_for(&mut self, text: &str, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let log = self.log();
+            if log.matches(text).count() >= count {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("kdoctor local exited ({status}) before {count} × {text:?}:\n{log}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {count} × {text:?} in time:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGTERM, then the exit code.
+    fn stop(mut self) -> (Option<i32>, String) {
+        let pid = self.child.id().to_string();
+        let killed = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(killed.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return (status.code(), self.log());
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("kdoctor local did not stop on SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the pinned kubectl with the generated kubeconfig and a fresh cache.
+fn kubectl(dir: &Path, args: &[&str]) -> String {
+    let cache = dir.join(format!("kubectl-cache-{}", free_port()));
+    let output = Command::new(KUBECTL)
+        .arg("--kubeconfig")
+        .arg(dir.join("kubeconfig"))
+        .arg("--cache-dir")
+        .arg(&cache)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8")
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).expect("JSON")
+}
+
+/// The request counts of every target detail of a report, whatever the kind.
+fn request_counts(report: &Value) -> Vec<i64> {
+    ["taskNetReach", "taskAppHealthy", "taskNetDns"]
+        .iter()
+        .filter_map(|key| report.get(*key))
+        .flat_map(|task| {
+            task["roundTaskDetail"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|detail| {
+            detail["requestTargetMetrics"]["requestCounts"]
+                .as_i64()
+                .unwrap_or(-1)
+        })
+        .collect()
+}
+
+#[test]
+fn local_runs_tasks_and_kubectl_reads_reports_and_tasks_across_restarts() {
+    let dir = scratch("local-run");
+    let ports = Ports::new();
+    let task_dir = dir.join("tasks");
+    std::fs::create_dir_all(&task_dir).expect("task dir");
+    write(&task_dir, "tasks.yaml", tasks(&ports).as_bytes());
+
+    let mut local = Local::start(&dir, &task_dir, &ports);
+    local.wait_for("finished, 1 rounds done", 3);
+    let log = local.log();
+    assert!(log.contains("get kdoctorreport"), "{log}");
+    for kind in [
+        "NetReach \"reach\"",
+        "AppHttpHealthy \"web\"",
+        "Netdns \"dns\"",
+    ] {
+        assert!(
+            log.contains(&format!("{kind}: round 1/1 started")),
+            "{kind}:\n{log}"
+        );
+        assert!(
+            log.contains(&format!("{kind}: round 1/1 succeed")),
+            "{kind}:\n{log}"
+        );
+    }
+
+    let list = json(&kubectl(&dir, &["get", "kdoctorreport", "-o", "json"]));
+    let items = list["items"].as_array().expect("items");
+    let names: Vec<&str> = items
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["apphttphealthy-web", "netdns-dns", "netreach-reach"],
+        "{list}"
+    );
+    for item in items {
+        assert_eq!(item["status"]["status"], "Finished", "{item}");
+        assert_eq!(item["status"]["lastResult"], "succeed", "{item}");
+        assert_eq!(item["status"]["taskState"], "Present", "{item}");
+        let reports = item["report"]["latestRoundReport"]
+            .as_array()
+            .expect("reports");
+        assert_eq!(reports.len(), 1, "{item}");
+        let report = &reports[0];
+        assert_eq!(report["roundResult"], "succeed", "{report}");
+        assert_eq!(report["nodeName"], NODE);
+        assert_eq!(report["podName"], "kdoctor-local");
+        let counts = request_counts(report);
+        assert!(!counts.is_empty(), "{report}");
+        assert!(counts.iter().all(|c| *c >= 5), "{counts:?} {report}");
+    }
+    // NetReach: the pod, ClusterIP and NodePort targets are all the local echo server.
+    let reach = &items[2]["report"]["latestRoundReport"][0]["taskNetReach"];
+    let targets: Vec<&str> = reach["roundTaskDetail"]
+        .as_array()
+        .expect("details")
+        .iter()
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    assert_eq!(
+        targets,
+        [
+            "AgentPodV4IP_kdoctor-local_127.0.0.1".to_string(),
+            format!("AgentClusterV4IP_127.0.0.1:{}", ports.http),
+            format!("AgentNodePortV4IP_127.0.0.1_{}", ports.http),
+        ],
+        "{reach}"
+    );
+
+    // The tasks themselves, with the status the controller would write.
+    let netreach = json(&kubectl(&dir, &["get", "netreach", "-o", "json"]));
+    let task = &netreach["items"][0];
+    assert_eq!(task["metadata"]["name"], "reach");
+    assert_eq!(task["status"]["finish"], true, "{task}");
+    assert_eq!(task["status"]["expectedRound"], 1);
+    assert_eq!(task["status"]["doneRound"], 1);
+    assert_eq!(task["status"]["lastRoundStatus"], "succeed");
+    assert_eq!(
+        task["status"]["history"][0]["succeedAgentNodeList"][0],
+        NODE
+    );
+    let table = kubectl(&dir, &["get", "netreach"]);
+    let mut lines = table.lines();
+    let head: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        head,
+        [
+            "NAME",
+            "FINISH",
+            "EXPECTEDROUND",
+            "DONEROUND",
+            "LASTROUNDSTATUS",
+            "SCHEDULE",
+            "AGE"
+        ],
+        "{table}"
+    );
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[..5], ["reach", "true", "1", "1", "succeed"], "{table}");
+    let web = json(&kubectl(&dir, &["get", "ahh", "web", "-o", "json"]));
+    assert_eq!(web["status"]["lastRoundStatus"], "succeed", "{web}");
+    let dns = json(&kubectl(&dir, &["get", "netdnses", "-o", "json"]));
+    assert_eq!(dns["items"][0]["status"]["doneRound"], 1, "{dns}");
+
+    let (code, log) = local.stop();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("kdoctor local: stopping"), "{log}");
+
+    // A second run: a new incarnation of each task; the first run's reports stay listed.
+    let ports2 = Ports {
+        api: free_port(),
+        ..ports
+    };
+    let mut again = Local::start(&dir, &task_dir, &ports2);
+    again.wait_for("finished, 1 rounds done", 3);
+    let list = json(&kubectl(&dir, &["get", "kdoctorreport", "-o", "json"]));
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), 6, "{list}");
+    let ended: Vec<&Value> = items
+        .iter()
+        .filter(|i| i["status"]["taskState"] == "Deleted")
+        .collect();
+    assert_eq!(ended.len(), 3, "{list}");
+    for item in ended {
+        let name = item["metadata"]["name"].as_str().unwrap_or_default();
+        assert!(name.contains('.'), "an older incarnation has a tag: {name}");
+        assert_eq!(
+            item["report"]["latestRoundReport"][0]["roundResult"], "succeed",
+            "{item}"
+        );
+    }
+    let (code, log) = again.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn local_refuses_bad_task_files_before_starting_anything() {
+    let dir = scratch("local-bad");
+    let data = dir.join("data");
+    let kubeconfig = dir.join("kubeconfig");
+    let api = free_port();
+    let output = kdoctor_with_stdin(
+        &[
+            "local",
+            "-f",
+            "-",
+            "--data",
+            &data.display().to_string(),
+            "--kubeconfig-out",
+            &kubeconfig.display().to_string(),
+            "--listen",
+            &format!("127.0.0.1:{api}"),
+            "--app-http-port",
+            "0",
+            "--app-https-port",
+            "0",
+            "--dns-port",
+            "0",
+        ],
+        "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: bad}\n\
+         spec:\n  request: {qps: 5, durationInSecond: 0}\n",
+    );
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("<stdin>: The NetReach \"bad\" is invalid:"),
+        "{text}"
+    );
+    assert!(text.contains("spec.request.durationInSecond"), "{text}");
+    assert!(text.contains("not started"), "{text}");
+    assert!(!data.exists(), "the store was created");
+    assert!(!kubeconfig.exists(), "a kubeconfig was written");
+    assert!(
+        std::net::TcpListener::bind(("127.0.0.1", api)).is_ok(),
+        "the API port was taken"
+    );
+}
