@@ -260,3 +260,145 @@ pub fn interrupted(
     store.put_round(id, &round)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kdoctor_agent::config::AgentArgs;
+    use kdoctor_api::config::Config;
+    use kdoctor_api::defaults::ClusterFacts;
+    use kdoctor_api::task::{LastRoundStatus, Task};
+    use kdoctor_store::StoreConfig;
+
+    use super::*;
+    use crate::cmd::local::plan::{StandIns, local_plan, loopback_carrier};
+
+    fn store(test: &str) -> (Arc<Store>, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "kdoctor-local-runner-{}-{test}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(StoreConfig::new(&dir)).unwrap();
+        (Arc::new(store), dir)
+    }
+
+    fn task(yaml: &str) -> Task {
+        let document = kdoctor_api::document::parse_tasks(yaml).remove(0);
+        kdoctor_api::validation::check(
+            document.task.unwrap(),
+            &Config::default(),
+            ClusterFacts::default(),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_task_runs_its_round_into_the_store_and_the_shown_status() {
+        let agent = kdoctor_agent::agent::start(&AgentArgs::ephemeral(vec![IpAddr::V4(
+            Ipv4Addr::LOCALHOST,
+        )]))
+        .await
+        .unwrap();
+        let (store, dir) = store("run");
+        let shared = Arc::new(Shared {
+            store: store.clone(),
+            objects: TaskObjects::default(),
+            node: "node-a".into(),
+            max_history: 10,
+            poll: Duration::from_secs(1),
+        });
+        let nr = task(
+            "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: nr}\nspec:\n  \
+             target: {endpoint: true, ipv4: true}\n  \
+             request: {qps: 10, durationInSecond: 1, perRequestTimeoutInMS: 1000}\n  \
+             schedule: {schedule: '0 1', roundNumber: 1, roundTimeoutMinute: 1}\n",
+        );
+        let stand_ins = StandIns {
+            carrier: Some(loopback_carrier(
+                "kdoctor-local",
+                agent.http[0].port(),
+                false,
+            )),
+            resolvers: None,
+        };
+        let plan = local_plan(&nr, "node-a", "kdoctor-local", &stand_ins).unwrap();
+        let local = LocalTask::new(nr, Timestamp::now()).unwrap();
+        let uid = local.uid.clone();
+        let (_stop, stop_rx) = watch::channel(false);
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            run(shared.clone(), local, plan, stop_rx),
+        )
+        .await
+        .expect("the round ends in time")
+        .unwrap();
+
+        let stored = store.by_uid(&uid).expect("the incarnation is stored");
+        assert_eq!(stored.progress.done_round, Some(1));
+        assert!(stored.progress.finished);
+        let round = store.round(stored.id, 1).unwrap().expect("round 1");
+        assert_eq!(round.reports, 1);
+        let summary = round.summary.expect("summarised");
+        assert_eq!(summary.result, RoundResult::Succeed);
+        assert_eq!(summary.succeeded_nodes, 1);
+        let report = store.report(stored.id, 1, "node-a").unwrap().unwrap();
+        assert_eq!(report.task_uid.as_deref(), Some(uid.as_str()));
+        assert_eq!(report.pod_name, "kdoctor-local");
+        let shown = shared
+            .objects
+            .get(kdoctor_api::task::TaskKind::NetReach, "nr");
+        let status: TaskStatus = serde_json::from_value(shown.unwrap()["status"].clone()).unwrap();
+        assert!(status.finish);
+        assert_eq!(status.last_round_status, Some(LastRoundStatus::Succeed));
+        // Every request the report counts reached the echo server.
+        let requests = super::super::progress::totals(&report).requests;
+        assert!(requests >= 10, "{requests}");
+        assert_eq!(agent.echo.count("default"), requests as u64);
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn an_interrupted_round_is_recorded_failed() {
+        let (store, dir) = store("interrupted");
+        let nr = task(
+            "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: nr}\nspec: {}\n",
+        );
+        let local = LocalTask::new(nr, Timestamp::now()).unwrap();
+        let now = Timestamp::now();
+        let status = TaskStatus {
+            expected_round: Some(1),
+            done_round: Some(0),
+            history: Some(vec![StatusHistoryRecord {
+                status: RoundStatus::Ongoing,
+                failure_reason: None,
+                round_number: 1,
+                start_time_stamp: Time(now),
+                end_time_stamp: None,
+                duration: None,
+                dead_line_time_stamp: Time(now),
+                expected_actor_number: Some(1),
+                failed_agent_node_list: vec![],
+                succeed_agent_node_list: vec![],
+                not_report_agent_node_list: vec!["node-a".into()],
+            }]),
+            ..Default::default()
+        };
+        let (id, _) = store.record_task(&local.record(&status)).unwrap();
+        interrupted(&store, id, &status, now).unwrap();
+        let summary = store.round(id, 1).unwrap().unwrap().summary.unwrap();
+        assert_eq!(summary.result, RoundResult::Fail);
+        assert_eq!(
+            summary.failure_reason.as_deref(),
+            Some(FAILURE_REASON_STOPPED)
+        );
+        assert_eq!(summary.not_reported, ["node-a"]);
+        // Nothing ongoing: nothing to record.
+        interrupted(&store, id, &TaskStatus::default(), now).unwrap();
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
