@@ -387,3 +387,85 @@ fn local_refuses_bad_task_files_before_starting_anything() {
         "the API port was taken"
     );
 }
+
+#[test]
+fn local_refuses_tasks_it_cannot_run_here_before_starting_anything() {
+    let dir = scratch("local-cannot");
+    let data = dir.join("data");
+    let run = |yaml: &str| {
+        kdoctor_with_stdin(
+            &[
+                "local",
+                "-f",
+                "-",
+                "--data",
+                &data.display().to_string(),
+                "--kubeconfig-out",
+                &dir.join("kubeconfig").display().to_string(),
+                "--listen",
+                &format!("127.0.0.1:{}", free_port()),
+                "--app-http-port",
+                "0",
+                "--app-https-port",
+                "0",
+                "--dns-port",
+                "0",
+            ],
+            yaml,
+        )
+    };
+    let twice = "apiVersion: kdoctor.io/v1beta1\nkind: Netdns\nmetadata: {name: d}\n\
+                 spec: {target: {targetUser: {server: 127.0.0.1, port: 53}}}\n---\n";
+    let output = run(&twice.repeat(2));
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("Netdns \"d\" is given twice"),
+        "{}",
+        stderr(&output)
+    );
+    let output = run(
+        "apiVersion: kdoctor.io/v1beta1\nkind: AppHttpHealthy\nmetadata: {name: a}\n\
+         spec: {target: {host: 'https://127.0.0.1/', method: GET, tlsSecretName: web-tls, tlsSecretNamespace: default}}\n",
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("tlsSecretName need the cluster"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!data.exists(), "the store was created");
+}
+
+/// examples/local/ is usable as it is: every task's first round succeeds against the default
+/// local targets (the fixed ports the files name).
+#[test]
+fn the_local_examples_run_as_they_are() {
+    let dir = scratch("local-examples");
+    let api = free_port();
+    let log = dir.join("log");
+    let child = Command::new(env!("CARGO_BIN_EXE_kdoctor"))
+        .current_dir(crate::support::repo())
+        .args(["local", "-f", "examples/local/"])
+        .arg("--data")
+        .arg(dir.join("data"))
+        .arg("--kubeconfig-out")
+        .arg(dir.join("kubeconfig"))
+        .args(["--listen", &format!("127.0.0.1:{api}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(&log).expect("log")))
+        .spawn()
+        .expect("kdoctor local starts");
+    let mut local = Local { child, log };
+    for task in [
+        "NetReach \"local-reach\"",
+        "AppHttpHealthy \"local-http\"",
+        "Netdns \"local-dns\"",
+    ] {
+        local.wait_for(&format!("{task}: round 1/3 succeed"), 1);
+    }
+    let list = json(&kubectl(&dir, &["get", "kdr", "-o", "json"]));
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(3), "{list}");
+    let (code, log) = local.stop();
+    assert_eq!(code, Some(0), "{log}");
+}

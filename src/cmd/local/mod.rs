@@ -168,18 +168,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         // Tasks of an earlier run ended with it (a killed run could not say so itself).
         let swept = {
             let store = store.clone();
-            tokio::task::spawn_blocking(move || -> Result<usize, kdoctor_store::StoreError> {
-                let mut swept = 0;
-                for kind in kdoctor_api::task::TaskKind::ALL {
-                    swept += kdoctor_reconciler::deletions::sweep(
-                        &store,
-                        kind,
-                        &Default::default(),
-                    )?;
-                }
-                Ok(swept)
-            })
-            .await??
+            tokio::task::spawn_blocking(move || runner::end_earlier_runs(&store, Timestamp::now()))
+                .await??
         };
         if swept > 0 {
             tracing::info!(tasks = swept, "tasks of an earlier run marked ended");

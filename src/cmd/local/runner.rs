@@ -261,6 +261,26 @@ pub fn interrupted(
     Ok(())
 }
 
+/// Ends the tasks an earlier run left live (a killed run could not end them itself): a round it
+/// left ongoing is recorded failed, then the incarnation is marked deleted. Returns how many.
+pub fn end_earlier_runs(store: &Store, now: Timestamp) -> Result<usize, kdoctor_store::StoreError> {
+    let mut ended = 0;
+    for task in store.tasks() {
+        if task.deleted.is_some() {
+            continue;
+        }
+        let status: TaskStatus = store
+            .task_record(task.id)?
+            .and_then(|r| r.status)
+            .and_then(|s| serde_json::from_value(s).ok())
+            .unwrap_or_default();
+        interrupted(store, task.id, &status, now)?;
+        store.mark_deleted(task.id, now)?;
+        ended += 1;
+    }
+    Ok(ended)
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::{IpAddr, Ipv4Addr};
@@ -398,6 +418,19 @@ mod tests {
         assert_eq!(summary.not_reported, ["node-a"]);
         // Nothing ongoing: nothing to record.
         interrupted(&store, id, &TaskStatus::default(), now).unwrap();
+        // A killed run's task: ended at the next start, once.
+        let mut status = status;
+        let other = LocalTask::new(task("apiVersion: kdoctor.io/v1beta1\nkind: Netdns\nmetadata: {name: d}\nspec: {target: {targetUser: {server: 127.0.0.1, port: 53}}}\n"), now).unwrap();
+        status.history.as_mut().unwrap()[0].round_number = 1;
+        let (other_id, _) = store.record_task(&other.record(&status)).unwrap();
+        assert_eq!(end_earlier_runs(&store, now).unwrap(), 2);
+        assert!(store.task(other_id).unwrap().deleted.is_some());
+        let summary = store.round(other_id, 1).unwrap().unwrap().summary.unwrap();
+        assert_eq!(
+            summary.failure_reason.as_deref(),
+            Some(FAILURE_REASON_STOPPED)
+        );
+        assert_eq!(end_earlier_runs(&store, now).unwrap(), 0);
         drop(store);
         let _ = std::fs::remove_dir_all(dir);
     }
