@@ -56,12 +56,14 @@ trap cleanup EXIT
 k() { "$KUBECTL_BIN" --kubeconfig "$WORK/kubeconfig" --cache-dir "$WORK/kube-cache" "$@"; }
 
 step "starting a simulated cluster of $NODES nodes (pods of kdoctor run as real processes)"
-"$BIN/kube-sim" --nodes "$NODES" --agent-nodes "$NODES" --traffic --rbac \
+# Any free port: another simulated cluster (a second run, a developer's) may hold 6443.
+"$BIN/kube-sim" --listen 127.0.0.1:0 --nodes "$NODES" --agent-nodes "$NODES" --traffic --rbac \
   --agent-program "$BIN/kdoctor" \
   --agent-selector 'app.kubernetes.io/component in (agent,controller)' \
   --work-dir "$WORK/pods" --kubeconfig-out "$WORK/kubeconfig" >"$WORK/sim.log" 2>&1 &
 SIM_PID=$!
-for _ in $(seq 100); do
+for _ in $(seq 150); do
+  kill -0 "$SIM_PID" 2>/dev/null || { echo "e2e: kube-sim exited" >&2; exit 1; }
   [ -s "$WORK/kubeconfig" ] && k get --raw /readyz >/dev/null 2>&1 && break
   sleep 0.2
 done
@@ -70,7 +72,6 @@ k get nodes
 step "installing manifests/ (the simulated cluster's processes share one network namespace: each binds its pod address)"
 k apply -f manifests/namespace.yaml
 k apply -f manifests/crds/ -f manifests/config.yaml -f manifests/rbac.yaml -f manifests/apiserver-rbac.yaml
-"$BIN/kdoctor" certs --dir "$WORK/pki" | k apply -f -
 mkdir -p "$WORK/manifests"
 sed -e 's|        - --service-ipv4-name=kdoctor-agent-ipv4|&\n        - --bind=$(POD_IP)|' \
   manifests/agent.yaml >"$WORK/manifests/agent.yaml"
@@ -82,7 +83,8 @@ sed -e 's|--listen=0.0.0.0:6443|--listen=$(POD_IP):6443|' \
 grep -q -- '--bind=$(POD_IP)' "$WORK/manifests/agent.yaml" || { echo "e2e: cannot adapt agent.yaml" >&2; exit 2; }
 grep -q -- '--agent-extra-arg' "$WORK/manifests/controller.yaml" || { echo "e2e: cannot adapt controller.yaml" >&2; exit 2; }
 k apply -f "$WORK/manifests/agent.yaml" -f "$WORK/manifests/controller.yaml"
-k apply -f manifests/apiservice.yaml --dry-run=client -o name >/dev/null   # the shipped file parses
+# Its caBundle is empty: the controller bootstraps the CA and sets it.
+k apply -f manifests/apiservice.yaml
 
 step "waiting for the agents, the controller and the APIService"
 k -n kdoctor rollout status daemonset/kdoctor-agent --timeout=90s

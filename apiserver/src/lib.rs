@@ -4,6 +4,7 @@
 //! health and metrics.
 
 pub mod auth;
+pub mod certs;
 pub mod discovery;
 pub mod health;
 pub mod metrics;

@@ -1,8 +1,9 @@
 //! `kdoctor certs`: the install's certificates as Kubernetes objects — the CA Secret
 //! `kdoctor-ca` (agents trust it; the controller signs the harvester's client certificate with
 //! it), the controller's serving certificate `kdoctor-controller-cert` for
-//! `kdoctor-controller.<namespace>.svc`, and the APIService with that CA as its caBundle. Pipe
-//! it to `kubectl apply -f -` after `kubectl apply -f manifests/`.
+//! `kdoctor-controller.<namespace>.svc`, and the APIService with that CA as its caBundle. The
+//! controller makes these itself when they are missing; this is for bringing your own CA: pipe
+//! it to `kubectl apply -f -` before the controller starts.
 //!
 //! With `--dir`, the CA is kept there (`ca.crt`, `ca.key`, created on first use) so running the
 //! command again renews the serving certificate under the same CA instead of replacing the CA.
@@ -11,9 +12,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use base64::Engine;
+use kdoctor_apiserver::certs::bootstrap::{
+    apiservice_object, ca_secret_object, serving_secret_object,
+};
+use kdoctor_apiserver::certs::renewal::serving_names;
 use kdoctor_apiserver::pki::Ca;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::output::{Format, render};
 
@@ -34,55 +38,16 @@ pub struct Args {
     output: Format,
 }
 
-fn b64(text: &str) -> String {
-    base64::engine::general_purpose::STANDARD.encode(text.as_bytes())
-}
-
-fn labels(component: &str) -> Value {
-    json!({
-        "app.kubernetes.io/name": "kdoctor",
-        "app.kubernetes.io/component": component,
-        "app.kubernetes.io/managed-by": "kdoctor",
-    })
-}
-
 /// The objects, for `namespace`.
 pub fn objects(ca: &Ca, namespace: &str, cluster_domain: &str) -> Result<Vec<Value>> {
     let service = "kdoctor-controller";
-    let names = vec![
-        format!("{service}.{namespace}.svc"),
-        service.to_string(),
-        format!("{service}.{namespace}"),
-        format!("{service}.{namespace}.svc.{cluster_domain}"),
-    ];
     let serving = ca
-        .serving(&names)
+        .serving(&serving_names(service, namespace, cluster_domain))
         .context("issuing the controller's serving certificate")?;
     Ok(vec![
-        json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "kdoctor-ca", "namespace": namespace, "labels": labels("ca")},
-            "type": "Opaque",
-            "data": {"ca.crt": b64(&ca.pem.cert), "ca.key": b64(&ca.pem.key)},
-        }),
-        json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "kdoctor-controller-cert", "namespace": namespace, "labels": labels("controller")},
-            "type": "kubernetes.io/tls",
-            "data": {"tls.crt": b64(&serving.cert), "tls.key": b64(&serving.key), "ca.crt": b64(&ca.pem.cert)},
-        }),
-        json!({
-            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-            "metadata": {"name": "v1beta1.system.kdoctor.io", "labels": labels("apiserver")},
-            "spec": {
-                "group": kdoctor_apiserver::GROUP,
-                "version": kdoctor_apiserver::VERSION,
-                "groupPriorityMinimum": 1000,
-                "versionPriority": 100,
-                "service": {"namespace": namespace, "name": service, "port": 443},
-                "caBundle": b64(&ca.pem.cert),
-            },
-        }),
+        ca_secret_object(ca, namespace, "kdoctor-ca"),
+        serving_secret_object(&serving, ca, namespace, "kdoctor-controller-cert"),
+        apiservice_object(ca, "v1beta1.system.kdoctor.io", namespace, service),
     ])
 }
 

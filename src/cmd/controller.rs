@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +12,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use kdoctor_agent::report_client::identity_from_pem;
 use kdoctor_api::config::Config;
-use kdoctor_apiserver::pki::{Ca, Pem};
+use kdoctor_apiserver::certs::bootstrap::{CertSettings, ensure};
+use kdoctor_apiserver::certs::renewal::serving_names;
+use kdoctor_apiserver::pki::{Ca, Pem, write_private};
 use kdoctor_apiserver::server::{AuthMode, ServerOptions, start};
 use kdoctor_reconciler::controller::{RunError, Setup, run};
 use kdoctor_reconciler::leader::LeaseTiming;
@@ -57,20 +59,33 @@ pub struct Args {
         requires = "tls_cert"
     )]
     tls_key: Option<PathBuf>,
-    /// The install's CA certificate: agents trust the harvester's client certificate it signs.
+    /// The install's CA certificate from a file (with `--tls-ca-key`); default: the CA Secret
+    /// (`--ca-secret`), created when absent, with the serving certificate and the APIService
+    /// caBundle managed too.
+    #[arg(long = "tls-ca-cert", value_name = "FILE", requires = "tls_ca_key")]
+    tls_ca_cert: Option<PathBuf>,
+    /// The install's CA key from a file (signs the harvester's client certificate).
+    #[arg(long = "tls-ca-key", value_name = "FILE", requires = "tls_ca_cert")]
+    tls_ca_key: Option<PathBuf>,
+    /// Secret of the managed serving certificate (type kubernetes.io/tls).
+    #[arg(long = "serving-secret", default_value = "kdoctor-controller-cert")]
+    serving_secret: String,
+    /// APIService whose caBundle is kept equal to the install's CA.
+    #[arg(long = "apiservice", default_value = "v1beta1.system.kdoctor.io")]
+    apiservice: String,
+    /// The controller's Service, named by the managed serving certificate.
+    #[arg(long = "service-name", default_value = "kdoctor-controller")]
+    service_name: String,
+    /// Cluster DNS domain, for the fully qualified Service name.
     #[arg(
-        long = "tls-ca-cert",
-        value_name = "FILE",
-        default_value = "/etc/tls/ca.crt"
+        long = "cluster-domain",
+        env = "ENV_CLUSTER_DNS_DOMAIN",
+        default_value = "cluster.local"
     )]
-    tls_ca_cert: PathBuf,
-    /// The install's CA key (signs the harvester's client certificate; never leaves this pod).
-    #[arg(
-        long = "tls-ca-key",
-        value_name = "FILE",
-        default_value = "/etc/tls/ca.key"
-    )]
-    tls_ca_key: PathBuf,
+    cluster_domain: String,
+    /// Renew the managed serving certificate this many days before it expires.
+    #[arg(long = "cert-renew-before-days", default_value_t = 30)]
+    cert_renew_before_days: u64,
     /// `conf.yml` of the `kdoctor` ConfigMap; without it, upstream's Helm defaults.
     #[arg(long = "config-path", short = 'C', value_name = "FILE")]
     config_path: Option<PathBuf>,
@@ -203,34 +218,95 @@ pub fn run_command(args: &Args) -> Result<ExitCode> {
     runtime.block_on(controller(args))
 }
 
+fn cert_settings(args: &Args) -> CertSettings {
+    let mut names = serving_names(&args.service_name, &args.namespace, &args.cluster_domain);
+    names.extend(args.tls_san.iter().cloned());
+    CertSettings {
+        namespace: args.namespace.clone(),
+        ca_secret: args.ca_secret.clone(),
+        serving_secret: args.serving_secret.clone(),
+        apiservice: args.apiservice.clone(),
+        names,
+        renew_before: Duration::from_secs(args.cert_renew_before_days * 86_400),
+    }
+}
+
+/// Writes the managed serving certificate where the server reloads it from.
+fn write_serving(data: &Path, serving: &Pem) -> Result<(PathBuf, PathBuf)> {
+    let dir = data.join("pki");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let (cert, key) = (dir.join("serving.crt"), dir.join("serving.key"));
+    write_private(&key, serving.key.as_bytes())?;
+    std::fs::write(&cert, &serving.cert)
+        .with_context(|| format!("cannot write {}", cert.display()))?;
+    Ok((cert, key))
+}
+
+/// Re-checks the managed certificates every hour; a renewed serving certificate is written
+/// where the server reloads it from.
+async fn keep_certificates(client: kube::Client, settings: CertSettings, data: PathBuf) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        match ensure(&client, &settings).await {
+            Ok(issued) if issued.renewed.is_some() => {
+                if let Err(error) = write_serving(&data, &issued.serving) {
+                    tracing::error!(%error, "cannot write the renewed serving certificate");
+                }
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "checking the install's certificates failed"),
+        }
+    }
+}
+
 async fn controller(args: &Args) -> Result<ExitCode> {
     let config = config(args)?;
     let options = options(args)?;
-    let ca = Ca::from_pem(Pem {
-        cert: read(
-            &args.tls_ca_cert,
-            "cannot read the install CA certificate --tls-ca-cert",
-        )?,
-        key: read(
-            &args.tls_ca_key,
-            "cannot read the install CA key --tls-ca-key",
-        )?,
-    })
-    .context("the install CA (--tls-ca-cert, --tls-ca-key)")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot reach the Kubernetes API (in-cluster or $KUBECONFIG)")?;
+    // Certificates from files (provided by the operator), or managed through the API.
+    let (ca, tls_files, managed) = match (&args.tls_ca_cert, &args.tls_ca_key) {
+        (Some(cert), Some(key)) => {
+            let ca = Ca::from_pem(Pem {
+                cert: read(cert, "cannot read the install CA certificate --tls-ca-cert")?,
+                key: read(key, "cannot read the install CA key --tls-ca-key")?,
+            })
+            .context("the install CA (--tls-ca-cert, --tls-ca-key)")?;
+            (ca, args.tls_cert.clone().zip(args.tls_key.clone()), None)
+        }
+        _ => {
+            let settings = cert_settings(args);
+            let issued = ensure(&client, &settings)
+                .await
+                .context("managing the install's certificates (--ca-secret, --serving-secret)")?;
+            let files = match args.tls_cert.clone().zip(args.tls_key.clone()) {
+                Some(files) => files,
+                None => write_serving(&args.data, &issued.serving)?,
+            };
+            (issued.ca, Some(files), Some(settings))
+        }
+    };
     let harvester = ca
         .client("kdoctor-controller", &[])
         .context("issuing the harvester's client certificate")?;
     let harvest_identity = identity_from_pem(&harvester.cert, &harvester.key)?;
-    let client = kube::Client::try_default()
-        .await
-        .context("cannot reach the Kubernetes API (in-cluster or $KUBECONFIG)")?;
+    if let Some(settings) = managed
+        && args.tls_cert.is_none()
+    {
+        tokio::spawn(keep_certificates(
+            client.clone(),
+            settings,
+            args.data.clone(),
+        ));
+    }
     let identity = args
         .pod_name
         .clone()
         .unwrap_or_else(kdoctor_agent::config::host_name);
 
     let server = start(ServerOptions {
-        tls_files: args.tls_cert.clone().zip(args.tls_key.clone()),
+        tls_files,
         tls_sans: args.tls_san.clone(),
         auth: AuthMode::Delegated(client.clone()),
         retention_every: Duration::from_secs(args.retention_interval_minutes.max(1) * 60),

@@ -1,6 +1,7 @@
 //! The kdoctor-apiserver test suite (one binary).
 
 mod access;
+mod certs;
 mod delegated;
 mod discovery;
 mod fake_kube;

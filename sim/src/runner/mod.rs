@@ -123,7 +123,11 @@ impl Runner {
 
 impl Controller for Runner {
     fn handle(&mut self, _c: &Cluster, e: &StoreEvent) {
-        if matches!(&*e.storage, "core/pods" | "core/nodes") {
+        // Secrets and ConfigMaps: a pod waiting for one it mounts may start now.
+        if matches!(
+            &*e.storage,
+            "core/pods" | "core/nodes" | "core/secrets" | "core/configmaps"
+        ) {
             self.dirty = true;
         }
     }
@@ -151,6 +155,11 @@ impl Controller for Runner {
         }
         for (uid, pod) in want {
             if self.running.contains_key(&uid) {
+                continue;
+            }
+            let missing = volumes::missing_sources(&self.cluster, &pod);
+            if !missing.is_empty() {
+                tracing::debug!(?missing, "pod process waits for the objects it mounts");
                 continue;
             }
             let ns = pod

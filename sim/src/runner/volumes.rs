@@ -73,6 +73,33 @@ fn files(c: &Cluster, ns: &str, volume: &Value) -> Vec<(String, Vec<u8>)> {
     }
 }
 
+/// The Secrets and ConfigMaps the pod mounts that do not exist (and are not `optional`): as
+/// the kubelet does, the process does not start until they do.
+pub fn missing_sources(c: &Cluster, pod: &Value) -> Vec<String> {
+    let ns = s(pod, "/metadata/namespace");
+    let volumes = pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut missing = Vec::new();
+    for volume in &volumes {
+        let (storage, kind, source, name_key) = if let Some(v) = volume.get("secret") {
+            ("core/secrets", "Secret", v, "/secretName")
+        } else if let Some(v) = volume.get("configMap") {
+            ("core/configmaps", "ConfigMap", v, "/name")
+        } else {
+            continue;
+        };
+        let optional = source.get("optional").and_then(Value::as_bool) == Some(true);
+        let name = s(source, name_key);
+        if !optional && c.store.get(storage, ns, name).is_none() {
+            missing.push(format!("{kind} {ns}/{name}"));
+        }
+    }
+    missing
+}
+
 /// Writes the first container's mounted volumes under `root`; returns each mount path with
 /// its host directory, longest mount path first (so the most specific one rewrites).
 pub fn materialize(
@@ -189,6 +216,16 @@ mod tests {
             {"name": "reports", "mountPath": "/report"},
             {"name": "data", "mountPath": "/var/lib/data"}
         ]}]}});
+        assert!(missing_sources(&c, &pod).is_empty());
+        let waiting = json!({"metadata": {"name": "w", "namespace": "ns"}, "spec": {"volumes": [
+            {"name": "a", "secret": {"secretName": "not-yet"}},
+            {"name": "b", "configMap": {"name": "maybe", "optional": true}},
+            {"name": "c", "configMap": {"name": "nor-this"}}
+        ]}});
+        assert_eq!(
+            missing_sources(&c, &waiting),
+            vec!["Secret ns/not-yet", "ConfigMap ns/nor-this"]
+        );
         let root = std::env::temp_dir().join(format!("kube-sim-volumes-{}", std::process::id()));
         let mounts = materialize(&c, &pod, &root).expect("materialize");
         assert_eq!(std::fs::read(root.join("tls/ca.crt")).unwrap(), b"CA");
