@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use kdoctor_agent::report_client::identity_from_pem;
 use kdoctor_api::config::Config;
-use kdoctor_apiserver::certs::bootstrap::{CertSettings, ensure};
+use kdoctor_apiserver::certs::bootstrap::{CertSettings, ensure, keep_ca_bundle};
 use kdoctor_apiserver::certs::renewal::serving_names;
 use kdoctor_apiserver::pki::{Ca, Pem, write_private};
 use kdoctor_apiserver::server::{AuthMode, ServerOptions, start};
@@ -291,14 +291,19 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         .client("kdoctor-controller", &[])
         .context("issuing the harvester's client certificate")?;
     let harvest_identity = identity_from_pem(&harvester.cert, &harvester.key)?;
-    if let Some(settings) = managed
-        && args.tls_cert.is_none()
-    {
-        tokio::spawn(keep_certificates(
+    if let Some(settings) = managed {
+        tokio::spawn(keep_ca_bundle(
             client.clone(),
-            settings,
-            args.data.clone(),
+            settings.clone(),
+            ca.pem.cert.clone(),
         ));
+        if args.tls_cert.is_none() {
+            tokio::spawn(keep_certificates(
+                client.clone(),
+                settings,
+                args.data.clone(),
+            ));
+        }
     }
     let identity = args
         .pod_name

@@ -236,19 +236,28 @@ async fn inject_ca_bundle(client: &Client, s: &CertSettings, ca: &Ca) -> Result<
     let what = format!("APIService {}", s.apiservice);
     let api: Api<APIService> = Api::all(client.clone());
     let Some(current) = api.get_opt(&s.apiservice).await.map_err(api_error(&what))? else {
-        tracing::warn!(apiservice = %s.apiservice, "no APIService to give the CA to; kubectl reaches the reports only once it exists");
+        tracing::warn!(apiservice = %s.apiservice, "no APIService to give the CA to yet; it gets the CA as soon as it is created");
         return Ok(());
     };
-    let bundle = ca.pem.cert.as_bytes();
+    set_ca_bundle(&api, &current, s, &ca.pem.cert).await
+}
+
+async fn set_ca_bundle(
+    api: &Api<APIService>,
+    current: &APIService,
+    s: &CertSettings,
+    ca_pem: &str,
+) -> Result<(), CertError> {
     let same = current
         .spec
         .as_ref()
         .and_then(|spec| spec.ca_bundle.as_ref())
-        .is_some_and(|b| b.0 == bundle);
+        .is_some_and(|b| b.0 == ca_pem.as_bytes());
     if same {
         return Ok(());
     }
-    let patch = json!({"spec": {"caBundle": b64(&ca.pem.cert), "insecureSkipTLSVerify": null}});
+    let what = format!("APIService {}", s.apiservice);
+    let patch = json!({"spec": {"caBundle": b64(ca_pem), "insecureSkipTLSVerify": null}});
     api.patch(
         &s.apiservice,
         &PatchParams::default(),
@@ -258,4 +267,29 @@ async fn inject_ca_bundle(client: &Client, s: &CertSettings, ca: &Ca) -> Result<
     .map_err(api_error(&what))?;
     tracing::info!(apiservice = %s.apiservice, "set the APIService caBundle to the install's CA");
     Ok(())
+}
+
+/// Keeps the APIService's caBundle equal to `ca_pem` for as long as it runs: an APIService
+/// created after the controller, or re-applied from a manifest, gets the CA at once.
+pub async fn keep_ca_bundle(client: Client, s: CertSettings, ca_pem: String) {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api: Api<APIService> = Api::all(client);
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", s.apiservice));
+    let mut changes = watcher(api.clone(), config)
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(change) = changes.next().await {
+        let result = match change {
+            Ok(current) => set_ca_bundle(&api, &current, &s, &ca_pem).await,
+            Err(error) => {
+                tracing::debug!(%error, "APIService watch (retrying)");
+                Ok(())
+            }
+        };
+        if let Err(error) = result {
+            tracing::warn!(%error, "cannot set the APIService caBundle");
+        }
+    }
 }

@@ -166,3 +166,45 @@ async fn a_provided_ca_is_used_and_an_unusable_one_is_named() {
     assert!(replaced.ca_created);
     assert_eq!(replaced.renewed, Some(Renewal::OtherCa));
 }
+
+#[tokio::test]
+async fn an_apiservice_created_or_blanked_later_gets_the_ca_at_once() {
+    use kdoctor_apiserver::certs::bootstrap::keep_ca_bundle;
+    use kube::api::{Patch, PatchParams};
+    let (_sim, client) = cluster().await;
+    let issued = ensure(&client, &settings()).await.expect("bootstrap");
+    let keeper = tokio::spawn(keep_ca_bundle(
+        client.clone(),
+        settings(),
+        issued.ca.pem.cert.clone(),
+    ));
+    let api: Api<APIService> = Api::all(client.clone());
+    let bundle = |api: Api<APIService>| async move {
+        api.get("v1beta1.system.kdoctor.io")
+            .await
+            .ok()
+            .and_then(|a| a.spec?.ca_bundle)
+            .map(|b| b.0)
+    };
+    let wait_for_ca = |api: Api<APIService>, expected: Vec<u8>| async move {
+        for _ in 0..100 {
+            if bundle(api.clone()).await.as_ref() == Some(&expected) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the caBundle was not set to the CA");
+    };
+    register_apiservice(&client).await;
+    wait_for_ca(api.clone(), issued.ca.pem.cert.clone().into_bytes()).await;
+    // `kubectl apply` of an old manifest with an empty caBundle.
+    api.patch(
+        "v1beta1.system.kdoctor.io",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"caBundle": ""}})),
+    )
+    .await
+    .expect("blank it");
+    wait_for_ca(api.clone(), issued.ca.pem.cert.clone().into_bytes()).await;
+    keeper.abort();
+}
