@@ -198,14 +198,17 @@ pub async fn run(
     tasks.spawn(deletions::track::<NetReach>(
         setup.client.clone(),
         setup.store.clone(),
+        metrics.tasks.clone(),
     ));
     tasks.spawn(deletions::track::<AppHttpHealthy>(
         setup.client.clone(),
         setup.store.clone(),
+        metrics.tasks.clone(),
     ));
     tasks.spawn(deletions::track::<Netdns>(
         setup.client.clone(),
         setup.store.clone(),
+        metrics.tasks.clone(),
     ));
     for ready in [
         caches.pods.wait_until_ready().await.is_ok(),

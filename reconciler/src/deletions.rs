@@ -10,10 +10,11 @@ use jiff::Timestamp;
 use kdoctor_api::task::{RoundStatus, TaskKind, TaskStatus};
 use kdoctor_store::{RoundResult, Store, StoreError};
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 
 use crate::reconcile::{FAILURE_REASON_TASK_DELETED, summary};
 use crate::task::TaskObject;
+use crate::task_metrics::TaskMetrics;
 
 /// Records that the task with `uid` is gone. `last_status`: its status as last seen, when known.
 pub fn task_deleted(
@@ -65,7 +66,7 @@ pub fn sweep(store: &Store, kind: TaskKind, live: &BTreeSet<String>) -> Result<u
 }
 
 /// Watches tasks of kind `K` and records deletions in the store, until the watch ends.
-pub async fn track<K: TaskObject>(client: Client, store: Arc<Store>) {
+pub async fn track<K: TaskObject>(client: Client, store: Arc<Store>, metrics: TaskMetrics) {
     let api: Api<K> = Api::all(client);
     let mut live: BTreeSet<String> = BTreeSet::new();
     let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
@@ -103,6 +104,7 @@ pub async fn track<K: TaskObject>(client: Client, store: Arc<Store>) {
             }
             Event::Apply(_) => Ok(Ok(())),
             Event::Delete(object) => {
+                metrics.forget(K::KIND, &object.name_any());
                 let uid = object.meta().uid.clone().unwrap_or_default();
                 let status = object.task_status().cloned();
                 tokio::task::spawn_blocking(move || {

@@ -16,4 +16,6 @@ pub mod readiness;
 pub mod reconcile;
 pub mod references;
 pub mod rounds;
+pub mod streaks;
 pub mod task;
+pub mod task_metrics;

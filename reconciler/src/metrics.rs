@@ -28,6 +28,8 @@ pub struct ControllerMetrics {
     pub finalise_lag: Histogram,
     /// 1 while this replica holds the leader Lease.
     pub leader: IntGauge,
+    /// Per-task series (last round result, failing nodes, rounds by result).
+    pub tasks: crate::task_metrics::TaskMetrics,
 }
 
 fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -107,6 +109,7 @@ impl ControllerMetrics {
                 "1 while this replica holds the leader Lease.",
             )
             .expect("valid metric"),
+            tasks: crate::task_metrics::TaskMetrics::new(registry),
         };
         for collector in [
             Box::new(metrics.rounds.clone()) as Box<dyn prometheus::core::Collector>,

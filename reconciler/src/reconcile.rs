@@ -456,6 +456,12 @@ pub async fn reconcile<K: TaskObject>(
                     .rounds
                     .with_label_values(&[kind.as_str(), result])
                     .inc();
+                ctx.metrics.tasks.round_finished(kind, &name, &summary);
+                if let Some(history) = next.history.as_deref() {
+                    ctx.metrics
+                        .tasks
+                        .node_streaks(kind, &name, &crate::streaks::streaks(history));
+                }
                 if let Ok(d) = Duration::try_from(now.duration_since(summary.start)) {
                     ctx.metrics
                         .round_duration

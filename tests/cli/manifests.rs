@@ -373,3 +373,44 @@ fn kdoctor_certs_makes_what_the_manifests_mount_and_the_apiservice_trusts() {
         serving["data"]["tls.key"]
     );
 }
+
+#[test]
+fn every_alert_uses_metrics_the_code_exports() {
+    let rules = documents("manifests/monitoring/prometheusrule.yaml");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0]["kind"], "PrometheusRule");
+    let sources: String = ["reconciler/src", "agent/src", "apiserver/src"]
+        .iter()
+        .flat_map(|dir| {
+            std::fs::read_dir(repo().join(dir))
+                .expect("source dir")
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+                .map(|p| std::fs::read_to_string(p).expect("source"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut alerts = 0;
+    for group in rules[0]["spec"]["groups"].as_array().expect("groups") {
+        for rule in group["rules"].as_array().expect("rules") {
+            alerts += 1;
+            let expr = rule["expr"].as_str().expect("expr");
+            let names: Vec<&str> = expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("kdoctor_"))
+                .collect();
+            assert!(!names.is_empty(), "{expr}");
+            for name in names {
+                // Registered by name as a string literal in one of the crates.
+                assert!(
+                    sources.contains(&format!("\"{name}\"")),
+                    "alert {} uses {name}, which no code registers",
+                    rule["alert"]
+                );
+            }
+            assert!(rule["annotations"]["runbook_url"].is_string());
+        }
+    }
+    assert!(alerts >= 4);
+}
