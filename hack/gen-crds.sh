@@ -4,6 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build -q --bin kdoctor
 for pair in NetReach:netreaches AppHttpHealthy:apphttphealthies Netdns:netdnses; do
-  ./target/debug/kdoctor crd --kind "${pair%%:*}" > "manifests/crds/kdoctor.io_${pair##*:}.yaml"
+  "${CARGO_TARGET_DIR:-target}/debug/kdoctor" crd --kind "${pair%%:*}" > "manifests/crds/kdoctor.io_${pair##*:}.yaml"
 done
 echo "wrote manifests/crds/"

@@ -10,6 +10,7 @@ pub mod deletions;
 pub mod ensure;
 pub mod harvest;
 pub mod leader;
+pub mod markers;
 pub mod metrics;
 pub mod options;
 pub mod readiness;

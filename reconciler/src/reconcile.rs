@@ -25,6 +25,7 @@ use crate::conditions::{self, CARRIER_READY, VALID, Wanted};
 use crate::context::Context;
 use crate::ensure::{self, CarrierState};
 use crate::harvest::Harvestee;
+use crate::markers;
 use crate::references;
 use crate::rounds::{self, Inputs, RoundEvent, round_expected_nodes};
 use crate::task::TaskObject;
@@ -79,6 +80,77 @@ pub fn summary(record: &StatusHistoryRecord) -> RoundSummary {
 
 /// Writes the status by server-side apply, conditional on the object's resourceVersion (a
 /// reconcile that worked from a stale copy gets a conflict instead of undoing a newer status).
+/// Applies the marker policy after a finished round; an Event on the task per flip. Failures
+/// are logged and retried at the next round (marks never hold up rounds).
+async fn mark_nodes<K: TaskObject>(
+    ctx: &Context,
+    object: &K,
+    kind: kdoctor_api::task::TaskKind,
+    name: &str,
+    policy: &kdoctor_api::task::MarkerPolicy,
+    history: &[kdoctor_api::task::StatusHistoryRecord],
+) {
+    match markers::mark(&ctx.client, kind, name, policy, history).await {
+        Ok(flips) => {
+            for flip in flips {
+                let (warning, reason, what) = match flip.state {
+                    kdoctor_api::task::Marked::Healthy => (false, "NodeMarkedHealthy", "passed"),
+                    kdoctor_api::task::Marked::Unhealthy => (true, "NodeMarkedUnhealthy", "failed"),
+                };
+                ctx.event(
+                    object,
+                    warning,
+                    reason,
+                    format!(
+                        "node {} {what} {} rounds in a row: condition {} set",
+                        flip.node, flip.rounds, policy.condition_type
+                    ),
+                )
+                .await;
+            }
+        }
+        Err(error) => tracing::warn!(%kind, task = %name, %error, "marking nodes failed"),
+    }
+}
+
+fn has_finalizer<K: TaskObject>(object: &K) -> bool {
+    object
+        .meta()
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == markers::FINALIZER)
+}
+
+/// Adds or removes the markers finalizer, keeping every other finalizer.
+async fn set_finalizer<K: TaskObject>(
+    ctx: &Context,
+    object: &K,
+    present: bool,
+) -> Result<(), ReconcileError> {
+    let name = object.meta().name.clone().unwrap_or_default();
+    let mut finalizers: Vec<String> = object
+        .meta()
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|f| *f != markers::FINALIZER)
+        .cloned()
+        .collect();
+    if present {
+        finalizers.push(markers::FINALIZER.to_string());
+    }
+    let mut patch = json!({"metadata": {"finalizers": finalizers}});
+    // Optimistic: a concurrent change of the list makes this fail and the reconcile retry.
+    if let Some(rv) = &object.meta().resource_version {
+        patch["metadata"]["resourceVersion"] = json!(rv);
+    }
+    let api: Api<K> = Api::all(ctx.client.clone());
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
 async fn write_status<K: TaskObject>(
     ctx: &Context,
     object: &K,
@@ -160,7 +232,16 @@ pub async fn reconcile<K: TaskObject>(
     let meta = object.meta();
     let name = meta.name.clone().unwrap_or_default();
     let uid = meta.uid.clone().unwrap_or_default();
-    if meta.deletion_timestamp.is_some() || name.is_empty() || uid.is_empty() {
+    if name.is_empty() || uid.is_empty() {
+        return Ok(Action::await_change());
+    }
+    if meta.deletion_timestamp.is_some() {
+        // A task with markers goes once its marks are off every Node.
+        if has_finalizer(object.as_ref()) {
+            let removed = markers::unmark(&ctx.client, kind, &name).await?;
+            tracing::info!(%kind, task = %name, nodes = removed, "removed the task's node markers");
+            set_finalizer(&ctx, object.as_ref(), false).await?;
+        }
         return Ok(Action::await_change());
     }
     if ctx.store.by_uid(&uid).is_some_and(|t| t.deleted.is_some()) {
@@ -225,6 +306,11 @@ pub async fn reconcile<K: TaskObject>(
         generation,
         now,
     );
+    if task.marker_policy().is_some() && !has_finalizer(object.as_ref()) {
+        // Before any Node is marked, so that deleting the task always cleans up.
+        set_finalizer(&ctx, object.as_ref(), true).await?;
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
 
     // 2. The incarnation in the store (before anything is harvested into it).
     let spec = serde_json::to_value(object.as_ref())?
@@ -461,6 +547,9 @@ pub async fn reconcile<K: TaskObject>(
                     ctx.metrics
                         .tasks
                         .node_streaks(kind, &name, &crate::streaks::streaks(history));
+                    if let Some(policy) = task.marker_policy() {
+                        mark_nodes(&ctx, object.as_ref(), kind, &name, policy, history).await;
+                    }
                 }
                 if let Ok(d) = Duration::try_from(now.duration_since(summary.start)) {
                     ctx.metrics

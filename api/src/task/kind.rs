@@ -138,6 +138,15 @@ impl Task {
         }
     }
 
+    /// `spec.markerPolicy`.
+    pub fn marker_policy(&self) -> Option<&super::MarkerPolicy> {
+        match self {
+            Task::NetReach(t) => t.spec.marker_policy.as_ref(),
+            Task::AppHttpHealthy(t) => t.spec.marker_policy.as_ref(),
+            Task::Netdns(t) => t.spec.marker_policy.as_ref(),
+        }
+    }
+
     /// `status`.
     pub fn status(&self) -> Option<&TaskStatus> {
         match self {

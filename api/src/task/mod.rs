@@ -3,6 +3,7 @@
 pub mod apphttphealthy;
 pub mod common;
 pub mod kind;
+pub mod marker;
 pub mod netdns;
 pub mod netreach;
 pub mod status;
@@ -10,6 +11,7 @@ pub mod status;
 pub use apphttphealthy::{AppHttpHealthy, AppHttpHealthySpec, AppHttpHealthyTarget, HttpMethod};
 pub use common::{AgentKind, AgentSpec, NetHttpRequest, NetSuccessCondition, SchedulePlan};
 pub use kind::{API_VERSION, GROUP, Task, TaskKind, UnknownKind, VERSION};
+pub use marker::{Marked, MarkerPolicy, MarkerSet};
 pub use netdns::{
     DnsProtocol, NetDnsTarget, NetDnsTargetDns, NetDnsTargetUser, Netdns, NetdnsRequest, NetdnsSpec,
 };

@@ -29,6 +29,9 @@ pub struct NetReachSpec {
     /// Run on a dedicated carrier instead of the default agent DaemonSet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_spec: Option<AgentSpec>,
+    /// Mark Nodes with the results (a Node condition, labels, annotations); beyond upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marker_policy: Option<super::MarkerPolicy>,
     /// When rounds run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<SchedulePlan>,

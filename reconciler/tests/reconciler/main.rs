@@ -4,6 +4,7 @@
 mod carriers;
 mod flow;
 mod invalid;
+mod markers;
 mod real_agents;
 mod robustness;
 mod rounds;
