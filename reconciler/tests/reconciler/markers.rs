@@ -178,6 +178,16 @@ async fn a_task_marks_failing_nodes_and_its_deletion_removes_the_marks() {
     .await;
     assert_eq!(node2.2.as_deref(), Some("true"));
     assert_eq!(marks(&cluster, "node-1").await.0.as_deref(), Some("True"));
+    // The task's own series say the same.
+    let metrics = cluster.metrics_text();
+    for line in [
+        r#"kdoctor_task_last_round_success{kind="NetReach",task="marked"} 0"#,
+        r#"kdoctor_task_last_round_failing_nodes{kind="NetReach",task="marked"} 1"#,
+        r#"kdoctor_task_node_consecutive_failures{kind="NetReach",node="node-2",task="marked"} 1"#,
+        r#"kdoctor_task_rounds_total{kind="NetReach",result="fail",task="marked"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
     let api: Api<NetReach> = Api::all(cluster.client.clone());
     let live = api.get("marked").await.unwrap();
     assert!(
@@ -205,4 +215,10 @@ async fn a_task_marks_failing_nodes_and_its_deletion_removes_the_marks() {
             "{node}"
         );
     }
+    eventually(
+        Duration::from_secs(10),
+        "the task's series removed",
+        || async { (!cluster.metrics_text().contains(r#"task="marked""#)).then_some(()) },
+    )
+    .await;
 }

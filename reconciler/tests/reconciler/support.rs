@@ -130,6 +130,8 @@ pub struct Cluster {
     pub ca: Ca,
     pub options: ControllerOptions,
     pub config: Config,
+    /// The first controller's metrics (a restarted one's series go to a fresh registry).
+    pub registry: prometheus::Registry,
     controller: Option<(watch::Sender<bool>, JoinHandle<()>)>,
     /// Whether the cluster's own controller leads.
     pub leading: watch::Receiver<bool>,
@@ -476,6 +478,7 @@ impl Cluster {
             ca,
             options,
             config,
+            registry: prometheus::Registry::new(),
             controller: None,
             leading: watch::channel(false).1,
             _dir: dir,
@@ -501,7 +504,7 @@ impl Cluster {
             config: self.config.clone(),
             options: self.options.clone(),
             harvest_identity: identity_from_pem(&harvester.cert, &harvester.key).expect("identity"),
-            registry: prometheus::Registry::new(),
+            registry: self.registry.clone(),
             identity: identity.to_string(),
             election: election.then(|| LeaseTiming {
                 // Generous for a loaded 2-core machine running many clusters at once: a
@@ -525,6 +528,17 @@ impl Cluster {
         let (stop, leading, handle) = self.spawn_controller(election, identity);
         self.controller = Some((stop, handle));
         self.leading = leading;
+    }
+
+    /// The controller's metrics in the Prometheus text format.
+    pub fn metrics_text(&self) -> String {
+        let mut out = Vec::new();
+        let _ = prometheus::Encoder::encode(
+            &prometheus::TextEncoder::new(),
+            &self.registry.gather(),
+            &mut out,
+        );
+        String::from_utf8_lossy(&out).into_owned()
     }
 
     /// Kills the controller (no graceful stop: as a crash).
