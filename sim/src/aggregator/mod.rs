@@ -284,8 +284,12 @@ pub fn spawn(
         let mut due = true;
         loop {
             let services = c.store.count("apiregistration.k8s.io/apiservices");
-            if due && services > 0 {
-                sync(&c, &agg).await;
+            if due {
+                if services > 0 {
+                    sync(&c, &agg).await;
+                }
+                // Also with nothing to sync: otherwise the deadline stays in the past and the
+                // loop spins (a cluster without APIServices burned a core).
                 last = tokio::time::Instant::now();
             }
             let period = if agg.all().len() < services {
