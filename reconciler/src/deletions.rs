@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use kdoctor_api::task::{RoundStatus, TaskKind, TaskStatus};
-use kdoctor_store::{RoundResult, Store, StoreError};
+use kdoctor_store::{IncarnationId, RoundResult, Store, StoreError};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 
@@ -29,27 +29,44 @@ pub fn task_deleted(
     if task.deleted.is_some() {
         return Ok(false);
     }
-    if let Some(record) = last_status
-        .and_then(|s| s.history.as_ref())
-        .and_then(|h| h.first())
-        .filter(|r| r.status == RoundStatus::Ongoing)
-    {
-        let mut round = summary(record);
-        let reported = store.reports(task.id, round.round)?;
-        round.result = RoundResult::Fail;
-        round.end = Some(now);
-        round.succeeded_nodes = reported
-            .iter()
-            .filter(|r| r.result == RoundResult::Succeed)
-            .count() as u32;
-        round.failed_nodes = reported.len() as u32 - round.succeeded_nodes;
-        let have: BTreeSet<&str> = reported.iter().map(|r| r.node.as_str()).collect();
-        round.not_reported.retain(|n| !have.contains(n.as_str()));
-        round.failure_reason = Some(FAILURE_REASON_TASK_DELETED.to_string());
-        store.put_round(task.id, &round)?;
+    if let Some(status) = last_status {
+        cut_short(store, task.id, status, now, FAILURE_REASON_TASK_DELETED)?;
     }
     store.mark_deleted(task.id, now)?;
     Ok(true)
+}
+
+/// Records the ongoing round of `status`, if any, as failed for `reason`, keeping the nodes
+/// whose reports were stored (a task deleted mid-round, a local run stopped mid-round).
+pub fn cut_short(
+    store: &Store,
+    id: IncarnationId,
+    status: &TaskStatus,
+    now: Timestamp,
+    reason: &str,
+) -> Result<(), StoreError> {
+    let Some(record) = status
+        .history
+        .as_ref()
+        .and_then(|h| h.first())
+        .filter(|r| r.status == RoundStatus::Ongoing)
+    else {
+        return Ok(());
+    };
+    let mut round = summary(record);
+    let reported = store.reports(id, round.round)?;
+    round.result = RoundResult::Fail;
+    round.end = Some(now);
+    round.succeeded_nodes = reported
+        .iter()
+        .filter(|r| r.result == RoundResult::Succeed)
+        .count() as u32;
+    round.failed_nodes = reported.len() as u32 - round.succeeded_nodes;
+    let have: BTreeSet<&str> = reported.iter().map(|r| r.node.as_str()).collect();
+    round.not_reported.retain(|n| !have.contains(n.as_str()));
+    round.failure_reason = Some(reason.to_string());
+    store.put_round(id, &round)?;
+    Ok(())
 }
 
 /// Marks every incarnation of `kind` the store holds as live but whose UID is not in `live`.

@@ -177,6 +177,17 @@ mod tests {
         }
     }
 
+    fn exposition(registry: &Registry) -> String {
+        let mut out = Vec::new();
+        prometheus::Encoder::encode(
+            &prometheus::TextEncoder::new(),
+            &registry.gather(),
+            &mut out,
+        )
+        .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn the_last_round_per_task_and_removal_on_delete() {
         let registry = Registry::new();
@@ -196,16 +207,7 @@ mod tests {
             "dns",
             &summary(1, RoundResult::Succeed, 0, &[]),
         );
-        let text = {
-            let mut out = Vec::new();
-            prometheus::Encoder::encode(
-                &prometheus::TextEncoder::new(),
-                &registry.gather(),
-                &mut out,
-            )
-            .unwrap();
-            String::from_utf8(out).unwrap()
-        };
+        let text = exposition(&registry);
         for line in [
             r#"kdoctor_task_last_round_success{kind="NetReach",task="mesh"} 0"#,
             r#"kdoctor_task_last_round_success{kind="Netdns",task="dns"} 1"#,
@@ -228,28 +230,14 @@ mod tests {
         m.node_streaks(TaskKind::NetReach, "mesh", &streaks);
         streaks.insert("n5".to_string(), streak(0, 1));
         m.node_streaks(TaskKind::NetReach, "mesh", &streaks);
-        let mut out = Vec::new();
-        prometheus::Encoder::encode(
-            &prometheus::TextEncoder::new(),
-            &registry.gather(),
-            &mut out,
-        )
-        .unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let text = exposition(&registry);
         assert!(text.contains(
             r#"kdoctor_task_node_consecutive_failures{kind="NetReach",node="n4",task="mesh"} 2"#
         ));
         assert!(!text.contains(r#"node="n5""#), "n5 recovered:\n{text}");
         assert!(!text.contains(r#"node="n1""#), "n1 never failed");
         m.forget(TaskKind::NetReach, "mesh");
-        let mut out = Vec::new();
-        prometheus::Encoder::encode(
-            &prometheus::TextEncoder::new(),
-            &registry.gather(),
-            &mut out,
-        )
-        .unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let text = exposition(&registry);
         assert!(!text.contains(r#"task="mesh""#), "{text}");
         assert!(text.contains(r#"task="dns""#));
     }

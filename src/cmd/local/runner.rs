@@ -236,29 +236,7 @@ pub fn interrupted(
     status: &TaskStatus,
     now: Timestamp,
 ) -> Result<(), kdoctor_store::StoreError> {
-    let Some(record) = status
-        .history
-        .as_ref()
-        .and_then(|h| h.first())
-        .filter(|r| r.status == RoundStatus::Ongoing)
-    else {
-        return Ok(());
-    };
-    let mut round = summary(record);
-    let reported = store.reports(id, round.round)?;
-    round.result = RoundResult::Fail;
-    round.end = Some(now);
-    round.succeeded_nodes = reported
-        .iter()
-        .filter(|r| r.result == RoundResult::Succeed)
-        .count() as u32;
-    round.failed_nodes = reported.len() as u32 - round.succeeded_nodes;
-    round
-        .not_reported
-        .retain(|n| !reported.iter().any(|r| &r.node == n));
-    round.failure_reason = Some(FAILURE_REASON_STOPPED.to_string());
-    store.put_round(id, &round)?;
-    Ok(())
+    kdoctor_reconciler::deletions::cut_short(store, id, status, now, FAILURE_REASON_STOPPED)
 }
 
 /// Ends the tasks an earlier run left live (a killed run could not end them itself): a round it
