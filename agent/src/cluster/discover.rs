@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kdoctor_api::config::Config;
 use kdoctor_api::task::{AppHttpHealthySpec, NetDnsTargetDns, NetReachTarget, TaskResource};
@@ -20,6 +20,7 @@ use rustls::ClientConfig;
 use super::addresses::{
     Family, carrier_pods, dns_addresses, ingress_url, node_address, service_addresses,
 };
+use super::pods::PodCaches;
 use crate::config::TaskArgs;
 use crate::probe::http::client_alpn;
 use crate::round::targets::Carrier;
@@ -75,6 +76,8 @@ pub struct Discovery {
     default_agent: bool,
     /// Pod label selectors of carrier workloads by name (a workload's selector is immutable).
     selectors: Mutex<HashMap<String, String>>,
+    /// Carrier pods, watched.
+    pods: PodCaches,
 }
 
 impl Discovery {
@@ -87,6 +90,7 @@ impl Discovery {
         config: Config,
     ) -> Discovery {
         Discovery {
+            pods: PodCaches::new(client.clone(), args.namespace.clone()),
             client,
             namespace: args.namespace.clone(),
             node,
@@ -178,20 +182,17 @@ impl Discovery {
         };
         if target.endpoint {
             match self.pod_selector(resource).await {
-                Ok(selector) => {
-                    let pods: Api<Pod> = self.namespaced();
-                    match pods.list(&ListParams::default().labels(&selector)).await {
-                        Ok(list) => {
-                            let key = target
-                                .multus_interface
-                                .then_some(self.config.multus_pod_annotation_key.as_str());
-                            let (found, multus_problems) = carrier_pods(&list.items, key);
-                            carrier.pods = found;
-                            problems.extend(multus_problems);
-                        }
-                        Err(e) => problems.push(format!("cannot list carrier pods: {e}")),
+                Ok(selector) => match self.pods.pods(&selector).await {
+                    Ok(pods) => {
+                        let key = target
+                            .multus_interface
+                            .then_some(self.config.multus_pod_annotation_key.as_str());
+                        let (found, multus_problems) = carrier_pods(&pods, key);
+                        carrier.pods = found;
+                        problems.extend(multus_problems);
                     }
-                }
+                    Err(e) => problems.push(e),
+                },
                 Err(e) => problems.push(e.to_string()),
             }
         }

@@ -6,4 +6,5 @@ pub mod addresses;
 pub mod discover;
 pub mod duty;
 pub mod plan;
+pub mod pods;
 pub mod runner;
