@@ -21,8 +21,11 @@ const FIRST_LIST: Duration = Duration::from_secs(10);
 pub struct PodCaches {
     client: Client,
     namespace: String,
-    caches: Mutex<HashMap<String, (Store<Pod>, JoinHandle<()>)>>,
+    caches: Mutex<HashMap<String, Watched>>,
 }
+
+/// A selector's cache and the task that keeps it current.
+type Watched = (Store<Pod>, JoinHandle<()>);
 
 impl PodCaches {
     /// No watch yet; each selector's starts when first asked for.
