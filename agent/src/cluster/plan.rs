@@ -10,6 +10,7 @@ use super::discover::Discovery;
 use super::duty::Duty;
 use crate::resource::Source;
 use crate::round::execute::RoundPlan;
+use crate::round::peers;
 use crate::round::targets::{
     app_http_target, dns_load, http_load, netdns_targets, netreach_targets,
 };
@@ -54,7 +55,10 @@ pub async fn plan(
             plan.expect = t.spec.expect.clone();
             let target = t.spec.target.clone().unwrap_or_default();
             let resource = t.status.as_ref().and_then(|s| s.resource.as_ref());
-            let (carrier, problems) = discovery.netreach(&target, resource).await;
+            let (mut carrier, problems) = discovery.netreach(&target, resource).await;
+            if let Some(k) = target.max_peers {
+                carrier.pods = peers::sample(&carrier.pods, &actor.pod, duty.round, k as usize);
+            }
             let (targets, missing) = netreach_targets(&target, &carrier);
             plan.http = targets;
             plan.setup_failures.extend(problems);

@@ -4,4 +4,5 @@
 //! and live with the caller.
 
 pub mod execute;
+pub mod peers;
 pub mod targets;

@@ -390,6 +390,7 @@ mod tests {
             load_balancer: true,
             ingress: true,
             enable_latency_metric: false,
+            max_peers: None,
         };
         let carrier = Carrier {
             pods: vec![CarrierPod {

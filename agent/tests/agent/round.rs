@@ -68,6 +68,7 @@ async fn netreach_round_against_the_echo_targets() {
         load_balancer: false,
         ingress: false,
         enable_latency_metric: true,
+        max_peers: None,
     };
     let (http, missing) = netreach_targets(&target, &carrier);
     assert_eq!(missing, vec!["failed to get nodePort IPv6 address"]);

@@ -82,6 +82,12 @@ pub struct NetReachTarget {
     /// Report the full latency distribution, not only the mean.
     #[serde(default)]
     pub enable_latency_metric: bool,
+    /// Probe at most this many other agents' pods per round (beyond upstream): a rotating,
+    /// balanced subset instead of the full mesh, covering every pair within
+    /// ceil((agents - 1) / maxPeers) rounds. Omitted: every pod, as upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_peers: Option<u32>,
 }
 
 impl Default for NetReachTarget {
@@ -97,6 +103,7 @@ impl Default for NetReachTarget {
             load_balancer: false,
             ingress: false,
             enable_latency_metric: false,
+            max_peers: None,
         }
     }
 }

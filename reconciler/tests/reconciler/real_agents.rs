@@ -247,3 +247,46 @@ async fn real_agents_probe_an_app_with_its_configmap_body_and_the_cluster_dns() 
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_max_peers_each_agent_probes_a_rotating_subset() {
+    let cluster = Cluster::start(real(4, false)).await;
+    let task = net_reach(
+        "sampled",
+        serde_json::json!({
+            "agentSpec": {"kind": "DaemonSet", "terminationGracePeriodMinutes": 0},
+            "request": {"durationInSecond": 1, "qps": 2, "perRequestTimeoutInMS": 1000},
+            "target": {"endpoint": true, "clusterIP": false, "nodePort": false,
+                       "ipv4": true, "ipv6": false, "maxPeers": 1},
+        }),
+    );
+    apply::<NetReach>(&cluster, "sampled", &task).await;
+    let status = kind_status_when::<NetReach>(
+        &cluster,
+        "sampled",
+        Duration::from_secs(60),
+        "the round to finish",
+        |s| s.finish,
+    )
+    .await;
+    assert_eq!(status.last_round_status, Some(LastRoundStatus::Succeed));
+    let reports = stored_reports(&cluster, TaskKind::NetReach, "sampled");
+    assert_eq!(reports.len(), 4);
+    let mut probed = std::collections::BTreeMap::new();
+    for report in &reports {
+        let details = &report
+            .task_net_reach
+            .as_ref()
+            .expect("result")
+            .round_task_detail;
+        assert_eq!(details.len(), 1, "one peer, not the full mesh: {details:?}");
+        assert!(
+            !details[0].name.contains(&report.pod_name),
+            "not itself: {}",
+            details[0].name
+        );
+        *probed.entry(details[0].name.clone()).or_insert(0) += 1;
+    }
+    // Balanced: every agent is probed by exactly one other.
+    assert_eq!(probed.len(), 4, "{probed:?}");
+}
