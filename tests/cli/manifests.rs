@@ -414,3 +414,214 @@ fn every_alert_uses_metrics_the_code_exports() {
     }
     assert!(alerts >= 4);
 }
+
+/// The kubectl the tests pin; a missing one fails the tests that need it.
+const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
+
+/// `(kind, namespace, name)` of an object.
+fn identity(o: &serde_json::Value) -> (String, String, String) {
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    (
+        text(&o["kind"]),
+        text(&o["metadata"]["namespace"]),
+        text(&o["metadata"]["name"]),
+    )
+}
+
+/// Every manifest file `kubectl apply -k manifests/` must install: manifests/*.yaml and
+/// manifests/crds/*.yaml (monitoring/ needs the prometheus-operator CRDs and stays out).
+fn manifest_files() -> Vec<String> {
+    let mut files = Vec::new();
+    for dir in ["manifests", "manifests/crds"] {
+        for entry in std::fs::read_dir(repo().join(dir)).expect("manifests/") {
+            let name = entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .to_string();
+            if name.ends_with(".yaml") && name != "kustomization.yaml" {
+                files.push(format!("{dir}/{name}"));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// A copy with every number as a float (1 and 1.0 alike).
+fn numbers_by_value(value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) => serde_json::json!(n.as_f64().expect("a finite number")),
+        Value::Array(items) => Value::Array(items.iter().map(numbers_by_value).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), numbers_by_value(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn kubectl_kustomize_renders_exactly_the_objects_of_the_manifest_files() {
+    let kustomization = &documents("manifests/kustomization.yaml")[0];
+    let mut listed: Vec<String> = kustomization["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .map(|r| format!("manifests/{}", r.as_str().expect("a path")))
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        manifest_files(),
+        "manifests/kustomization.yaml must list every manifest file"
+    );
+
+    let out = std::process::Command::new(KUBECTL)
+        .args(["kustomize", "manifests/"])
+        .current_dir(repo())
+        .output()
+        .unwrap_or_else(|e| panic!("{KUBECTL} cannot run ({e}): this test needs kubectl 1.32"));
+    assert!(
+        out.status.success(),
+        "kubectl kustomize manifests/: {}",
+        crate::support::stderr(&out)
+    );
+    let rendered: Vec<serde_json::Value> =
+        serde_yaml::Deserializer::from_str(&crate::support::stdout(&out))
+            .map(|d| serde_json::Value::deserialize(d).expect("YAML"))
+            .filter(|v| !v.is_null())
+            .collect();
+    let expected: Vec<serde_json::Value> =
+        manifest_files().iter().flat_map(|f| documents(f)).collect();
+    let ids = |objects: &[serde_json::Value]| {
+        let mut ids: Vec<_> = objects.iter().map(identity).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&rendered), ids(&expected), "kinds and names");
+    // Kustomize passes every object through unchanged (no prefix, labels or namespace); it
+    // only writes the CRDs' `minimum: 1.0` as `1`, so numbers compare by value.
+    for object in &expected {
+        let same = rendered
+            .iter()
+            .find(|r| identity(r) == identity(object))
+            .expect("rendered");
+        assert_eq!(
+            numbers_by_value(same),
+            numbers_by_value(object),
+            "{:?} changed by kustomize",
+            identity(object)
+        );
+    }
+    assert!(expected.len() >= 23, "{} objects", expected.len());
+}
+
+#[test]
+fn the_chart_ships_the_manifests_crds_byte_for_byte() {
+    let names = |dir: &str| {
+        let mut names: Vec<String> = std::fs::read_dir(repo().join(dir))
+            .expect("CRD dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names("charts/kdoctor/crds"),
+        names("manifests/crds"),
+        "cp manifests/crds/*.yaml charts/kdoctor/crds/"
+    );
+    for name in names("manifests/crds") {
+        let read = |dir: &str| std::fs::read(repo().join(dir).join(&name)).expect("CRD");
+        assert!(
+            read("charts/kdoctor/crds") == read("manifests/crds"),
+            "charts/kdoctor/crds/{name} differs from manifests/crds/{name}: cp manifests/crds/*.yaml charts/kdoctor/crds/"
+        );
+    }
+}
+
+/// A static check only: the image is not built here (no container engine).
+#[test]
+fn the_dockerfile_makes_the_image_the_manifests_run() {
+    let text = std::fs::read_to_string(repo().join("Dockerfile")).expect("Dockerfile");
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let stages: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].starts_with("FROM "))
+        .collect();
+    assert!(stages.len() >= 2, "multi-stage: {stages:?}");
+    let (build, runtime) = (
+        &lines[stages[0]..stages[stages.len() - 1]],
+        &lines[stages[stages.len() - 1]..],
+    );
+    // The builder builds the shipped binary from the lock file.
+    let cargo = build
+        .iter()
+        .find(|l| l.contains("cargo build"))
+        .expect("a cargo build step");
+    for part in ["--release", "--locked", "-p kdoctor"] {
+        assert!(cargo.contains(part), "{cargo} lacks {part}");
+    }
+    // The runtime stage puts it at /usr/bin/kdoctor and runs it as the entrypoint, so the
+    // manifests' `args` are its subcommand and flags.
+    assert!(
+        runtime
+            .iter()
+            .any(|l| l.starts_with("COPY --from=") && l.ends_with(" /usr/bin/kdoctor")),
+        "{runtime:?}"
+    );
+    let entrypoint = runtime
+        .iter()
+        .find_map(|l| l.strip_prefix("ENTRYPOINT "))
+        .expect("ENTRYPOINT");
+    let entrypoint: Vec<String> = serde_json::from_str(entrypoint).expect("exec form");
+    assert_eq!(entrypoint, ["/usr/bin/kdoctor"]);
+    let user = runtime
+        .iter()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("USER");
+    let uid: i64 = user
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .parse()
+        .expect("numeric USER");
+    assert_eq!(uid, 65532, "non-root");
+
+    let objects = install();
+    for (kind, name, subcommand) in [
+        ("DaemonSet", "kdoctor-agent", "agent"),
+        ("Deployment", "kdoctor-controller", "controller"),
+    ] {
+        let pod = &pod_of(&objects, kind, name)["spec"];
+        let container = &pod["containers"][0];
+        assert!(
+            container.get("command").is_none(),
+            "{name}: the image's ENTRYPOINT is the binary; manifests give args only"
+        );
+        assert_eq!(container["args"][0], subcommand, "{name}");
+        let image = container["image"].as_str().expect("image");
+        assert!(image.starts_with("ghcr.io/kdoctor-io/kdoctor:"), "{image}");
+        // The pod runs as the image's user, or explicitly as the same one.
+        let run_as = pod["securityContext"]["runAsUser"].as_i64();
+        assert!(
+            run_as.is_none() || run_as == Some(uid),
+            "{name} runs as {run_as:?}, the image as {uid}"
+        );
+    }
+    // Per-task carriers run the controller's own image.
+    let controller = &pod_of(&objects, "Deployment", "kdoctor-controller")["spec"]["containers"][0];
+    let agent_image = controller["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "ENV_AGENT_IMAGE")
+        .expect("ENV_AGENT_IMAGE");
+    assert_eq!(agent_image["value"], controller["image"]);
+}
