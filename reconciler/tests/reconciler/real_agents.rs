@@ -269,8 +269,13 @@ async fn with_max_peers_each_agent_probes_a_rotating_subset() {
         |s| s.finish,
     )
     .await;
-    assert_eq!(status.last_round_status, Some(LastRoundStatus::Succeed));
     let reports = stored_reports(&cluster, TaskKind::NetReach, "sampled");
+    let reasons: Vec<_> = reports.iter().map(|r| &r.failed_reason).collect();
+    assert_eq!(
+        status.last_round_status,
+        Some(LastRoundStatus::Succeed),
+        "{status:?}\nreasons: {reasons:?}"
+    );
     assert_eq!(reports.len(), 4);
     let mut probed = std::collections::BTreeMap::new();
     for report in &reports {

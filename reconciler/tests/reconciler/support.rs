@@ -21,6 +21,7 @@ use kdoctor_api::config::Config;
 use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns, RoundStatus, TaskKind, TaskStatus};
 use kdoctor_apiserver::pki::Ca;
 use kdoctor_reconciler::controller::{Setup, run};
+use kdoctor_reconciler::export::ExportConfig;
 use kdoctor_reconciler::leader::LeaseTiming;
 use kdoctor_reconciler::options::ControllerOptions;
 use kdoctor_store::{Store, StoreConfig};
@@ -135,6 +136,8 @@ pub struct Cluster {
     controller: Option<(watch::Sender<bool>, JoinHandle<()>)>,
     /// Whether the cluster's own controller leads.
     pub leading: watch::Receiver<bool>,
+    /// Report export of every controller started.
+    pub export: Option<ExportConfig>,
     _dir: TempDir,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -256,7 +259,11 @@ impl Agents {
                 continue;
             };
             live.insert(agent.name.clone());
-            if self.running.lock().unwrap().contains_key(&agent.name) || !agent.ready {
+            // Real agents start as soon as their pod has an address, as a real agent process
+            // would be serving by the time its pod turns Ready: a round that starts at once
+            // must not find a peer's echo server missing.
+            if self.running.lock().unwrap().contains_key(&agent.name) || !(agent.ready || self.real)
+            {
                 continue;
             }
             let mut args = AgentArgs::ephemeral(vec![agent.ip]);
@@ -373,6 +380,8 @@ pub struct ClusterConfig {
     pub election: bool,
     /// Real agents probing through the simulated network instead of fixture reports.
     pub real_agents: bool,
+    /// Report export of the controller.
+    pub export: Option<ExportConfig>,
 }
 
 impl Default for ClusterConfig {
@@ -382,6 +391,7 @@ impl Default for ClusterConfig {
             default_agent: true,
             election: false,
             real_agents: false,
+            export: None,
         }
     }
 }
@@ -481,6 +491,7 @@ impl Cluster {
             registry: prometheus::Registry::new(),
             controller: None,
             leading: watch::channel(false).1,
+            export: settings.export,
             _dir: dir,
             tasks: vec![runner],
         };
@@ -512,6 +523,7 @@ impl Cluster {
                 lease_duration: Duration::from_secs(8),
                 renew: Duration::from_secs(1),
             }),
+            export: self.export.clone(),
         };
         let (stop_tx, mut stop_rx) = watch::channel(false);
         let (leading_tx, leading_rx) = watch::channel(false);
