@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 use crate::carrier::AGENT_COMPONENT;
 use crate::context::{Caches, Context};
 use crate::deletions;
+use crate::export::{self, ExportConfig};
 use crate::harvest::Harvester;
 use crate::leader::{Elector, LeaseTiming};
 use crate::metrics::ControllerMetrics;
@@ -55,6 +56,8 @@ pub struct Setup {
     pub identity: String,
     /// Leader election timing; `None`: lead at once (a single replica).
     pub election: Option<LeaseTiming>,
+    /// Where stored reports are exported to; `None`: nowhere.
+    pub export: Option<ExportConfig>,
 }
 
 /// Why the reconciler stopped.
@@ -219,6 +222,12 @@ pub async fn run(
             tracing::warn!("an agent cache did not become ready");
         }
     }
+    // Only the leader harvests, so only the leader exports.
+    let export = setup.export.map(|config| {
+        let (hook, sender) = export::start(config, &setup.registry);
+        tasks.spawn(sender);
+        hook
+    });
     let ctx = Arc::new(Context {
         client: setup.client.clone(),
         store: setup.store.clone(),
@@ -229,6 +238,7 @@ pub async fn run(
             client,
             store: setup.store.clone(),
             metrics: metrics.clone(),
+            export,
         },
         recorder: Recorder::new(
             setup.client.clone(),

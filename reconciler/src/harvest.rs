@@ -15,6 +15,7 @@ use kdoctor_api::report::Report;
 use kdoctor_api::task::TaskKind;
 use kdoctor_store::{IncarnationId, NewReport, Store};
 
+use crate::export::{ExportHook, Exported};
 use crate::metrics::ControllerMetrics;
 use crate::readiness::AgentPod;
 
@@ -56,6 +57,8 @@ pub struct Harvester {
     pub store: Arc<Store>,
     /// Metrics.
     pub metrics: ControllerMetrics,
+    /// Report export: every stored report is offered to it (never waits).
+    pub export: Option<ExportHook>,
 }
 
 fn reason(e: &ReportClientError) -> &'static str {
@@ -175,16 +178,30 @@ impl Harvester {
             .iter()
             .map(|(_, id, report)| (*id, report.clone()))
             .collect();
-        let stored = tokio::task::spawn_blocking(move || {
+        let (stored, to_store) = tokio::task::spawn_blocking(move || {
             let batch: Vec<NewReport<'_>> = to_store
                 .iter()
                 .map(|(id, report)| NewReport { task: *id, report })
                 .collect();
-            store.put_reports(&batch).map(|outcomes| outcomes.len())
+            let stored = store.put_reports(&batch).map(|outcomes| outcomes.len());
+            drop(batch);
+            stored.map(|stored| (stored, to_store))
         })
         .await
         .map_err(|e| ("store", e.to_string()))?
         .map_err(|e| ("store", e.to_string()))?;
+        if let Some(export) = &self.export {
+            let stored_at = jiff::Timestamp::now();
+            for (_, report) in to_store {
+                export.offer(Exported {
+                    kind: task.kind,
+                    name: task.name.clone(),
+                    uid: report.task_uid.clone().unwrap_or_else(|| task.uid.clone()),
+                    report,
+                    stored_at,
+                });
+            }
+        }
         outcome.stored += stored;
         self.metrics
             .reports_stored

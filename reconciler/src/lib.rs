@@ -8,6 +8,7 @@ pub mod context;
 pub mod controller;
 pub mod deletions;
 pub mod ensure;
+pub mod export;
 pub mod harvest;
 pub mod leader;
 pub mod markers;

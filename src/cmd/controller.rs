@@ -17,6 +17,7 @@ use kdoctor_apiserver::certs::renewal::serving_names;
 use kdoctor_apiserver::pki::{Ca, Pem, write_private};
 use kdoctor_apiserver::server::{AuthMode, ServerOptions, start};
 use kdoctor_reconciler::controller::{RunError, Setup, run};
+use kdoctor_reconciler::export::ExportConfig;
 use kdoctor_reconciler::leader::LeaseTiming;
 use kdoctor_reconciler::options::{AgentPorts, ControllerOptions};
 use tokio::sync::watch;
@@ -159,6 +160,29 @@ pub struct Args {
     /// How often retention runs, in minutes.
     #[arg(long = "retention-interval-minutes", default_value_t = 10)]
     retention_interval_minutes: u64,
+    /// Push every stored agent report, as a signed CloudEvent, to this HTTPS URL.
+    #[arg(long = "export-url", value_name = "URL")]
+    export_url: Option<String>,
+    /// File holding the shared secret the exported events are signed with (HMAC-SHA256);
+    /// required with --export-url. Surrounding whitespace is ignored.
+    #[arg(long = "export-secret-file", value_name = "FILE")]
+    export_secret_file: Option<PathBuf>,
+    /// CA certificate(s) (PEM) the export receiver's certificate must chain to; default: the
+    /// system's trusted CAs.
+    #[arg(long = "export-ca", value_name = "FILE")]
+    export_ca: Option<PathBuf>,
+    /// Allow a plain http:// --export-url (tests and development only).
+    #[arg(long = "export-allow-http")]
+    export_allow_http: bool,
+    /// Report events kept while the receiver is slow or down; when full, the oldest is dropped.
+    #[arg(long = "export-queue", value_name = "N", default_value_t = 10_000)]
+    export_queue: usize,
+    /// Time allowed for one export request (connect, TLS, answer), in seconds.
+    #[arg(long = "export-timeout-seconds", default_value_t = 10)]
+    export_timeout_seconds: u64,
+    /// Attempts per report event (exponential backoff between them, 1 s doubling up to 60 s).
+    #[arg(long = "export-max-attempts", default_value_t = 10)]
+    export_max_attempts: u32,
 }
 
 fn read(path: &PathBuf, what: &str) -> Result<String> {
@@ -175,6 +199,35 @@ fn config(args: &Args) -> Result<Config> {
         .validate()
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     Ok(config)
+}
+
+fn export(args: &Args) -> Result<Option<ExportConfig>> {
+    let Some(url) = &args.export_url else {
+        return Ok(None);
+    };
+    let Some(secret_file) = &args.export_secret_file else {
+        bail!(
+            "--export-url needs --export-secret-file (the shared secret the events are signed with)"
+        );
+    };
+    let secret = std::fs::read(secret_file)
+        .with_context(|| format!("cannot read --export-secret-file {}", secret_file.display()))?;
+    let secret = secret.trim_ascii();
+    if secret.is_empty() {
+        bail!("--export-secret-file {} is empty", secret_file.display());
+    }
+    let ca = match &args.export_ca {
+        Some(path) => Some(
+            std::fs::read(path)
+                .with_context(|| format!("cannot read --export-ca {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut config = ExportConfig::new(url, secret, ca.as_deref(), args.export_allow_http)?;
+    config.queue = args.export_queue.max(1);
+    config.timeout = Duration::from_secs(args.export_timeout_seconds.max(1));
+    config.max_attempts = args.export_max_attempts.max(1);
+    Ok(Some(config))
 }
 
 fn options(args: &Args) -> Result<ControllerOptions> {
@@ -262,6 +315,7 @@ async fn keep_certificates(client: kube::Client, settings: CertSettings, data: P
 async fn controller(args: &Args) -> Result<ExitCode> {
     let config = config(args)?;
     let options = options(args)?;
+    let export = export(args)?;
     let client = kube::Client::try_default()
         .await
         .context("cannot reach the Kubernetes API (in-cluster or $KUBECONFIG)")?;
@@ -345,6 +399,7 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         registry: state.metrics.registry.clone(),
         identity,
         election: args.leader_elect.then(LeaseTiming::default),
+        export,
     };
     let result = run(setup, leading_tx, super::stopped()).await;
     server.stop().await;

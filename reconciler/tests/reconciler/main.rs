@@ -2,6 +2,7 @@
 //! controller end to end in a simulated cluster with stand-in agents.
 
 mod carriers;
+mod export;
 mod flow;
 mod invalid;
 mod markers;

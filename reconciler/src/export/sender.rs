@@ -1,0 +1,759 @@
+//! Delivery: a bounded in-memory queue fed by the harvester without waiting, and workers that
+//! POST each event over HTTPS, signed, retrying with exponential backoff until a 2xx or the
+//! maximum number of attempts.
+//!
+//! - **Never blocks harvesting.** [`ExportHook::offer`] takes a mutex for a few instructions;
+//!   it never awaits anything.
+//! - **Bounded.** When the queue is full the *oldest* queued event is dropped (and counted):
+//!   the newest results are the ones an operator acts on.
+//! - **Once per report.** An id already queued or sent (the last [`ExportConfig::remember`]
+//!   ids) is not queued again, so a report harvested twice is sent once; one event is retried
+//!   by one worker until acknowledged, so it is acknowledged at most once.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use kdoctor_agent::tls::{ServerTrust, client_config, parse_roots};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use rustls::RootCertStore;
+use rustls::pki_types::ServerName;
+use tokio::sync::Notify;
+use tokio_rustls::TlsConnector;
+
+use super::event::{CONTENT_TYPE, Exported};
+use super::sign::{SIGNATURE_HEADER, TIMESTAMP_HEADER, signature};
+
+/// Default queue capacity (events).
+pub const DEFAULT_QUEUE: usize = 10_000;
+/// Default maximum attempts per event.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
+/// Default time allowed for one attempt (connect, TLS, request, response).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Ids remembered for de-duplication.
+pub const DEFAULT_REMEMBER: usize = 100_000;
+
+/// A configuration problem, reported at start.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// The URL is not usable.
+    #[error("--export-url {url:?}: {problem}")]
+    Url {
+        /// The URL.
+        url: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The secret is empty.
+    #[error("the export secret is empty")]
+    EmptySecret,
+    /// TLS material could not be used.
+    #[error("export TLS: {0}")]
+    Tls(String),
+}
+
+/// Where and how reports are exported.
+#[derive(Clone)]
+pub struct ExportConfig {
+    /// The receiver.
+    pub url: Uri,
+    /// The shared secret the requests are signed with.
+    pub secret: Arc<[u8]>,
+    /// Queue capacity (events).
+    pub queue: usize,
+    /// Time allowed for one attempt.
+    pub timeout: Duration,
+    /// Attempts per event, the first included.
+    pub max_attempts: u32,
+    /// Wait after the first failed attempt; doubled after each further one.
+    pub backoff_initial: Duration,
+    /// Longest wait between attempts.
+    pub backoff_max: Duration,
+    /// Events sent at once.
+    pub workers: usize,
+    /// Ids remembered for de-duplication.
+    pub remember: usize,
+    tls: TlsConnector,
+}
+
+impl std::fmt::Debug for ExportConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExportConfig")
+            .field("url", &self.url)
+            .field("secret", &"<redacted>")
+            .field("queue", &self.queue)
+            .field("timeout", &self.timeout)
+            .field("max_attempts", &self.max_attempts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExportConfig {
+    /// Export to `url` (HTTPS; plain HTTP only with `allow_http`), signing with `secret`,
+    /// trusting the receiver's certificate when it chains to `ca_pem` (PEM) or, without it,
+    /// to the system's roots. Defaults for the rest.
+    pub fn new(
+        url: &str,
+        secret: impl Into<Vec<u8>>,
+        ca_pem: Option<&[u8]>,
+        allow_http: bool,
+    ) -> Result<ExportConfig, ExportError> {
+        let bad = |problem: &str| ExportError::Url {
+            url: url.to_string(),
+            problem: problem.to_string(),
+        };
+        let uri: Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+        match uri.scheme_str() {
+            Some("https") => {}
+            Some("http") if allow_http => {}
+            Some("http") => {
+                return Err(bad(
+                    "plain HTTP is refused (reports would travel unencrypted); use https:// or, for tests, --export-allow-http",
+                ));
+            }
+            _ => return Err(bad("expected an https:// URL")),
+        }
+        if uri.host().is_none_or(str::is_empty) {
+            return Err(bad("no host"));
+        }
+        let secret: Vec<u8> = secret.into();
+        if secret.is_empty() {
+            return Err(ExportError::EmptySecret);
+        }
+        let roots = match ca_pem {
+            Some(pem) => {
+                parse_roots(pem, "--export-ca").map_err(|e| ExportError::Tls(e.to_string()))?
+            }
+            None => system_roots()?,
+        };
+        let config = client_config(ServerTrust::Roots(roots), None, &[b"http/1.1"])
+            .map_err(|e| ExportError::Tls(e.to_string()))?;
+        Ok(ExportConfig {
+            url: uri,
+            secret: secret.into(),
+            queue: DEFAULT_QUEUE,
+            timeout: DEFAULT_TIMEOUT,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+            workers: 4,
+            remember: DEFAULT_REMEMBER,
+            tls: TlsConnector::from(Arc::new(config)),
+        })
+    }
+
+    /// The wait after failed attempt number `attempt` (1-based): `backoff_initial`, doubled per
+    /// further attempt, at most `backoff_max`.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(31));
+        self.backoff_initial
+            .saturating_mul(factor)
+            .min(self.backoff_max)
+    }
+}
+
+fn system_roots() -> Result<RootCertStore, ExportError> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        return Err(ExportError::Tls(
+            "no trusted CA certificates in the system store; give the receiver's CA with --export-ca"
+                .to_string(),
+        ));
+    }
+    Ok(roots)
+}
+
+/// The exporter's metrics.
+#[derive(Clone)]
+pub struct ExportMetrics {
+    /// Events acknowledged by the receiver (2xx).
+    pub sent: IntCounter,
+    /// Failed attempts, by reason (connect, tls, http, timeout, status).
+    pub failed_attempts: IntCounterVec,
+    /// Events given up, by reason (queue_full, attempts, rejected, encode).
+    pub dropped: IntCounterVec,
+    /// Events skipped because their id was already queued or sent.
+    pub duplicates: IntCounter,
+    /// Events waiting in the queue.
+    pub queue_length: IntGauge,
+}
+
+impl ExportMetrics {
+    /// Creates the metrics and registers them in `registry` (a second registration, of a
+    /// second controller in one process, is ignored).
+    pub fn new(registry: &Registry) -> ExportMetrics {
+        let metrics = ExportMetrics {
+            sent: IntCounter::new(
+                "kdoctor_controller_export_sent_total",
+                "Exported report events acknowledged by the receiver with a 2xx.",
+            )
+            .expect("valid metric"),
+            failed_attempts: IntCounterVec::new(
+                Opts::new(
+                    "kdoctor_controller_export_failed_attempts_total",
+                    "Failed export attempts, by reason (connect, tls, http, timeout, status).",
+                ),
+                &["reason"],
+            )
+            .expect("valid metric"),
+            dropped: IntCounterVec::new(
+                Opts::new(
+                    "kdoctor_controller_export_dropped_total",
+                    "Report events never acknowledged, by reason (queue_full, attempts, rejected, encode).",
+                ),
+                &["reason"],
+            )
+            .expect("valid metric"),
+            duplicates: IntCounter::new(
+                "kdoctor_controller_export_duplicates_total",
+                "Report events not queued because their id was already queued or sent.",
+            )
+            .expect("valid metric"),
+            queue_length: IntGauge::new(
+                "kdoctor_controller_export_queue_length",
+                "Report events waiting to be exported.",
+            )
+            .expect("valid metric"),
+        };
+        for collector in [
+            Box::new(metrics.sent.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(metrics.failed_attempts.clone()),
+            Box::new(metrics.dropped.clone()),
+            Box::new(metrics.duplicates.clone()),
+            Box::new(metrics.queue_length.clone()),
+        ] {
+            let _ = registry.register(collector);
+        }
+        metrics
+    }
+}
+
+/// What [`ExportHook::offer`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offered {
+    /// Queued.
+    Queued,
+    /// Queued; the oldest queued event was dropped to make room.
+    QueuedDroppingOldest,
+    /// Already queued or sent: not queued again.
+    Duplicate,
+}
+
+struct State {
+    queue: VecDeque<Exported>,
+    seen: HashSet<String>,
+    seen_order: VecDeque<String>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    ready: Notify,
+    capacity: usize,
+    remember: usize,
+    metrics: ExportMetrics,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The harvester's side of the queue: cheap to clone, never waits.
+#[derive(Clone)]
+pub struct ExportHook {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for ExportHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExportHook")
+            .field("queued", &self.len())
+            .finish()
+    }
+}
+
+/// The workers' side of the queue.
+#[derive(Clone)]
+pub struct ExportQueue {
+    shared: Arc<Shared>,
+}
+
+/// A queue of `capacity` events remembering the last `remember` ids.
+pub fn queue(
+    capacity: usize,
+    remember: usize,
+    metrics: ExportMetrics,
+) -> (ExportHook, ExportQueue) {
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            queue: VecDeque::new(),
+            seen: HashSet::new(),
+            seen_order: VecDeque::new(),
+        }),
+        ready: Notify::new(),
+        capacity: capacity.max(1),
+        remember: remember.max(capacity.max(1)),
+        metrics,
+    });
+    (
+        ExportHook {
+            shared: shared.clone(),
+        },
+        ExportQueue { shared },
+    )
+}
+
+impl ExportHook {
+    /// Queues `item` unless its id was seen; drops the oldest queued event when full.
+    pub fn offer(&self, item: Exported) -> Offered {
+        let shared = &self.shared;
+        let id = item.id();
+        let offered = {
+            let mut state = shared.lock();
+            if state.seen.contains(&id) {
+                shared.metrics.duplicates.inc();
+                return Offered::Duplicate;
+            }
+            state.seen.insert(id.clone());
+            state.seen_order.push_back(id);
+            while state.seen_order.len() > shared.remember {
+                if let Some(old) = state.seen_order.pop_front() {
+                    state.seen.remove(&old);
+                }
+            }
+            let mut offered = Offered::Queued;
+            while state.queue.len() >= shared.capacity {
+                if let Some(old) = state.queue.pop_front() {
+                    shared
+                        .metrics
+                        .dropped
+                        .with_label_values(&["queue_full"])
+                        .inc();
+                    tracing::warn!(id = %old.id(), "export queue full: dropped the oldest report event");
+                }
+                offered = Offered::QueuedDroppingOldest;
+            }
+            state.queue.push_back(item);
+            shared.metrics.queue_length.set(state.queue.len() as i64);
+            offered
+        };
+        shared.ready.notify_one();
+        offered
+    }
+
+    /// Events waiting.
+    pub fn len(&self) -> usize {
+        self.shared.lock().queue.len()
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl ExportQueue {
+    /// The oldest queued event, waiting for one.
+    pub async fn next(&self) -> Exported {
+        loop {
+            // Registered before looking, so an offer in between is not missed.
+            let ready = self.shared.ready.notified();
+            {
+                let mut state = self.shared.lock();
+                if let Some(item) = state.queue.pop_front() {
+                    self.shared
+                        .metrics
+                        .queue_length
+                        .set(state.queue.len() as i64);
+                    if !state.queue.is_empty() {
+                        // Wake another worker for the rest.
+                        self.shared.ready.notify_one();
+                    }
+                    return item;
+                }
+            }
+            ready.await;
+        }
+    }
+}
+
+/// Why one attempt failed.
+#[derive(Debug)]
+enum Failure {
+    /// Worth another attempt, with the metric reason.
+    Retry(&'static str, String),
+    /// The receiver refused the event for good (a 4xx other than 408, 425 and 429, or a
+    /// redirect, which is not followed).
+    Rejected(StatusCode, String),
+}
+
+/// Whether a non-2xx status is worth retrying.
+pub fn retryable(status: StatusCode) -> bool {
+    status.is_server_error()
+        || status == StatusCode::REQUEST_TIMEOUT
+        || status == StatusCode::TOO_EARLY
+        || status == StatusCode::TOO_MANY_REQUESTS
+}
+
+/// One worker's connection to the receiver, reused while it stays open.
+struct Worker {
+    config: Arc<ExportConfig>,
+    connection: Option<SendRequest<Full<Bytes>>>,
+}
+
+impl Worker {
+    fn target(&self) -> (String, u16, bool) {
+        let url = &self.config.url;
+        let tls = url.scheme_str() == Some("https");
+        let host = url
+            .host()
+            .unwrap_or_default()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = url.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        (host, port, tls)
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, Failure> {
+        let (host, port, tls) = self.target();
+        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+            .await
+            .map_err(|e| Failure::Retry("connect", format!("{host}:{port}: {e}")))?;
+        let _ = tcp.set_nodelay(true);
+        let http = |e: hyper::Error| Failure::Retry("http", e.to_string());
+        if tls {
+            let name = ServerName::try_from(host.clone())
+                .map_err(|e| Failure::Retry("tls", format!("{host}: {e}")))?;
+            let stream = self
+                .config
+                .tls
+                .connect(name, tcp)
+                .await
+                .map_err(|e| Failure::Retry("tls", format!("{host}:{port}: {e}")))?;
+            let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(http)?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            Ok(sender)
+        } else {
+            let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+                .await
+                .map_err(http)?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            Ok(sender)
+        }
+    }
+
+    async fn exchange(&mut self, body: &Bytes) -> Result<(), Failure> {
+        let mut sender = match self.connection.take() {
+            Some(sender) if !sender.is_closed() => sender,
+            _ => self.connect().await?,
+        };
+        let http = |e: hyper::Error| Failure::Retry("http", e.to_string());
+        sender.ready().await.map_err(http)?;
+        let url = &self.config.url;
+        let timestamp = jiff::Timestamp::now().as_second();
+        let authority = url.authority().map(|a| a.as_str()).unwrap_or_default();
+        let path = url.path_and_query().map_or("/", |p| p.as_str());
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header(http::header::HOST, authority)
+            .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
+            .header(
+                http::header::USER_AGENT,
+                concat!("kdoctor/", env!("CARGO_PKG_VERSION")),
+            )
+            .header(TIMESTAMP_HEADER, timestamp.to_string())
+            .header(
+                SIGNATURE_HEADER,
+                signature(&self.config.secret, timestamp, body),
+            )
+            .body(Full::new(body.clone()))
+            .map_err(|e| Failure::Retry("http", e.to_string()))?;
+        let response = sender.send_request(request).await.map_err(http)?;
+        let status = response.status();
+        // Read the (small) answer so the connection can be reused.
+        let answer = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(http)?
+            .to_bytes();
+        if status.is_success() {
+            self.connection = Some(sender);
+            return Ok(());
+        }
+        self.connection = Some(sender);
+        let answer: String = String::from_utf8_lossy(&answer).chars().take(200).collect();
+        if retryable(status) {
+            Err(Failure::Retry("status", format!("{status}: {answer}")))
+        } else {
+            Err(Failure::Rejected(status, answer))
+        }
+    }
+
+    async fn attempt(&mut self, body: &Bytes) -> Result<(), Failure> {
+        let timeout = self.config.timeout;
+        match tokio::time::timeout(timeout, self.exchange(body)).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.connection = None;
+                Err(Failure::Retry(
+                    "timeout",
+                    format!("no answer within {timeout:?}"),
+                ))
+            }
+        }
+    }
+
+    /// Sends `item` until acknowledged, refused for good, or out of attempts.
+    async fn deliver(&mut self, item: Exported, metrics: &ExportMetrics) {
+        let id = item.id();
+        let body = match item.body() {
+            Ok(body) => Bytes::from(body),
+            Err(e) => {
+                metrics.dropped.with_label_values(&["encode"]).inc();
+                tracing::error!(%id, error = %e, "cannot encode a report event");
+                return;
+            }
+        };
+        drop(item);
+        let max = self.config.max_attempts.max(1);
+        for attempt in 1..=max {
+            match self.attempt(&body).await {
+                Ok(()) => {
+                    metrics.sent.inc();
+                    tracing::debug!(%id, attempt, "report event exported");
+                    return;
+                }
+                Err(Failure::Rejected(status, answer)) => {
+                    self.connection = None;
+                    metrics.failed_attempts.with_label_values(&["status"]).inc();
+                    metrics.dropped.with_label_values(&["rejected"]).inc();
+                    tracing::warn!(%id, %status, %answer, "the receiver refused a report event; not retried");
+                    return;
+                }
+                Err(Failure::Retry(reason, error)) => {
+                    self.connection = None;
+                    metrics.failed_attempts.with_label_values(&[reason]).inc();
+                    if attempt == max {
+                        metrics.dropped.with_label_values(&["attempts"]).inc();
+                        tracing::warn!(%id, attempts = max, %error, "giving up exporting a report event");
+                        return;
+                    }
+                    let wait = self.config.backoff(attempt);
+                    tracing::debug!(%id, attempt, reason, %error, ?wait, "export attempt failed; retrying");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+}
+
+/// Starts exporting: returns the harvester's hook and the future that sends (run it as a
+/// task; dropping it stops sending and forgets what was queued).
+pub fn start(
+    config: ExportConfig,
+    registry: &Registry,
+) -> (ExportHook, impl Future<Output = ()> + Send + 'static) {
+    let metrics = ExportMetrics::new(registry);
+    let (hook, queue) = queue(config.queue, config.remember, metrics.clone());
+    let config = Arc::new(config);
+    let workers = config.workers.max(1);
+    tracing::info!(url = %config.url, queue = config.queue, "exporting reports");
+    let run = async move {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..workers {
+            let queue = queue.clone();
+            let metrics = metrics.clone();
+            let mut worker = Worker {
+                config: config.clone(),
+                connection: None,
+            };
+            set.spawn(async move {
+                loop {
+                    let item = queue.next().await;
+                    worker.deliver(item, &metrics).await;
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+    };
+    (hook, run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kdoctor_api::task::TaskKind;
+
+    fn item(node: &str, round: i64) -> Exported {
+        Exported {
+            kind: TaskKind::NetReach,
+            name: "reach".into(),
+            uid: "uid".into(),
+            report: kdoctor_api::fixtures::net_reach_report(node, round, 1, 1),
+            stored_at: jiff::Timestamp::UNIX_EPOCH,
+        }
+    }
+
+    fn value(text: &str, name: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    fn scrape(registry: &Registry) -> String {
+        let mut out = Vec::new();
+        prometheus::Encoder::encode(
+            &prometheus::TextEncoder::new(),
+            &registry.gather(),
+            &mut out,
+        )
+        .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_the_oldest_event_and_counts_it() {
+        let registry = Registry::new();
+        let (hook, queue) = queue(3, 100, ExportMetrics::new(&registry));
+        for node in ["n1", "n2", "n3"] {
+            assert_eq!(hook.offer(item(node, 1)), Offered::Queued);
+        }
+        assert_eq!(hook.offer(item("n4", 1)), Offered::QueuedDroppingOldest);
+        assert_eq!(hook.offer(item("n5", 1)), Offered::QueuedDroppingOldest);
+        assert_eq!(hook.len(), 3);
+        let text = scrape(&registry);
+        assert_eq!(
+            value(
+                &text,
+                "kdoctor_controller_export_dropped_total{reason=\"queue_full\"}"
+            ),
+            2.0,
+            "{text}"
+        );
+        assert_eq!(value(&text, "kdoctor_controller_export_queue_length"), 3.0);
+        // The newest three remain, oldest first.
+        let mut left = Vec::new();
+        for _ in 0..3 {
+            left.push(queue.next().await.report.node_name);
+        }
+        assert_eq!(left, ["n3", "n4", "n5"]);
+        assert!(hook.is_empty());
+        assert_eq!(
+            value(&scrape(&registry), "kdoctor_controller_export_queue_length"),
+            0.0
+        );
+    }
+
+    #[tokio::test]
+    async fn a_report_offered_twice_is_queued_once() {
+        let registry = Registry::new();
+        let (hook, queue) = queue(10, 100, ExportMetrics::new(&registry));
+        assert_eq!(hook.offer(item("n1", 1)), Offered::Queued);
+        assert_eq!(hook.offer(item("n1", 1)), Offered::Duplicate);
+        let _ = queue.next().await;
+        // Also after it left the queue (sent).
+        assert_eq!(hook.offer(item("n1", 1)), Offered::Duplicate);
+        assert_eq!(hook.offer(item("n1", 2)), Offered::Queued);
+        assert_eq!(
+            value(
+                &scrape(&registry),
+                "kdoctor_controller_export_duplicates_total"
+            ),
+            2.0
+        );
+    }
+
+    #[tokio::test]
+    async fn only_the_last_remembered_ids_are_deduplicated() {
+        let (hook, _queue) = queue(10, 2, ExportMetrics::new(&Registry::new()));
+        // `remember` is at least the capacity: 10 here.
+        for n in 0..11 {
+            hook.offer(item(&format!("n{n}"), 1));
+        }
+        // n0 was forgotten (n1..n10 are the last ten): queued again, the queue being full.
+        assert_eq!(hook.offer(item("n0", 1)), Offered::QueuedDroppingOldest);
+        assert_eq!(hook.offer(item("n10", 1)), Offered::Duplicate);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_worker_is_woken_by_an_offer() {
+        let (hook, queue) = queue(10, 100, ExportMetrics::new(&Registry::new()));
+        let waiter = tokio::spawn(async move { queue.next().await.report.node_name });
+        tokio::task::yield_now().await;
+        hook.offer(item("n1", 1));
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
+        assert_eq!(got, "n1");
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_maximum() {
+        let ca = test_ca();
+        let mut config =
+            ExportConfig::new("https://example.test/r", "s", Some(ca.as_bytes()), false).unwrap();
+        config.backoff_initial = Duration::from_millis(100);
+        config.backoff_max = Duration::from_secs(1);
+        let waits: Vec<u128> = (1..=7).map(|a| config.backoff(a).as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1000, 1000, 1000]);
+        assert_eq!(config.backoff(u32::MAX), Duration::from_secs(1));
+    }
+
+    /// A CA certificate in PEM, for configurations that need one.
+    fn test_ca() -> String {
+        kdoctor_apiserver::pki::Ca::generate("export-test")
+            .unwrap()
+            .pem
+            .cert
+    }
+
+    #[test]
+    fn only_https_unless_plain_http_is_allowed_and_a_secret_is_required() {
+        let ca = test_ca();
+        let ca = Some(ca.as_bytes());
+        let error = ExportConfig::new("http://r.test/x", "s", ca, false).unwrap_err();
+        assert!(
+            error.to_string().contains("plain HTTP is refused"),
+            "{error}"
+        );
+        assert!(ExportConfig::new("http://r.test/x", "s", ca, true).is_ok());
+        assert!(ExportConfig::new("https://r.test/x", "s", ca, false).is_ok());
+        let error = ExportConfig::new("ftp://r.test/x", "s", ca, false).unwrap_err();
+        assert!(error.to_string().contains("https://"), "{error}");
+        let error = ExportConfig::new("https://r.test/x", "", ca, false).unwrap_err();
+        assert!(matches!(error, ExportError::EmptySecret), "{error}");
+        let error =
+            ExportConfig::new("https://r.test/x", "s", Some(b"not a PEM"), false).unwrap_err();
+        assert!(error.to_string().contains("--export-ca"), "{error}");
+    }
+
+    #[test]
+    fn server_errors_and_throttling_are_retried_other_refusals_are_not() {
+        for code in [500, 502, 503, 504, 408, 425, 429] {
+            assert!(retryable(StatusCode::from_u16(code).unwrap()), "{code}");
+        }
+        for code in [400, 401, 403, 404, 413, 301, 302] {
+            assert!(!retryable(StatusCode::from_u16(code).unwrap()), "{code}");
+        }
+    }
+}
