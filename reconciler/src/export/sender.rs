@@ -460,12 +460,22 @@ impl Worker {
     }
 
     async fn exchange(&mut self, body: &Bytes) -> Result<(), Failure> {
-        let mut sender = match self.connection.take() {
-            Some(sender) if !sender.is_closed() => sender,
-            _ => self.connect().await?,
-        };
         let http = |e: hyper::Error| Failure::Retry("http", e.to_string());
-        sender.ready().await.map_err(http)?;
+        // A kept connection the receiver closed meanwhile is replaced, not counted as a failure.
+        let mut kept = self.connection.take().filter(|s| !s.is_closed());
+        if let Some(sender) = kept.as_mut()
+            && sender.ready().await.is_err()
+        {
+            kept = None;
+        }
+        let mut sender = match kept {
+            Some(sender) => sender,
+            None => {
+                let mut sender = self.connect().await?;
+                sender.ready().await.map_err(http)?;
+                sender
+            }
+        };
         let url = &self.config.url;
         let timestamp = jiff::Timestamp::now().as_second();
         let authority = url.authority().map(|a| a.as_str()).unwrap_or_default();
