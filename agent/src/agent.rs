@@ -100,7 +100,7 @@ async fn bind_all(
 
 /// Starts the echo targets, health and metrics servers.
 pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
-    let metrics = Metrics::new();
+    let metrics = Metrics::with_max_series(args.metrics_max_series);
     let health = Health::default();
     let name = args.pod_name.clone().unwrap_or_else(host_name);
     let echo = Echo::new(&name, metrics.clone());

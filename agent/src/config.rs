@@ -77,6 +77,11 @@ pub struct AgentArgs {
     /// The install's CA certificate (PEM): the report API accepts only clients it signed.
     #[arg(long, value_name = "FILE", default_value = "/etc/tls/ca.crt")]
     pub tls_ca_cert: PathBuf,
+
+    /// Most time series the per-probe metrics hold (a histogram counts its buckets, +Inf,
+    /// _sum and _count); a new label set beyond it is refused and counted.
+    #[arg(long, value_name = "N", default_value_t = crate::probe_metrics::DEFAULT_MAX_SERIES)]
+    pub metrics_max_series: usize,
 }
 
 impl AgentArgs {
@@ -100,6 +105,7 @@ impl AgentArgs {
             dns_tls_port: 0,
             dns_upstream: None,
             tls_ca_cert: PathBuf::from("/etc/tls/ca.crt"),
+            metrics_max_series: crate::probe_metrics::DEFAULT_MAX_SERIES,
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod oneshot;
 pub mod pacer;
 pub mod probe;
+pub mod probe_metrics;
 pub mod report;
 pub mod report_api;
 pub mod report_client;

@@ -2,6 +2,8 @@
 
 use prometheus::{Encoder, IntCounter, IntCounterVec, Opts, Registry, TextEncoder};
 
+use crate::probe_metrics::{DEFAULT_MAX_SERIES, ProbeMetrics};
+
 /// Every metric the agent exports, in one registry.
 #[derive(Clone)]
 pub struct Metrics {
@@ -18,6 +20,8 @@ pub struct Metrics {
     pub probe_unsent: IntCounterVec,
     /// Task rounds run and spooled, by kind and result.
     pub rounds: IntCounterVec,
+    /// Per-probe series (task, target type, zones, phases), under the series cap.
+    pub probes: ProbeMetrics,
 }
 
 impl Default for Metrics {
@@ -27,8 +31,13 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A fresh registry with every metric registered.
+    /// A fresh registry with every metric registered, and the default series cap.
     pub fn new() -> Metrics {
+        Self::with_max_series(DEFAULT_MAX_SERIES)
+    }
+
+    /// A fresh registry whose per-probe metrics hold at most `max_series` time series.
+    pub fn with_max_series(max_series: usize) -> Metrics {
         let registry = Registry::new_custom(Some("kdoctor_agent".to_string()), None)
             .unwrap_or_else(|_| Registry::new());
         let counter = |name: &str, help: &str, labels: &[&str]| {
@@ -72,6 +81,7 @@ impl Metrics {
         registry
             .register(Box::new(tls_handshake_failures.clone()))
             .unwrap_or_else(|e| panic!("metric registered twice: {e}"));
+        let probes = ProbeMetrics::new(&registry, max_series);
         Metrics {
             registry,
             echo_requests,
@@ -80,6 +90,7 @@ impl Metrics {
             probe_requests,
             probe_unsent,
             rounds,
+            probes,
         }
     }
 

@@ -302,6 +302,7 @@ mod tests {
             bytes: 100,
             connect: None,
             queued: Duration::ZERO,
+            phases: Default::default(),
         };
         let d = Duration::from_micros(micros);
         r.record(&a, d, d, Duration::ZERO);

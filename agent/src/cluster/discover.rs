@@ -23,6 +23,7 @@ use super::addresses::{
 use super::pods::PodCaches;
 use crate::config::TaskArgs;
 use crate::probe::http::client_alpn;
+use crate::probe_metrics::ZONE_LABEL;
 use crate::round::targets::Carrier;
 use crate::tls::{ServerTrust, client_config, parse_identity, parse_roots};
 
@@ -78,6 +79,34 @@ pub struct Discovery {
     selectors: Mutex<HashMap<String, String>>,
     /// Carrier pods, watched.
     pods: PodCaches,
+    /// Zones of nodes, for the metrics' zone labels.
+    zones: Mutex<Zones>,
+}
+
+/// Node zones (`topology.kubernetes.io/zone`) as read: a node's zone does not change in its
+/// life, so each is read once (a failed read is retried after [`ZONE_RETRY`]).
+#[derive(Default)]
+struct Zones {
+    known: HashMap<String, String>,
+    failed: HashMap<String, std::time::Instant>,
+    listed: Option<std::time::Instant>,
+}
+
+/// How long a node whose zone could not be read is left alone, and the least time between
+/// two lists of zoned nodes.
+const ZONE_RETRY: std::time::Duration = std::time::Duration::from_secs(600);
+/// More unknown nodes than this in one round: one list of every zoned node's metadata instead
+/// of one read per node. Also the most single reads per round.
+const ZONE_READS: usize = 16;
+
+impl Zones {
+    fn unknown(&self, node: &str) -> bool {
+        !self.known.contains_key(node)
+            && self
+                .failed
+                .get(node)
+                .is_none_or(|at| at.elapsed() >= ZONE_RETRY)
+    }
 }
 
 impl Discovery {
@@ -99,6 +128,131 @@ impl Discovery {
             args,
             config,
             selectors: Mutex::new(HashMap::new()),
+            zones: Mutex::new(Zones::default()),
+        }
+    }
+
+    fn zones(&self) -> std::sync::MutexGuard<'_, Zones> {
+        self.zones.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The zone of `node` ("" when it has none or cannot be read); read once (its metadata
+    /// only), then from memory.
+    pub async fn node_zone(&self, node: &str) -> String {
+        {
+            let zones = self.zones();
+            if let Some(zone) = zones.known.get(node) {
+                return zone.clone();
+            }
+            if !zones.unknown(node) {
+                return String::new();
+            }
+        }
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        match nodes.get_metadata_opt(node).await {
+            Ok(found) => {
+                let zone = found
+                    .and_then(|m| m.metadata.labels)
+                    .and_then(|mut l| l.remove(ZONE_LABEL))
+                    .unwrap_or_default();
+                self.zones().known.insert(node.to_string(), zone.clone());
+                zone
+            }
+            Err(error) => {
+                tracing::debug!(%node, %error, "cannot read the node's zone");
+                self.zones()
+                    .failed
+                    .insert(node.to_string(), std::time::Instant::now());
+                String::new()
+            }
+        }
+    }
+
+    /// The zones of the nodes of NetReach carrier pods `pods`, by pod name (pods on nodes
+    /// without a zone are left out). Pods come from the watched cache; node zones are read
+    /// once each — with many new nodes, one list of the zoned nodes' metadata.
+    pub async fn pod_zones(
+        &self,
+        resource: Option<&TaskResource>,
+        pods: &[&str],
+    ) -> HashMap<String, String> {
+        let mut out = HashMap::new();
+        let Some(resource) = resource.filter(|_| !pods.is_empty()) else {
+            return out;
+        };
+        let Ok(selector) = self.pod_selector(resource).await else {
+            return out;
+        };
+        let Ok(cached) = self.pods.pods(&selector).await else {
+            return out;
+        };
+        let wanted: std::collections::HashSet<&str> = pods.iter().copied().collect();
+        let pod_nodes: Vec<(String, String)> = cached
+            .iter()
+            .filter_map(|p| {
+                let name = p.metadata.name.as_deref()?;
+                let node = p.spec.as_ref()?.node_name.clone()?;
+                wanted.contains(name).then(|| (name.to_string(), node))
+            })
+            .collect();
+        let unknown: Vec<String> = {
+            let zones = self.zones();
+            let mut nodes: Vec<String> = pod_nodes
+                .iter()
+                .map(|(_, n)| n.clone())
+                .filter(|n| zones.unknown(n))
+                .collect();
+            nodes.sort();
+            nodes.dedup();
+            nodes
+        };
+        let may_list = self
+            .zones()
+            .listed
+            .is_none_or(|at| at.elapsed() >= ZONE_RETRY);
+        if unknown.len() > ZONE_READS && may_list {
+            self.list_zones(&unknown).await;
+        }
+        let still: Vec<String> = {
+            let zones = self.zones();
+            unknown.into_iter().filter(|n| zones.unknown(n)).collect()
+        };
+        for node in still.iter().take(ZONE_READS) {
+            self.node_zone(node).await;
+        }
+        let zones = self.zones();
+        for (pod, node) in pod_nodes {
+            if let Some(zone) = zones.known.get(&node).filter(|z| !z.is_empty()) {
+                out.insert(pod, zone.clone());
+            }
+        }
+        out
+    }
+
+    /// Reads the zones of every zoned node at once (metadata only); `unknown` nodes missing
+    /// from the answer have no zone.
+    async fn list_zones(&self, unknown: &[String]) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        self.zones().listed = Some(std::time::Instant::now());
+        match nodes
+            .list_metadata(&ListParams::default().labels(ZONE_LABEL))
+            .await
+        {
+            Ok(list) => {
+                let mut zones = self.zones();
+                for node in list.items {
+                    if let (Some(name), Some(zone)) = (
+                        node.metadata.name,
+                        node.metadata.labels.and_then(|mut l| l.remove(ZONE_LABEL)),
+                    ) {
+                        zones.known.insert(name, zone);
+                    }
+                }
+                for node in unknown {
+                    zones.known.entry(node.clone()).or_default();
+                }
+            }
+            Err(error) => tracing::debug!(%error, "cannot list the zones of nodes"),
         }
     }
 

@@ -18,7 +18,8 @@ use super::duty::{Duty, Ledger, Scope, due, time_box};
 use super::plan::{Actor, plan};
 use crate::config::{AgentArgs, TaskArgs};
 use crate::metrics::Metrics;
-use crate::round::execute::execute;
+use crate::probe_metrics::{RoundLabels, target_pod};
+use crate::round::execute::{RoundPlan, execute_with};
 use crate::spool::Spool;
 
 /// Why the task loop cannot start; names the flag.
@@ -193,6 +194,23 @@ impl Runner {
             })
     }
 
+    /// The labels of the round's per-probe series: the task's, this node and its zone and —
+    /// when this node has a zone — the zones of the pods probed.
+    async fn metric_labels(&self, task: &Task, plan: &RoundPlan) -> RoundLabels {
+        let zone = self.discovery.node_zone(&self.actor.node).await;
+        let mut labels = RoundLabels::of_task(task, &self.actor.node, &zone);
+        if let (Task::NetReach(t), false) = (task, zone.is_empty()) {
+            let pods: Vec<&str> = plan
+                .http
+                .iter()
+                .filter_map(|target| target_pod(&target.name))
+                .collect();
+            let resource = t.status.as_ref().and_then(|s| s.resource.as_ref());
+            labels.pod_zones = self.discovery.pod_zones(resource, &pods).await;
+        }
+        labels
+    }
+
     async fn run_round(self: Arc<Self>, task: Task, duty: Duty) {
         let started = Timestamp::now();
         tracing::info!(kind = %duty.kind, task = %duty.name, round = duty.round, deadline = %duty.deadline, "round started");
@@ -204,7 +222,14 @@ impl Runner {
             time_box(duty.deadline, started),
         )
         .await;
-        let report = execute(plan, Some(self.metrics.clone())).await;
+        // Zones are read once per node; a slow API server costs the round at most this.
+        let labels = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            self.metric_labels(&task, &plan),
+        )
+        .await
+        .unwrap_or_else(|_| RoundLabels::of_task(&task, &self.actor.node, ""));
+        let report = execute_with(plan, Some(self.metrics.clone()), Some(labels)).await;
         let result = report.round_result.clone();
         let expiry = Timestamp::now() + self.report_expiry;
         let spool = self.spool.clone();

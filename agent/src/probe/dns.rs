@@ -221,6 +221,7 @@ impl DnsProber {
                     bytes,
                     connect,
                     queued: Duration::ZERO,
+                    phases: Default::default(),
                 }
             }
             Err(e) => {

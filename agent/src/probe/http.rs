@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use super::Prober;
-use super::outcome::{Attempt, Code, ErrorClass, ProbeError};
+use super::outcome::{Attempt, Code, ErrorClass, Phases, ProbeError};
 
 /// What to send to an HTTP target.
 #[derive(Clone, Debug)]
@@ -272,8 +272,9 @@ impl HttpProber {
         Ok(addrs)
     }
 
-    /// Opens a connection: resolve, TCP, TLS (ALPN), HTTP handshake.
-    async fn connect(&self) -> Result<(Sender, Duration), ProbeError> {
+    /// Opens a connection: resolve, TCP, TLS (ALPN), HTTP handshake; with the whole time and
+    /// its TCP (with resolution) and TLS parts.
+    async fn connect(&self) -> Result<(Sender, Duration, Phases), ProbeError> {
         let began = Instant::now();
         let mut last = None;
         let mut tcp = None;
@@ -289,6 +290,11 @@ impl HttpProber {
         let Some(tcp) = tcp else {
             return Err(last.unwrap_or_else(|| ProbeError::new(ErrorClass::Other, "no address")));
         };
+        let connected = Instant::now();
+        let mut phases = Phases {
+            tcp: Some(connected - began),
+            ..Phases::default()
+        };
         let _ = tcp.set_nodelay(true);
         let sender = match &self.tls {
             Some((connector, name)) => {
@@ -296,12 +302,13 @@ impl HttpProber {
                     .connect(name.clone(), tcp)
                     .await
                     .map_err(|e| classify_tls(&e))?;
+                phases.tls = Some(connected.elapsed());
                 let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                 handshake(TokioIo::new(tls), h2).await?
             }
             None => handshake(TokioIo::new(tcp), self.spec.http2).await?,
         };
-        Ok((sender, began.elapsed()))
+        Ok((sender, began.elapsed(), phases))
     }
 
     async fn send(
@@ -347,22 +354,25 @@ impl HttpProber {
         };
         let queued = waiting.elapsed();
         let reused = idle.is_some();
-        let (mut sender, mut connect) = match idle {
-            Some(s) => (s, None),
+        let (mut sender, mut connect, mut phases) = match idle {
+            Some(s) => (s, None, Phases::default()),
             None => match self.connect().await {
-                Ok((s, took)) => (s, Some(took)),
+                Ok((s, took, phases)) => (s, Some(took), phases),
                 Err(e) => return with_connect(Attempt::failed(e), None, queued),
             },
         };
+        let mut sending = Instant::now();
         let response = match self.send(&mut sender).await {
             Ok(r) => r,
             // A kept-alive connection the server closed meanwhile: what any client does is
             // retry once on a fresh connection; the extra time stays in the measurement.
             Err(e) if reused && (e.is_canceled() || e.is_incomplete_message() || e.is_closed()) => {
                 match self.connect().await {
-                    Ok((s, took)) => {
+                    Ok((s, took, fresh)) => {
                         sender = s;
                         connect = Some(took);
+                        phases = fresh;
+                        sending = Instant::now();
                         match self.send(&mut sender).await {
                             Ok(r) => r,
                             Err(e) => {
@@ -370,15 +380,20 @@ impl HttpProber {
                                     Attempt::failed(classify_hyper(&e)),
                                     connect,
                                     queued,
-                                );
+                                )
+                                .with_phases(phases);
                             }
                         }
                     }
                     Err(e) => return with_connect(Attempt::failed(e), None, queued),
                 }
             }
-            Err(e) => return with_connect(Attempt::failed(classify_hyper(&e)), connect, queued),
+            Err(e) => {
+                return with_connect(Attempt::failed(classify_hyper(&e)), connect, queued)
+                    .with_phases(phases);
+            }
         };
+        phases.first_byte = Some(sending.elapsed());
         let status = response.status().as_u16();
         let mut body = response.into_body();
         let mut bytes = 0u64;
@@ -398,6 +413,7 @@ impl HttpProber {
                         bytes,
                         connect,
                         queued,
+                        phases,
                     };
                 }
             }
@@ -420,6 +436,7 @@ impl HttpProber {
             bytes,
             connect,
             queued,
+            phases,
         }
     }
 }

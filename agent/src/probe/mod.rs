@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::metrics::Metrics;
 use crate::pacer::{self, Schedule, ScheduleError};
+use crate::probe_metrics::TargetSeries;
 use outcome::{Attempt, ErrorClass, ProbeError};
 use record::Recorder;
 
@@ -116,10 +117,21 @@ pub async fn run<P: Prober>(
     progress: Arc<Progress>,
     metrics: Option<Metrics>,
 ) -> Measurement {
+    run_observed(prober, plan, progress, metrics, None).await
+}
+
+/// [`run`], also recording every request in the target's per-probe series as it finishes.
+pub async fn run_observed<P: Prober>(
+    prober: Arc<P>,
+    plan: Plan,
+    progress: Arc<Progress>,
+    metrics: Option<Metrics>,
+    series: Option<Arc<TargetSeries>>,
+) -> Measurement {
     // The pacer runs as a task of the runtime, not on the caller's thread (a `block_on`
     // thread): requests it spawns then land in its worker's local queue instead of waking
     // another thread for each one.
-    let paced = tokio::spawn(pace(prober, plan, progress, metrics));
+    let paced = tokio::spawn(pace(prober, plan, progress, metrics, series));
     match paced.await {
         Ok(measurement) => measurement,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -133,6 +145,7 @@ async fn pace<P: Prober>(
     plan: Plan,
     progress: Arc<Progress>,
     metrics: Option<Metrics>,
+    series: Option<Arc<TargetSeries>>,
 ) -> Measurement {
     let recorder = Arc::new(Mutex::new(Recorder::default()));
     let permits = Arc::new(Semaphore::new(plan.max_in_flight));
@@ -148,6 +161,9 @@ async fn pace<P: Prober>(
             if let Some(m) = &metrics {
                 m.probe_unsent.with_label_values(&[kind]).inc();
             }
+            if let Some(s) = &series {
+                s.unsent(1);
+            }
             return true;
         };
         progress.sent.fetch_add(1, Ordering::Relaxed);
@@ -155,6 +171,7 @@ async fn pace<P: Prober>(
         let progress = progress.clone();
         let metrics = metrics.clone();
         let recorder = recorder.clone();
+        let series = series.clone();
         tokio::spawn(async move {
             let sent = Instant::now();
             // Boxed: a request's future (hyper, TLS) is large, and the spawned task is moved
@@ -167,7 +184,11 @@ async fn pace<P: Prober>(
             let end = Instant::now();
             // Service time starts when the request was handed to a connection.
             let service = (end - sent).saturating_sub(attempt.queued);
-            locked(&recorder).record(&attempt, service, end - slot.woke, slot.lateness());
+            let response = end - slot.woke;
+            locked(&recorder).record(&attempt, service, response, slot.lateness());
+            if let Some(s) = &series {
+                s.observe(&attempt, response);
+            }
             progress.done.fetch_add(1, Ordering::Relaxed);
             if attempt.result.is_err() {
                 progress.failed.fetch_add(1, Ordering::Relaxed);
@@ -190,6 +211,9 @@ async fn pace<P: Prober>(
     progress
         .unsent
         .fetch_add(summary.overrun, Ordering::Relaxed);
+    if let Some(s) = &series {
+        s.unsent(summary.overrun);
+    }
     // Every permit back means every request has finished.
     let all = u32::try_from(plan.max_in_flight).unwrap_or(u32::MAX);
     let _ = permits.acquire_many(all).await;

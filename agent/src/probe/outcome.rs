@@ -94,6 +94,20 @@ pub struct Attempt {
     pub connect: Option<Duration>,
     /// Time spent waiting for a free connection before sending (not service time).
     pub queued: Duration,
+    /// The parts of the request the prober timed separately (HTTP; metrics only).
+    pub phases: Phases,
+}
+
+/// Disjoint parts of one HTTP request, where the prober measured them: exported as latency
+/// histograms by phase (the report keeps its own histograms).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Phases {
+    /// Name resolution and TCP connect, when the request opened a connection.
+    pub tcp: Option<Duration>,
+    /// The TLS handshake, when the request opened a TLS connection.
+    pub tls: Option<Duration>,
+    /// From handing the request to a connection to the answer's head (time to first byte).
+    pub first_byte: Option<Duration>,
 }
 
 impl Attempt {
@@ -105,6 +119,13 @@ impl Attempt {
             bytes: 0,
             connect: None,
             queued: Duration::ZERO,
+            phases: Phases::default(),
         }
+    }
+
+    /// This attempt with the phases measured before it ended.
+    pub fn with_phases(mut self, phases: Phases) -> Attempt {
+        self.phases = phases;
+        self
     }
 }

@@ -148,6 +148,7 @@ mod tests {
             bytes: 10,
             connect: None,
             queued: Duration::ZERO,
+            phases: Default::default(),
         }
     }
 
@@ -214,6 +215,7 @@ mod tests {
             bytes: 40,
             connect: None,
             queued: Duration::ZERO,
+            phases: Default::default(),
         };
         r.record(&nx, Duration::ZERO, Duration::ZERO, Duration::ZERO);
         assert_eq!(r.rcodes, BTreeMap::from([("NXDOMAIN".to_string(), 1)]));

@@ -13,7 +13,8 @@ use super::targets::{DnsTarget, HttpTarget, Load};
 use crate::metrics::Metrics;
 use crate::probe::dns::DnsProber;
 use crate::probe::http::{HttpProber, client_alpn};
-use crate::probe::{Measurement, Plan, Progress, run};
+use crate::probe::{Measurement, Plan, Progress, run_observed};
+use crate::probe_metrics::{RoundLabels, url_ip};
 use crate::report::{
     RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY, TARGET_TYPE_NETDNS, TARGET_TYPE_NETREACH,
     app_http_detail, dns_detail, netreach_detail, round_report, task_result,
@@ -58,7 +59,30 @@ enum Done {
 }
 
 /// Runs the round and returns its report (never an error: problems are the report's verdict).
+/// With `metrics`, every request is also counted in the per-probe series, labelled with the
+/// plan's kind and node only (no task name): [`execute_with`] takes the round's labels.
 pub async fn execute(plan: RoundPlan, metrics: Option<Metrics>) -> Report {
+    execute_with(plan, metrics, None).await
+}
+
+/// [`execute`], with the labels of the round's per-probe series (task, zones, per-target
+/// series, copied task labels); `None`: the plan's kind and node.
+pub async fn execute_with(
+    plan: RoundPlan,
+    metrics: Option<Metrics>,
+    labels: Option<RoundLabels>,
+) -> Report {
+    let labels = labels.unwrap_or_else(|| RoundLabels {
+        task_kind: plan.kind.as_str().to_string(),
+        source_node: plan.node.clone(),
+        ..RoundLabels::default()
+    });
+    // Resolved once per target and round: each request then only adds to atomics.
+    let series = |name: &str, address: Option<std::net::IpAddr>| {
+        metrics
+            .as_ref()
+            .map(|m| Arc::new(m.probes.target(labels.target_labels(name, address))))
+    };
     let started = jiff::Timestamp::now();
     let sampler = Sampler::start_with(Duration::from_secs(1), plan.resources.clone());
     let mut failures = plan.setup_failures.clone();
@@ -79,12 +103,14 @@ pub async fn execute(plan: RoundPlan, metrics: Option<Metrics>) -> Report {
                 match prober {
                     Ok(prober) => {
                         let metrics = metrics.clone();
+                        let series = series(&target.name, url_ip(&target.spec.url));
                         set.spawn(async move {
-                            let m = run(
+                            let m = run_observed(
                                 Arc::new(prober),
                                 schedule,
                                 Arc::new(Progress::default()),
                                 metrics,
+                                series,
                             )
                             .await;
                             Done::Http(target, m)
@@ -100,12 +126,14 @@ pub async fn execute(plan: RoundPlan, metrics: Option<Metrics>) -> Report {
                 match DnsProber::new(target.spec.clone(), tls) {
                     Ok(prober) => {
                         let metrics = metrics.clone();
+                        let series = series(&target.name, Some(target.spec.server.ip()));
                         set.spawn(async move {
-                            let m = run(
+                            let m = run_observed(
                                 Arc::new(prober),
                                 schedule,
                                 Arc::new(Progress::default()),
                                 metrics,
+                                series,
                             )
                             .await;
                             Done::Dns(target, m)
