@@ -6,6 +6,7 @@ mod dns_probe;
 mod echo;
 mod http_probe;
 mod peers;
+mod probe_metrics;
 mod report_api;
 mod round;
 mod support;
