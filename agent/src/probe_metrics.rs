@@ -255,6 +255,9 @@ type Key = (&'static str, Vec<(String, String)>);
 struct Table {
     series: HashMap<Key, Series>,
     used: usize,
+    /// When the table was last scanned for idle series (at most once a second, so a round
+    /// whose targets are refused at the cap does not scan it once per target).
+    scanned: Option<Instant>,
 }
 
 struct Inner {
@@ -437,6 +440,13 @@ impl ProbeMetrics {
 
     /// Removes label sets unused for [`EVICT_IDLE`] that no running round holds.
     fn evict(&self, table: &mut Table, now: Instant) {
+        if table
+            .scanned
+            .is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(1))
+        {
+            return;
+        }
+        table.scanned = Some(now);
         let before = table.series.len();
         let mut freed = 0;
         table.series.retain(|_, s| {
