@@ -12,7 +12,8 @@ use kdoctor_api::defaults::{ClusterFacts, omitted_schedule};
 use kdoctor_api::labels::FIELD_MANAGER;
 use kdoctor_api::schedule::Schedule;
 use kdoctor_api::task::{
-    API_VERSION, RoundStatus, RuntimeStatus, StatusHistoryRecord, Task, TaskStatus,
+    API_VERSION, Marked, MarkerPolicy, RoundStatus, RuntimeStatus, StatusHistoryRecord, Task,
+    TaskKind, TaskStatus,
 };
 use kdoctor_api::validation;
 use kdoctor_store::{RoundResult, RoundSummary, StoreError, TaskRecord};
@@ -85,17 +86,17 @@ pub fn summary(record: &StatusHistoryRecord) -> RoundSummary {
 async fn mark_nodes<K: TaskObject>(
     ctx: &Context,
     object: &K,
-    kind: kdoctor_api::task::TaskKind,
+    kind: TaskKind,
     name: &str,
-    policy: &kdoctor_api::task::MarkerPolicy,
-    history: &[kdoctor_api::task::StatusHistoryRecord],
+    policy: &MarkerPolicy,
+    history: &[StatusHistoryRecord],
 ) {
     match markers::mark(&ctx.client, kind, name, policy, history).await {
         Ok(flips) => {
             for flip in flips {
                 let (warning, reason, what) = match flip.state {
-                    kdoctor_api::task::Marked::Healthy => (false, "NodeMarkedHealthy", "passed"),
-                    kdoctor_api::task::Marked::Unhealthy => (true, "NodeMarkedUnhealthy", "failed"),
+                    Marked::Healthy => (false, "NodeMarkedHealthy", "passed"),
+                    Marked::Unhealthy => (true, "NodeMarkedUnhealthy", "failed"),
                 };
                 ctx.event(
                     object,
