@@ -7,6 +7,7 @@ use kdoctor_store::Store;
 use crate::auth::Auth;
 use crate::health::Health;
 use crate::metrics::ApiMetrics;
+use crate::resource::cache::ObjectCache;
 use crate::status::ApiError;
 
 /// Shared state of the server (cheap to clone).
@@ -22,6 +23,8 @@ pub struct AppState {
     pub health: Arc<Health>,
     /// Closed when the server shuts down (ends watches).
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Serialized report objects for repeated GETs.
+    pub objects: Arc<ObjectCache>,
     /// Task objects served read-only under `kdoctor.io` (local mode only; `None`: not served).
     pub tasks: Option<crate::tasks::TaskObjects>,
 }
@@ -33,7 +36,10 @@ impl AppState {
         metrics: Arc<ApiMetrics>,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> AppState {
+        let objects = Arc::new(ObjectCache::default());
+        objects.register(&metrics.registry);
         AppState {
+            objects,
             store: Arc::new(RwLock::new(None)),
             opened: Arc::new(tokio::sync::Notify::new()),
             auth,

@@ -1,5 +1,6 @@
 //! The `kdoctorreports` resource: list, get, watch and delete.
 
+pub mod cache;
 pub mod names;
 pub mod object;
 pub mod selectors;
@@ -17,6 +18,7 @@ use kdoctor_store::{Store, TaskSummary};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use self::cache::ObjectKey;
 use self::names::{Target, listed, resolve};
 use self::selectors::{FieldSelector, LabelSelector};
 use self::table::Include;
@@ -206,6 +208,7 @@ pub async fn get(
     let wanted = negotiate(&headers)?;
     let include = Include::parse(query.get("includeObject"))?;
     let store = state.store()?;
+    let objects = state.objects.clone();
     tokio::task::spawn_blocking(move || -> Result<Response, ApiError> {
         let target = resolve(&store, &name).ok_or_else(|| ApiError::not_found(&name))?;
         match wanted {
@@ -216,9 +219,22 @@ pub async fn get(
                     serde_json::to_vec(&body).unwrap_or_default(),
                 )))
             }
-            Wanted::Json => Ok(json_response(sink::stream(move |sink| {
-                object::write_object(&store, &target, sink)
-            }))),
+            Wanted::Json => {
+                let key = ObjectKey {
+                    name: target.name.clone(),
+                    incarnation: target.task.id.0,
+                    resource_version: target.task.resource_version,
+                };
+                if let Some(bytes) = objects.get(&key) {
+                    return Ok(json_response(Body::from(bytes)));
+                }
+                let limit = objects.max_object();
+                Ok(json_response(sink::stream_keeping(
+                    move |sink| object::write_object(&store, &target, sink),
+                    limit,
+                    move |bytes| objects.insert(key, bytes),
+                )))
+            }
         }
     })
     .await

@@ -16,6 +16,8 @@ const IN_FLIGHT: usize = 4;
 pub struct Sink {
     buffer: Vec<u8>,
     tx: Option<mpsc::Sender<Result<Bytes, std::io::Error>>>,
+    /// A copy of everything sent, while it stays under its limit (to cache the response).
+    copy: Option<(Vec<u8>, usize)>,
 }
 
 impl Sink {
@@ -43,6 +45,7 @@ impl Sink {
         Sink {
             buffer: Vec::new(),
             tx: None,
+            copy: None,
         }
     }
 
@@ -57,12 +60,27 @@ impl Sink {
             &mut self.buffer,
             Vec::with_capacity(CHUNK),
         ));
+        if let Some((copy, limit)) = &mut self.copy {
+            if copy.len() + chunk.len() > *limit {
+                self.copy = None;
+            } else {
+                copy.extend_from_slice(&chunk);
+            }
+        }
         // A closed channel means the client went away: stop producing.
         tx.blocking_send(Ok(chunk))
             .map_err(|_| ApiError::internal("client went away"))
     }
 
-    fn finish(mut self) {
+    /// Hands the copy of the whole body to `keep` (if one was kept), then sends what is left:
+    /// in that order, so a client that has the whole body finds it kept.
+    fn finish(mut self, keep: impl FnOnce(Bytes)) {
+        if let Some((mut copy, limit)) = self.copy.take()
+            && copy.len() + self.buffer.len() <= limit
+        {
+            copy.extend_from_slice(&self.buffer);
+            keep(Bytes::from(copy));
+        }
         if !self.buffer.is_empty() {
             let _ = self.send();
         }
@@ -75,14 +93,25 @@ pub fn stream<F>(produce: F) -> Body
 where
     F: FnOnce(&mut Sink) -> Result<(), ApiError> + Send + 'static,
 {
+    stream_keeping(produce, 0, |_| {})
+}
+
+/// Like [`stream`], and hands a complete body of at most `limit` bytes to `keep` once it has
+/// been produced (a larger or failed one is not kept, so memory stays bounded).
+pub fn stream_keeping<F, K>(produce: F, limit: usize, keep: K) -> Body
+where
+    F: FnOnce(&mut Sink) -> Result<(), ApiError> + Send + 'static,
+    K: FnOnce(Bytes) + Send + 'static,
+{
     let (tx, rx) = mpsc::channel(IN_FLIGHT);
     tokio::task::spawn_blocking(move || {
         let mut sink = Sink {
             buffer: Vec::with_capacity(CHUNK),
             tx: Some(tx.clone()),
+            copy: (limit > 0).then(|| (Vec::new(), limit)),
         };
         match produce(&mut sink) {
-            Ok(()) => sink.finish(),
+            Ok(()) => sink.finish(keep),
             Err(e) => {
                 tracing::warn!(error = %e, "response stream ended early");
                 let _ = tx.blocking_send(Err(std::io::Error::other(e.message)));

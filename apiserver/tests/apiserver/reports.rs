@@ -97,6 +97,53 @@ async fn every_round_and_incarnation_is_reachable_by_name() {
 }
 
 #[tokio::test]
+async fn repeated_gets_are_answered_from_the_cache_until_the_task_changes() {
+    let s = server("rep-cache");
+    let (_, new) = fill(&s.store);
+    let uri = format!("{BASE}/netreach-task");
+    let hits = || {
+        s.state
+            .metrics
+            .registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "kdoctor_apiserver_object_cache_lookups_total")
+            .flat_map(|f| f.get_metric().iter())
+            .filter(|m| m.get_label().iter().any(|l| l.value() == "hit"))
+            .map(|m| m.get_counter().get_value() as u64)
+            .sum::<u64>()
+    };
+    let first = get(&s.router, &uri).await;
+    let second = get(&s.router, &uri).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.body, second.body, "a hit serves the same bytes");
+    assert_eq!(hits(), 1);
+    // A new round changes the task's version: the next GET shows it, not the cached bytes.
+    s.store
+        .put_report(
+            new,
+            &kdoctor_api::fixtures::net_reach_report("node-a", 3, 3, 30),
+        )
+        .expect("put");
+    let third = get(&s.router, &uri).await.json();
+    assert_eq!(third["status"]["roundNumber"], 3);
+    assert_eq!(hits(), 1);
+    // So does a round purged by retention.
+    s.store.purge_round(new, 1).expect("purge");
+    let fourth = get(&s.router, &uri).await.json();
+    assert_eq!(
+        fourth["status"]["retainedRounds"],
+        serde_json::json!([2, 3])
+    );
+    // Each name of an object is its own entry: a round's name shows its own metadata.
+    let round = get(&s.router, &format!("{BASE}/netreach-task.round-2"))
+        .await
+        .json();
+    assert_eq!(round["metadata"]["name"], "netreach-task.round-2");
+    assert_eq!(hits(), 1);
+}
+
+#[tokio::test]
 async fn a_missing_name_is_the_not_found_status_kubectl_prints() {
     let s = server("rep-404");
     fill(&s.store);
