@@ -54,3 +54,48 @@ pub fn negotiate(headers: &HeaderMap) -> Result<Wanted, ApiError> {
         "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (got {accept:?})"
     )))
 }
+
+/// Whether the client takes a gzip-encoded body (`Accept-Encoding: gzip` or `*`, not `q=0`).
+pub fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|entry| {
+            let mut parts = entry.split(';').map(str::trim);
+            let coding = parts.next().unwrap_or("").to_ascii_lowercase();
+            let refused = parts.any(|p| {
+                p.split_once('=').is_some_and(|(k, v)| {
+                    k.trim().eq_ignore_ascii_case("q")
+                        && v.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
+                })
+            });
+            matches!(coding.as_str(), "gzip" | "*") && !refused
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn with_encoding(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_str(value).expect("header"),
+        );
+        headers
+    }
+
+    #[test]
+    fn gzip_is_taken_unless_refused_with_q_zero() {
+        assert!(accepts_gzip(&with_encoding("gzip")));
+        assert!(accepts_gzip(&with_encoding("deflate, GZIP;q=0.5")));
+        assert!(accepts_gzip(&with_encoding("*")));
+        assert!(!accepts_gzip(&with_encoding("gzip;q=0")));
+        assert!(!accepts_gzip(&with_encoding("br, identity")));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+}

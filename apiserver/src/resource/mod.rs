@@ -8,6 +8,8 @@ pub mod sink;
 pub mod table;
 pub mod watch;
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -18,11 +20,11 @@ use kdoctor_store::{Store, TaskSummary};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use self::cache::ObjectKey;
+use self::cache::{ObjectCache, ObjectKey};
 use self::names::{Target, listed, resolve};
 use self::selectors::{FieldSelector, LabelSelector};
 use self::table::Include;
-use crate::negotiate::{Wanted, negotiate};
+use crate::negotiate::{Wanted, accepts_gzip, negotiate};
 use crate::query::Query;
 use crate::state::AppState;
 use crate::status::ApiError;
@@ -209,6 +211,23 @@ pub async fn get(
     let include = Include::parse(query.get("includeObject"))?;
     let store = state.store()?;
     let objects = state.objects.clone();
+    let gzip = accepts_gzip(&headers);
+    // A cached object is served without leaving the async thread: resolving a name that selects
+    // no round reads only the store's in-memory index.
+    if wanted == Wanted::Json
+        && !name.contains(names::ROUND_SUFFIX)
+        && let Some(target) = resolve(&store, &name)
+    {
+        let key = ObjectKey::of(&target);
+        let hit = if gzip {
+            objects.get(&key.gzipped()).map(gzip_response)
+        } else {
+            objects.get(&key).map(|b| json_response(Body::from(b)))
+        };
+        if let Some(response) = hit {
+            return Ok(response);
+        }
+    }
     tokio::task::spawn_blocking(move || -> Result<Response, ApiError> {
         let target = resolve(&store, &name).ok_or_else(|| ApiError::not_found(&name))?;
         match wanted {
@@ -219,26 +238,52 @@ pub async fn get(
                     serde_json::to_vec(&body).unwrap_or_default(),
                 )))
             }
-            Wanted::Json => {
-                let key = ObjectKey {
-                    name: target.name.clone(),
-                    incarnation: target.task.id.0,
-                    resource_version: target.task.resource_version,
-                };
-                if let Some(bytes) = objects.get(&key) {
-                    return Ok(json_response(Body::from(bytes)));
-                }
-                let limit = objects.max_object();
-                Ok(json_response(sink::stream_keeping(
-                    move |sink| object::write_object(&store, &target, sink),
-                    limit,
-                    move |bytes| objects.insert(key, bytes),
-                )))
-            }
+            Wanted::Json => Ok(json_get(&objects, store, target, gzip)),
         }
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
+}
+
+/// Bodies smaller than this are not worth a gzip variant (the compression layer still decides
+/// for the stream).
+const GZIP_MIN: usize = 1024;
+
+/// The JSON of one object: from the cache when it has it (gzip-encoded for a client that takes
+/// it, compressed once per version), else streamed from the store and kept.
+fn json_get(objects: &Arc<ObjectCache>, store: Arc<Store>, target: Target, gzip: bool) -> Response {
+    let key = ObjectKey::of(&target);
+    if gzip && let Some(bytes) = objects.get(&key.gzipped()) {
+        return gzip_response(bytes);
+    }
+    if let Some(bytes) = objects.get(&key) {
+        if gzip && bytes.len() >= GZIP_MIN {
+            match cache::gzip(&bytes) {
+                Ok(encoded) => {
+                    objects.insert(key.gzipped(), encoded.clone());
+                    return gzip_response(encoded);
+                }
+                Err(e) => tracing::warn!(error = %e, "gzip of a cached object failed"),
+            }
+        }
+        return json_response(Body::from(bytes));
+    }
+    objects.count_miss();
+    let limit = objects.max_object();
+    let objects = objects.clone();
+    json_response(sink::stream_keeping(
+        move |sink| object::write_object(&store, &target, sink),
+        limit,
+        move |bytes| objects.insert(key, bytes),
+    ))
+}
+
+fn gzip_response(bytes: bytes::Bytes) -> Response {
+    let mut response = json_response(Body::from(bytes));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    response
 }
 
 /// `DELETE …/kdoctorreports/{name}`: purges the task incarnation, or one round of it.

@@ -144,6 +144,44 @@ async fn repeated_gets_are_answered_from_the_cache_until_the_task_changes() {
 }
 
 #[tokio::test]
+async fn gzip_clients_get_the_cached_object_compressed_once_and_never_twice() {
+    let s = server("rep-cache-gzip");
+    fill(&s.store);
+    let uri = format!("{BASE}/netreach-task");
+    let plain = get(&s.router, &uri).await;
+    let gzip_get = || async {
+        let request = axum::http::Request::builder()
+            .uri(&uri)
+            .header("authorization", "Bearer admin-token")
+            .header("accept-encoding", "gzip")
+            .body(axum::body::Body::empty())
+            .expect("request");
+        let response = tower::ServiceExt::oneshot(s.router.clone(), request)
+            .await
+            .expect("answered");
+        assert_eq!(response.headers()["content-encoding"], "gzip");
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .expect("body")
+            .to_bytes();
+        let mut decoded = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut decoded)
+            .expect("gzip");
+        decoded
+    };
+    // The first gzip request compresses the cached identity bytes, the second is served from the
+    // gzip variant: both decode (once) to exactly the plain body.
+    assert_eq!(gzip_get().await, plain.body);
+    assert_eq!(gzip_get().await, plain.body);
+    let metrics = get(&s.router, "/metrics").await.text();
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("kdoctor_apiserver_object_cache_lookups_total{result=\"hit\"}"))
+        .unwrap_or_else(|| panic!("no hit counter in:\n{metrics}"));
+    assert!(line.ends_with(" 2"), "{line}");
+}
+
+#[tokio::test]
 async fn a_missing_name_is_the_not_found_status_kubectl_prints() {
     let s = server("rep-404");
     fill(&s.store);

@@ -140,7 +140,7 @@ fn start_nginx(dir: &Path, port: u16, cert: &Path, key: &Path, www: &Path) -> st
         format!(
             "worker_processes 2;\nerror_log {err} warn;\npid {pid};\ndaemon off;\nevents {{ worker_connections 4096; }}\n\
              http {{\n  access_log off;\n  keepalive_requests 10000000;\n  client_body_temp_path {tmp};\n  proxy_temp_path {tmp};\n  fastcgi_temp_path {tmp};\n  uwsgi_temp_path {tmp};\n  scgi_temp_path {tmp};\n\
-               server {{\n    listen 127.0.0.1:{port} ssl http2;\n    ssl_certificate {cert};\n    ssl_certificate_key {key};\n    root {www};\n    default_type application/json;\n  }}\n}}\n",
+               server {{\n    listen 127.0.0.1:{port} ssl http2;\n    ssl_certificate {cert};\n    ssl_certificate_key {key};\n    root {www};\n    default_type application/json;\n    gzip_static on;\n  }}\n}}\n",
             err = dir.join("nginx-error.log").display(),
             pid = dir.join("nginx.pid").display(),
             tmp = dir.display(),
@@ -199,6 +199,10 @@ fn main() {
     let body = curl(&["--cacert", &ca_arg, "-H", &auth_header, &get_url]).stdout;
     assert!(body.len() > 100_000, "the GET body is {} bytes", body.len());
     std::fs::write(www.join("big.json"), &body).expect("static copy");
+    // nginx's gzip_static serves the pre-compressed copy to clients that take gzip, as our
+    // cache serves its once-compressed bytes.
+    let gzipped = Command::new("gzip").args(["-6", "-k", "-f"]).arg(www.join("big.json")).status().expect("gzip runs");
+    assert!(gzipped.success(), "gzip failed");
 
     // nginx serves the same bytes with a certificate of the same CA.
     let ca_pem = Ca::load_or_create(&o.dir.join("server").join("pki"), "unused").expect("ca");
@@ -217,22 +221,41 @@ fn main() {
     }
     let rss_serving_before = rss_kib("VmRSS:");
 
-    println!("GET body: {} bytes; {} tasks in the store", body.len(), o.tasks);
+    let gzip_header = "Accept-Encoding: gzip";
+    let size_with = |url: &str, headers: &[&str]| -> String {
+        let mut args = vec!["-o", "/dev/null", "-w", "%{size_download}", "--cacert", &ca_arg];
+        for h in headers {
+            args.extend(["-H", h]);
+        }
+        args.push(url);
+        String::from_utf8_lossy(&curl(&args).stdout).into_owned()
+    };
+    println!(
+        "GET body: {} bytes ({} gzip-encoded from kdoctor, {} from nginx); {} tasks in the store",
+        body.len(),
+        size_with(&get_url, &[&auth_header, gzip_header]),
+        size_with(&nginx_url, &[gzip_header]),
+        o.tasks
+    );
     println!("| GET one report | kdoctor-apiserver req/s | nginx req/s | ratio | kdoctor p50 / p99 | nginx p50 / p99 |");
     println!("|---|---|---|---|---|---|");
-    for connections in [1u32, 16, 100] {
-        let ours = wrk(&get_url, connections, o.seconds, &[&auth_header]);
-        let theirs = wrk(&nginx_url, connections, o.seconds, &[]);
-        println!(
-            "| {connections} connections | {:.0} | {:.0} | {:.2} | {:.2} / {:.2} ms | {:.2} / {:.2} ms |",
-            ours.0,
-            theirs.0,
-            ours.0 / theirs.0,
-            ours.1,
-            ours.2,
-            theirs.1,
-            theirs.2
-        );
+    for (encoding, extra) in [("identity", None), ("gzip", Some(gzip_header))] {
+        for connections in [1u32, 16, 100] {
+            let ours_headers: Vec<&str> = std::iter::once(auth_header.as_str()).chain(extra).collect();
+            let theirs_headers: Vec<&str> = extra.into_iter().collect();
+            let ours = wrk(&get_url, connections, o.seconds, &ours_headers);
+            let theirs = wrk(&nginx_url, connections, o.seconds, &theirs_headers);
+            println!(
+                "| {encoding}, {connections} connections | {:.0} | {:.0} | {:.2} | {:.2} / {:.2} ms | {:.2} / {:.2} ms |",
+                ours.0,
+                theirs.0,
+                ours.0 / theirs.0,
+                ours.1,
+                ours.2,
+                theirs.1,
+                theirs.2
+            );
+        }
     }
     let table = "Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
     let list = wrk(&format!("{base}?limit=500000"), 1, o.seconds, &[&auth_header, table]);
