@@ -289,7 +289,9 @@ fn main() {
     );
     let _ = clients.kill();
     println!("start-up to ready (open the store of {} tasks, serve, /readyz 200): {:.0} ms", o.tasks + 1, startup.as_secs_f64() * 1e3);
-    let _ = nginx.kill();
+    // Stop through the master first: killing it alone leaves its workers running.
     let _ = Command::new("nginx").args(["-c"]).arg(o.dir.join("nginx.conf")).args(["-p"]).arg(&o.dir).args(["-s", "stop"]).output();
+    let _ = nginx.kill();
+    let _ = nginx.wait();
     runtime.block_on(server.stop());
 }
