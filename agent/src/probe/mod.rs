@@ -140,6 +140,65 @@ pub async fn run_observed<P: Prober>(
     }
 }
 
+/// The request counters of one run, resolved once: looking a labelled counter up for every
+/// request (and allocating its label) cost more than the counting.
+struct Counters {
+    ok: prometheus::IntCounter,
+    by_outcome: prometheus::IntCounterVec,
+    kind: &'static str,
+}
+
+impl Counters {
+    fn count(&self, attempt: &Attempt) {
+        match &attempt.result {
+            Ok(()) => self.ok.inc(),
+            Err(e) => self
+                .by_outcome
+                .with_label_values(&[self.kind, &e.class.label()])
+                .inc(),
+        }
+    }
+}
+
+/// What every request of a run shares: one reference per request instead of one per part.
+struct Shared<P> {
+    prober: Arc<P>,
+    progress: Arc<Progress>,
+    recorder: Mutex<Recorder>,
+    counters: Option<Counters>,
+    series: Option<Arc<TargetSeries>>,
+    timeout: Duration,
+}
+
+impl<P: Prober> Shared<P> {
+    /// Sends one request and records it.
+    async fn request(&self, slot: pacer::Slot) {
+        let sent = Instant::now();
+        // Boxed: a request's future (hyper, TLS) is large, and the spawned task is moved
+        // several times on its way into the scheduler.
+        let request = Box::pin(self.prober.probe());
+        let attempt = match tokio::time::timeout(self.timeout, request).await {
+            Ok(attempt) => attempt,
+            Err(_) => Attempt::failed(ProbeError::new(ErrorClass::Timeout, "")),
+        };
+        let end = Instant::now();
+        // Service time starts when the request was handed to a connection.
+        let service = (end - sent).saturating_sub(attempt.queued);
+        let response = end - slot.woke;
+        locked(&self.recorder).record(&attempt, service, response, slot.lateness());
+        if let Some(s) = &self.series {
+            s.observe(&attempt, response);
+        }
+        self.progress.done.fetch_add(1, Ordering::Relaxed);
+        if attempt.result.is_err() {
+            self.progress.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(c) = &self.counters {
+            c.count(&attempt);
+        }
+    }
+}
+
 async fn pace<P: Prober>(
     prober: Arc<P>,
     plan: Plan,
@@ -147,72 +206,62 @@ async fn pace<P: Prober>(
     metrics: Option<Metrics>,
     series: Option<Arc<TargetSeries>>,
 ) -> Measurement {
-    let recorder = Arc::new(Mutex::new(Recorder::default()));
+    let kind = prober.kind();
+    let shared = Arc::new(Shared {
+        prober,
+        progress,
+        recorder: Mutex::new(Recorder::default()),
+        counters: metrics.as_ref().map(|m| Counters {
+            ok: m.probe_requests.with_label_values(&[kind, "ok"]),
+            by_outcome: m.probe_requests.clone(),
+            kind,
+        }),
+        series,
+        timeout: plan.timeout,
+    });
+    let unsent_counter = metrics
+        .as_ref()
+        .map(|m| m.probe_unsent.with_label_values(&[kind]));
     let permits = Arc::new(Semaphore::new(plan.max_in_flight));
     let started = jiff::Timestamp::now();
     let start = Instant::now();
-    let kind = prober.kind();
     let mut last_woke = start;
     let summary = pacer::run(plan.schedule, start, |slot| {
         last_woke = slot.woke;
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            locked(&recorder).record_unsent();
-            progress.unsent.fetch_add(1, Ordering::Relaxed);
-            if let Some(m) = &metrics {
-                m.probe_unsent.with_label_values(&[kind]).inc();
+            locked(&shared.recorder).record_unsent();
+            shared.progress.unsent.fetch_add(1, Ordering::Relaxed);
+            if let Some(c) = &unsent_counter {
+                c.inc();
             }
-            if let Some(s) = &series {
+            if let Some(s) = &shared.series {
                 s.unsent(1);
             }
             return true;
         };
-        progress.sent.fetch_add(1, Ordering::Relaxed);
-        let prober = prober.clone();
-        let progress = progress.clone();
-        let metrics = metrics.clone();
-        let recorder = recorder.clone();
-        let series = series.clone();
+        shared.progress.sent.fetch_add(1, Ordering::Relaxed);
+        let shared = shared.clone();
         tokio::spawn(async move {
-            let sent = Instant::now();
-            // Boxed: a request's future (hyper, TLS) is large, and the spawned task is moved
-            // several times on its way into the scheduler.
-            let request = Box::pin(prober.probe());
-            let attempt = match tokio::time::timeout(plan.timeout, request).await {
-                Ok(attempt) => attempt,
-                Err(_) => Attempt::failed(ProbeError::new(ErrorClass::Timeout, "")),
-            };
-            let end = Instant::now();
-            // Service time starts when the request was handed to a connection.
-            let service = (end - sent).saturating_sub(attempt.queued);
-            let response = end - slot.woke;
-            locked(&recorder).record(&attempt, service, response, slot.lateness());
-            if let Some(s) = &series {
-                s.observe(&attempt, response);
-            }
-            progress.done.fetch_add(1, Ordering::Relaxed);
-            if attempt.result.is_err() {
-                progress.failed.fetch_add(1, Ordering::Relaxed);
-            }
-            if let Some(m) = &metrics {
-                let outcome = match &attempt.result {
-                    Ok(()) => "ok".to_string(),
-                    Err(e) => e.class.label(),
-                };
-                m.probe_requests.with_label_values(&[kind, &outcome]).inc();
-            }
+            shared.request(slot).await;
             drop(permit);
         });
         true
     })
     .await;
+    let recorder = &shared.recorder;
+    let progress = &shared.progress;
+    let series = &shared.series;
     for _ in 0..summary.overrun {
-        locked(&recorder).record_unsent();
+        locked(recorder).record_unsent();
     }
     progress
         .unsent
         .fetch_add(summary.overrun, Ordering::Relaxed);
-    if let Some(s) = &series {
+    if let Some(s) = series {
         s.unsent(summary.overrun);
+    }
+    if let Some(c) = &unsent_counter {
+        c.inc_by(summary.overrun);
     }
     // Every permit back means every request has finished.
     let all = u32::try_from(plan.max_in_flight).unwrap_or(u32::MAX);
@@ -224,7 +273,7 @@ async fn pace<P: Prober>(
     } else {
         last_woke.saturating_duration_since(start) + interval
     };
-    let recorder = locked(&recorder).clone();
+    let recorder = locked(recorder).clone();
     Measurement {
         recorder,
         started,
