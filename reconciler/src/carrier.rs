@@ -23,6 +23,7 @@ use kdoctor_api::naming::{IPV4_SERVICE_SUFFIX, IPV6_SERVICE_SUFFIX, carrier_name
 use kdoctor_api::task::{API_VERSION, AgentKind, AgentSpec, RuntimeStatus, TaskKind, TaskResource};
 
 use crate::options::ControllerOptions;
+use crate::pod_security::agent_security;
 
 /// Path of the agent's echo API that carrier Ingresses route (as upstream).
 pub const INGRESS_PATH: &str = "/kdoctoragent";
@@ -236,6 +237,16 @@ fn pod_template(
         env_value("ENV_AGENT_GRPC_LISTEN_PORT", ports.report),
     ];
     env.extend(agent.env.iter().flatten().cloned());
+    let (pod_security, container_security) = agent_security(
+        agent.host_network,
+        &[
+            ports.http,
+            ports.https,
+            ports.health,
+            ports.metrics,
+            ports.report,
+        ],
+    );
     let container = Container {
         name: AGENT_CONTAINER.to_string(),
         image: Some(options.agent_image.clone()),
@@ -253,6 +264,7 @@ fn pod_template(
         readiness_probe: Some(http_probe("/healthy/readiness", ports.health, 3)),
         liveness_probe: Some(http_probe("/healthy/liveness", ports.health, 6)),
         resources: agent.resources.clone(),
+        security_context: Some(container_security),
         volume_mounts: Some(vec![
             VolumeMount {
                 name: "tls".to_string(),
@@ -313,6 +325,7 @@ fn pod_template(
             containers: vec![container],
             volumes: Some(volumes),
             service_account_name: Some(options.agent_service_account.clone()),
+            security_context: Some(pod_security),
             host_network: agent.host_network.then_some(true),
             dns_policy: agent
                 .host_network

@@ -14,6 +14,7 @@ pub mod leader;
 pub mod markers;
 pub mod metrics;
 pub mod options;
+pub mod pod_security;
 pub mod readiness;
 pub mod reconcile;
 pub mod references;

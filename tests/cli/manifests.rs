@@ -309,6 +309,42 @@ fn names_ports_selectors_and_mounts_agree_across_objects_and_with_the_code() {
 }
 
 #[test]
+fn the_default_agent_binds_its_ports_as_carriers_do_without_root() {
+    let objects = install();
+    let pod = &pod_of(&objects, "DaemonSet", "kdoctor-agent")["spec"];
+    let container = &pod["containers"][0];
+    let ports: Vec<u16> = container["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .map(|p| p["containerPort"].as_u64().expect("containerPort") as u16)
+        .collect();
+    let host_network = pod["hostNetwork"].as_bool().unwrap_or(false);
+    // The same rules as the carriers' pods (one place decides; see pod_security.rs).
+    let (want_pod, want_container) =
+        kdoctor_reconciler::pod_security::agent_security(host_network, &ports);
+    assert_eq!(
+        pod["securityContext"],
+        serde_json::to_value(want_pod).expect("json"),
+        "pod securityContext"
+    );
+    assert_eq!(
+        container["securityContext"],
+        serde_json::to_value(want_container).expect("json"),
+        "container securityContext"
+    );
+    // The spool must be writable by the image's non-root user: kubelet makes hostPath
+    // directories root-owned.
+    let spool = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "reports")
+        .expect("reports volume");
+    assert!(spool.get("hostPath").is_none(), "{spool}");
+}
+
+#[test]
 fn the_workloads_arguments_are_accepted_by_the_binary() {
     let objects = install();
     for (kind, name) in [
