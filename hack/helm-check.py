@@ -495,7 +495,11 @@ def check_values_reach_objects(binary: str) -> None:
             "netReachRequestMaxQPS": 50,
             "aggregateReport": {
                 "cleanAgedReportIntervalInMinute": 5,
-                "controller": {"pvc": {"storageClass": "fast", "storageRequests": "5Gi"}},
+                "controller": {
+                    "pvc": {"storageClass": "fast", "storageRequests": "5Gi"},
+                    "maxAgeInDay": 7,
+                    "maxStoreGiB": 20,
+                },
             },
         },
         "kdoctorAgent": {
@@ -514,6 +518,8 @@ def check_values_reach_objects(binary: str) -> None:
     agent = args_of(r, "DaemonSet", "kdoctor-agent")
     for flag in [
         "--retention-interval-minutes=5",
+        "--report-max-age-days=7",
+        "--store-max-gib=20",
         "--agent-service-type=NodePort",
         "--agent-ingress-class=nginx",
         "--agent-image-pull-policy=Always",

@@ -47,6 +47,8 @@ pub struct ServerOptions {
     pub store: Option<Arc<Store>>,
     /// How often retention runs.
     pub retention_every: Duration,
+    /// What retention removes.
+    pub retention: kdoctor_store::Retention,
     /// How often the serving certificate files are checked for changes.
     pub tls_reload_every: Duration,
     /// Task objects to serve read-only under `kdoctor.io` (a server with no cluster behind it).
@@ -65,6 +67,7 @@ impl ServerOptions {
             auth: AuthMode::Standalone,
             store: None,
             retention_every: Duration::from_secs(600),
+            retention: kdoctor_store::Retention::default(),
             tls_reload_every: Duration::from_secs(10),
             tasks: None,
         }
@@ -227,7 +230,12 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
             let _ = store.metrics().register(&state.metrics.registry);
             state.set_store(store);
         }
-        None => open_store(state.clone(), options.data.clone(), options.retention_every),
+        None => open_store(
+            state.clone(),
+            options.data.clone(),
+            options.retention.clone(),
+            options.retention_every,
+        ),
     }
     let task = tokio::spawn(serve::serve_tls(
         listener,
@@ -246,10 +254,18 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
 
 /// Opens the store in the background, retrying while another process holds it; the API answers
 /// 503 and readyz fails until then.
-fn open_store(state: AppState, data: PathBuf, retention_every: Duration) {
+fn open_store(
+    state: AppState,
+    data: PathBuf,
+    retention: kdoctor_store::Retention,
+    retention_every: Duration,
+) {
     tokio::spawn(async move {
         loop {
-            let config = StoreConfig::new(&data);
+            let config = StoreConfig {
+                retention: retention.clone(),
+                ..StoreConfig::new(&data)
+            };
             match tokio::task::spawn_blocking(move || Store::open(config)).await {
                 Ok(Ok(store)) => {
                     let store = Arc::new(store);

@@ -10,7 +10,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use kdoctor_apiserver::pki::write_private;
@@ -43,9 +42,8 @@ pub struct Args {
     /// Authenticate and authorize through the cluster, as an aggregated API server.
     #[arg(long = "delegated-auth")]
     delegated_auth: bool,
-    /// How often retention runs, in minutes.
-    #[arg(long = "retention-interval-minutes", default_value_t = 10)]
-    retention_interval_minutes: u64,
+    #[command(flatten)]
+    retention: super::retention::RetentionArgs,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -77,7 +75,8 @@ async fn serve_until_stopped(args: &Args) -> Result<ExitCode> {
         tls_sans: args.tls_san.clone(),
         extra_client_ca,
         auth,
-        retention_every: Duration::from_secs(args.retention_interval_minutes.max(1) * 60),
+        retention_every: args.retention.every(),
+        retention: args.retention.policy(),
         ..ServerOptions::standalone(&args.data, args.listen)
     };
     let server = start(options).await?;

@@ -157,9 +157,8 @@ pub struct Args {
     /// Extra names for the issued serving certificate.
     #[arg(long = "tls-san", value_name = "NAME")]
     tls_san: Vec<String>,
-    /// How often retention runs, in minutes.
-    #[arg(long = "retention-interval-minutes", default_value_t = 10)]
-    retention_interval_minutes: u64,
+    #[command(flatten)]
+    retention: super::retention::RetentionArgs,
     /// Push every stored agent report, as a signed CloudEvent, to this HTTPS URL.
     #[arg(long = "export-url", value_name = "URL")]
     export_url: Option<String>,
@@ -368,7 +367,8 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         tls_files,
         tls_sans: args.tls_san.clone(),
         auth: AuthMode::Delegated(client.clone()),
-        retention_every: Duration::from_secs(args.retention_interval_minutes.max(1) * 60),
+        retention_every: args.retention.every(),
+        retention: args.retention.policy(),
         ..ServerOptions::standalone(&args.data, args.listen)
     })
     .await?;

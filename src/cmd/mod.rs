@@ -8,6 +8,7 @@ pub mod crd;
 pub mod local;
 pub mod output;
 pub mod probe;
+pub mod retention;
 pub mod store;
 pub mod validate;
 
