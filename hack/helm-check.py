@@ -418,15 +418,18 @@ def registered(name: str, sources: str) -> bool:
 def check_monitoring(binary: str) -> None:
     values = {
         "kdoctorAgent": {"prometheus": {"serviceMonitor": {"install": True}}},
-        "kdoctorController": {"prometheus": {"serviceMonitor": {"install": True}}},
+        "kdoctorController": {
+            "prometheus": {"serviceMonitor": {"install": True}, "prometheusRule": {"install": True}}
+        },
         "grafanaDashboard": {"install": True},
     }
-    lint(values, "ServiceMonitors and dashboard on")
+    lint(values, "ServiceMonitors, alerts and dashboard on")
     rendered = render(values)
     base = render()
     added = sorted(set(map(key, rendered)) - set(map(key, base)))
     want = [
         f"ConfigMap {NAMESPACE}/kdoctor-grafana-dashboard",
+        f"PrometheusRule {NAMESPACE}/kdoctor",
         f"Service {NAMESPACE}/kdoctor-agent-metrics",
         f"ServiceMonitor {NAMESPACE}/kdoctor-agent",
         f"ServiceMonitor {NAMESPACE}/kdoctor-controller",
@@ -460,6 +463,15 @@ def check_monitoring(binary: str) -> None:
         container_ports = {p["name"]: p["containerPort"] for p in agent_pod["spec"]["containers"][0]["ports"]}
         if container_ports.get("metrics") != 5711:
             fail(f"the agent's port metrics is {container_ports.get('metrics')}, not 5711")
+    # The alerts are manifests/monitoring/prometheusrule.yaml's, Prometheus templates untouched.
+    rule = find(rendered, "PrometheusRule", "kdoctor")
+    manifest = documents((REPO / "manifests/monitoring/prometheusrule.yaml").read_text())[0]
+    if not rule or rule["spec"] != manifest["spec"]:
+        fail("the chart's PrometheusRule spec differs from manifests/monitoring/prometheusrule.yaml")
+    elif any(rule["metadata"]["labels"].get(k) != v for k, v in manifest["metadata"]["labels"].items()):
+        fail("the chart's PrometheusRule lacks the manifest's labels")
+    else:
+        ok(f"PrometheusRule: {sum(len(g['rules']) for g in rule['spec']['groups'])} alerts, as in manifests/monitoring")
     # The dashboard is JSON whose queries use only metrics the code registers.
     cm = find(rendered, "ConfigMap", "kdoctor-grafana-dashboard")
     if cm:
@@ -483,7 +495,7 @@ def check_monitoring(binary: str) -> None:
             ok(f"dashboard: {len(dash['panels'])} panels on {len(names)} registered metrics")
         if cm["metadata"]["labels"].get("grafana_dashboard") != "1":
             fail("the dashboard ConfigMap lacks the sidecar label grafana_dashboard=1")
-    ok("ServiceMonitors, the agent metrics Service and the dashboard render when enabled")
+    ok("ServiceMonitors, the agent metrics Service, the alerts and the dashboard render when enabled")
 
 
 def check_values_reach_objects(binary: str) -> None:
