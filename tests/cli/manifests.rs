@@ -514,6 +514,41 @@ fn numbers_by_value(value: &serde_json::Value) -> serde_json::Value {
 }
 
 #[test]
+fn the_manifests_dashboard_is_the_charts() {
+    let docs = documents("manifests/monitoring/grafana-dashboard.yaml");
+    assert_eq!(docs.len(), 1);
+    assert_eq!(docs[0]["kind"], "ConfigMap");
+    assert_eq!(docs[0]["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: serde_json::Value = serde_json::from_str(
+        docs[0]["data"]["kdoctor.json"]
+            .as_str()
+            .expect("kdoctor.json"),
+    )
+    .expect("dashboard JSON");
+    let chart: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("charts/kdoctor/dashboards/kdoctor.json"))
+            .expect("chart dashboard"),
+    )
+    .expect("chart dashboard JSON");
+    assert_eq!(
+        shipped, chart,
+        "manifests/monitoring and the chart ship different dashboards"
+    );
+    let titles: Vec<&str> = chart["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .filter_map(|p| p["title"].as_str())
+        .collect();
+    for view in ["Per task", "Zone pairs"] {
+        assert!(
+            titles.iter().any(|t| t.starts_with(view)),
+            "no {view} row: {titles:?}"
+        );
+    }
+}
+
+#[test]
 fn kubectl_kustomize_renders_exactly_the_objects_of_the_manifest_files() {
     let kustomization = &documents("manifests/kustomization.yaml")[0];
     let mut listed: Vec<String> = kustomization["resources"]
