@@ -3,7 +3,7 @@
 use axum::http::{Method, StatusCode};
 use serde_json::json;
 
-use crate::support::{BASE, TABLE, fill, get, send, server};
+use crate::support::{BASE, TABLE, fill, get, get_gzip, send, server};
 
 #[tokio::test]
 async fn list_has_one_object_per_incarnation_with_kind_labels_and_reports() {
@@ -149,30 +149,10 @@ async fn gzip_clients_get_the_cached_object_compressed_once_and_never_twice() {
     fill(&s.store);
     let uri = format!("{BASE}/netreach-task");
     let plain = get(&s.router, &uri).await;
-    let gzip_get = || async {
-        let request = axum::http::Request::builder()
-            .uri(&uri)
-            .header("authorization", "Bearer admin-token")
-            .header("accept-encoding", "gzip")
-            .body(axum::body::Body::empty())
-            .expect("request");
-        let response = tower::ServiceExt::oneshot(s.router.clone(), request)
-            .await
-            .expect("answered");
-        assert_eq!(response.headers()["content-encoding"], "gzip");
-        let body = http_body_util::BodyExt::collect(response.into_body())
-            .await
-            .expect("body")
-            .to_bytes();
-        let mut decoded = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut decoded)
-            .expect("gzip");
-        decoded
-    };
     // The first gzip request compresses the cached identity bytes, the second is served from the
     // gzip variant: both decode (once) to exactly the plain body.
-    assert_eq!(gzip_get().await, plain.body);
-    assert_eq!(gzip_get().await, plain.body);
+    assert_eq!(get_gzip(&s.router, &uri).await, plain.body);
+    assert_eq!(get_gzip(&s.router, &uri).await, plain.body);
     let metrics = get(&s.router, "/metrics").await.text();
     let line = metrics
         .lines()
@@ -422,16 +402,8 @@ async fn large_reports_stream_and_gzip_when_asked() {
             .map(Vec::len),
         Some(6000)
     );
-    let request = axum::http::Request::builder()
-        .uri(format!("{BASE}/netreach-big"))
-        .header("authorization", "Bearer admin-token")
-        .header("accept-encoding", "gzip")
-        .body(axum::body::Body::empty())
-        .expect("request");
-    let response = tower::ServiceExt::oneshot(s.router.clone(), request)
-        .await
-        .expect("answered");
-    assert_eq!(response.headers()["content-encoding"], "gzip");
+    let decoded = get_gzip(&s.router, &format!("{BASE}/netreach-big")).await;
+    assert_eq!(decoded, reply.body);
 }
 
 #[tokio::test]

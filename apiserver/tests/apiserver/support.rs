@@ -275,3 +275,28 @@ pub async fn get(router: &Router, uri: &str) -> Reply {
 }
 
 pub const BASE: &str = "/apis/system.kdoctor.io/v1beta1/kdoctorreports";
+
+/// A GET as kubectl sends it (`Accept-Encoding: gzip`) with the admin token: asserts the answer
+/// is gzip-encoded and returns it decoded.
+pub async fn get_gzip(router: &Router, uri: &str) -> Vec<u8> {
+    let request = Request::builder()
+        .uri(uri)
+        .header("authorization", "Bearer admin-token")
+        .header("accept-encoding", "gzip")
+        .body(Body::empty())
+        .expect("request");
+    let response = tower::ServiceExt::oneshot(router.clone(), request)
+        .await
+        .expect("answered");
+    assert_eq!(response.headers()["content-encoding"], "gzip", "{uri}");
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let mut decoded = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut decoded)
+        .expect("gzip");
+    decoded
+}
