@@ -295,3 +295,116 @@ async fn with_max_peers_each_agent_probes_a_rotating_subset() {
     // Balanced: every agent is probed by exactly one other.
     assert_eq!(probed.len(), 4, "{probed:?}");
 }
+
+/// The agent's `/metrics` on its pod address.
+async fn scrape(ip: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let port = kdoctor_reconciler::options::ControllerOptions::new(NAMESPACE)
+        .ports
+        .metrics;
+    let mut stream = tokio::net::TcpStream::connect((ip, port))
+        .await
+        .expect("metrics port");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: agent\r\n\r\n")
+        .await
+        .expect("request");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.expect("answer");
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_metrics_carry_the_source_and_target_nodes_zones() {
+    let cluster = Cluster::start(real(2, false)).await;
+    // Zones before the task: agents read a node's zone once, when a round first needs it.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(cluster.client.clone());
+    let mut zone_of = std::collections::BTreeMap::new();
+    for (i, node) in nodes
+        .list(&Default::default())
+        .await
+        .expect("nodes")
+        .items
+        .iter()
+        .enumerate()
+    {
+        let name = node.metadata.name.clone().expect("name");
+        let zone = format!("zone-{}", ["a", "b"][i % 2]);
+        let patch =
+            serde_json::json!({"metadata": {"labels": {"topology.kubernetes.io/zone": zone}}});
+        nodes
+            .patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .expect("zone label");
+        zone_of.insert(name, zone);
+    }
+    let task = net_reach(
+        "zoned",
+        serde_json::json!({
+            // The carrier stays a minute after the round: its agents are scraped then.
+            "agentSpec": {"kind": "DaemonSet", "terminationGracePeriodMinutes": 1},
+            "request": {"durationInSecond": 1, "qps": 5, "perRequestTimeoutInMS": 1000},
+            "target": {"endpoint": true, "clusterIP": false, "nodePort": false, "ipv4": true, "ipv6": false},
+        }),
+    );
+    apply::<NetReach>(&cluster, "zoned", &task).await;
+    let status = kind_status_when::<NetReach>(
+        &cluster,
+        "zoned",
+        Duration::from_secs(60),
+        "the round to finish",
+        |s| s.finish,
+    )
+    .await;
+    assert_eq!(
+        status.last_round_status,
+        Some(LastRoundStatus::Succeed),
+        "{status:?}"
+    );
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let carrier = pods
+        .list(
+            &kube::api::ListParams::default()
+                .labels("app.kubernetes.io/name=kdoctor-netreach-zoned"),
+        )
+        .await
+        .expect("carrier pods")
+        .items;
+    assert_eq!(carrier.len(), 2);
+    // Each agent probed both pods: one pair within its zone, one across.
+    for pod in &carrier {
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .expect("node");
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .expect("pod IP");
+        let text = scrape(&ip).await;
+        let source = &zone_of[&node];
+        for target in zone_of.values() {
+            let series =
+                format!("source_zone=\"{source}\",target_type=\"pod\",target_zone=\"{target}\"");
+            let line = text
+                .lines()
+                .find(|l| {
+                    l.starts_with("kdoctor_agent_probe_target_requests_total{")
+                        && l.contains(&series)
+                        && l.contains("result=\"succeed\"")
+                })
+                .unwrap_or_else(|| panic!("no {series} on {node}:\n{text}"));
+            assert!(
+                line.ends_with(" 5"),
+                "5 requests to the pod in {target}: {line}"
+            );
+        }
+    }
+}
