@@ -422,3 +422,86 @@ async fn https_app_round_times_tls_and_aggregates_without_per_target_series() {
         assert_eq!(count, requests, "phase {phase}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_series_cap_holds_with_a_thousand_per_target_series() {
+    let _shared = crate::support::shared().await;
+    let agent = agent().await;
+    let v4 = pick(&agent.http, false);
+    const TARGETS: usize = 1000;
+    const CAP: usize = 400;
+    let targets = (0..TARGETS)
+        .map(|i| {
+            target(
+                format!("AgentPodV4IP_kdoctor-agent-{i}_{}", v4.ip()),
+                http_spec(&format!("http://{v4}/")),
+            )
+        })
+        .collect();
+    let load = Load {
+        qps: 2.0,
+        duration: Duration::from_secs(1),
+        timeout: Duration::from_secs(5),
+    };
+    let labels = RoundLabels {
+        task_kind: "NetReach".into(),
+        task: "wide".into(),
+        source_node: "node-a".into(),
+        per_target: true,
+        ..RoundLabels::default()
+    };
+    let metrics = kdoctor_agent::metrics::Metrics::with_max_series(CAP);
+    let report = execute_with(
+        plan(TaskKind::NetReach, targets, load),
+        Some(metrics.clone()),
+        Some(labels),
+    )
+    .await;
+    // The report is not capped: every target, every request.
+    let details = details(&report);
+    assert_eq!(details.len(), TARGETS);
+    assert!(details.iter().all(|(_, m)| m.requests.request_counts == 2));
+
+    let samples = parse(&metrics.render());
+    let per_probe = samples
+        .iter()
+        .filter(|s| {
+            s.name.starts_with("kdoctor_agent_probe_target_")
+                || s.name.starts_with("kdoctor_agent_probe_latency_seconds")
+        })
+        .count();
+    let value = |name: &str| sum(&samples, name, &[]);
+    assert!(per_probe <= CAP, "{per_probe} series exposed, cap {CAP}");
+    assert!(
+        per_probe > CAP / 2,
+        "the cap is used, not avoided: {per_probe}"
+    );
+    assert_eq!(value("kdoctor_agent_metric_series") as usize, per_probe);
+    assert_eq!(value("kdoctor_agent_metric_series_limit") as usize, CAP);
+    // Refusals are reported, and so is every request that found no series.
+    assert!(value("kdoctor_agent_metric_series_dropped_total") > 0.0);
+    let recorded = sum(
+        &samples,
+        "kdoctor_agent_probe_target_requests_total",
+        &[("task", "wide")],
+    );
+    let dropped = value("kdoctor_agent_probe_observations_dropped_total");
+    // Targets whose series fit have both requests counted; every other request is counted as
+    // dropped (as are requests of fitting targets whose later phase series did not fit).
+    let fitting = samples
+        .iter()
+        .filter(|s| s.name == "kdoctor_agent_probe_target_requests_total")
+        .filter_map(|s| s.labels.get("target"))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    assert!(
+        fitting > 0 && fitting < TARGETS,
+        "{fitting} targets have series"
+    );
+    assert_eq!(recorded, (fitting * 2) as f64);
+    assert!(
+        dropped >= ((TARGETS - fitting) * 2) as f64,
+        "{dropped} dropped for {} requests without a series",
+        (TARGETS - fitting) * 2
+    );
+}
