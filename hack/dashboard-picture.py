@@ -59,17 +59,19 @@ def main():
     end = time.time()
     start = end - a.minutes * 60
     panels = dash["panels"]
-    rows = max(x["gridPos"]["y"] + x["gridPos"]["h"] for x in panels)
+    # Two grid rows on top for the title.
+    head = 2
+    rows = max(x["gridPos"]["y"] + x["gridPos"]["h"] for x in panels) + head
     # One grid unit: 1/24 of the width across, 30 px high in Grafana.
     width, unit_h = 24.0, 0.42
     fig = plt.figure(figsize=(width, rows * unit_h))
     fig.patch.set_facecolor("#111217")
     fig.suptitle(f"{dash['title']} — from a simulated cluster's real metrics (last {a.minutes:g} min)",
-                 color="white", fontsize=16, y=1 - 0.3 / (rows * unit_h))
+                 color="white", fontsize=16, y=1 - 0.35 / (rows * unit_h))
     for panel in panels:
         g = panel["gridPos"]
         left, w = g["x"] / 24, g["w"] / 24
-        top, h = g["y"] / rows, g["h"] / rows
+        top, h = (g["y"] + head) / rows, g["h"] / rows
         rect = [left + 0.004, 1 - top - h + 0.012, w - 0.008, h - 0.024]
         if panel["type"] == "row":
             fig.text(left + 0.005, 1 - top - h / 2, panel["title"], color="#ccccdc", fontsize=13, weight="bold",
