@@ -138,10 +138,24 @@ fn ca_of(secret: &Secret, what: &str) -> Result<Ca, CertError> {
         what: what.to_string(),
         problem,
     };
-    let cert = key(secret, "ca.crt").ok_or_else(|| unusable("no ca.crt".to_string()))?;
-    let private = key(secret, "ca.key").ok_or_else(|| {
-        unusable("no ca.key: the controller signs the serving and harvester certificates".into())
-    })?;
+    // kdoctor's layout (ca.crt and ca.key), or the kubernetes.io/tls layout of a CA certificate
+    // (tls.crt is the CA, tls.key its key): what cert-manager writes for an isCA Certificate.
+    let (cert, private) = match (key(secret, "ca.key"), key(secret, "tls.key")) {
+        (Some(private), _) => (
+            key(secret, "ca.crt").ok_or_else(|| unusable("no ca.crt".to_string()))?,
+            private,
+        ),
+        (None, Some(private)) => (
+            key(secret, "tls.crt").ok_or_else(|| unusable("no tls.crt".to_string()))?,
+            private,
+        ),
+        (None, None) => {
+            return Err(unusable(
+                "no ca.key (nor tls.key of a CA certificate): the controller signs the serving and harvester certificates"
+                    .into(),
+            ));
+        }
+    };
     Ca::from_pem(Pem { cert, key: private }).map_err(|e| unusable(e.to_string()))
 }
 

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kdoctor_apiserver::certs::bootstrap::{
@@ -134,6 +135,40 @@ async fn a_provided_ca_is_used_and_an_unusable_one_is_named() {
     let issued = ensure(&client, &settings()).await.expect("bootstrap");
     assert!(!issued.ca_created);
     assert_eq!(issued.ca.pem.cert, provided.pem.cert);
+
+    // cert-manager's layout of a CA certificate (kubernetes.io/tls: tls.crt is the CA) works too.
+    secrets
+        .delete("kdoctor-ca", &DeleteParams::default())
+        .await
+        .unwrap();
+    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    let managed: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "kdoctor-ca", "namespace": "kdoctor"},
+        "data": {
+            "tls.crt": b64(&provided.pem.cert),
+            "tls.key": b64(&provided.pem.key),
+            "ca.crt": b64(&provided.pem.cert),
+        },
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &managed)
+        .await
+        .unwrap();
+    let issued = ensure(&client, &settings())
+        .await
+        .expect("cert-manager's CA");
+    assert!(!issued.ca_created);
+    assert_eq!(issued.ca.pem.cert, provided.pem.cert);
+    secrets
+        .delete("kdoctor-ca", &DeleteParams::default())
+        .await
+        .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
 
     // A CA Secret without its key cannot sign: the error names the Secret and the key.
     secrets
