@@ -575,9 +575,25 @@ def check_values_reach_objects(binary: str) -> None:
     off = render({"kdoctorAgent": {"ingress": {"enable": False}}})
     if find(off, "Ingress", "kdoctor-agent"):
         fail("kdoctorAgent.ingress.enable=false still renders the Ingress")
+    # cert-manager makes the CA; Helm renders no certificate Secret and no caBundle.
+    values = {"tls": {"server": {"method": "certmanager"}}}
+    lint(values, "tls.server.method=certmanager")
+    cm = render(values)
+    ca = find(cm, "Certificate", "kdoctor-ca")
+    issuer = find(cm, "Issuer", "kdoctor-selfsigned")
+    if not (ca and issuer):
+        fail("tls.server.method=certmanager: the CA Certificate or its Issuer is missing")
+    elif not (ca["spec"].get("isCA") and ca["spec"]["secretName"] == "kdoctor-ca"
+              and ca["spec"]["privateKey"].get("encoding") == "PKCS8"
+              and ca["spec"]["issuerRef"]["name"] == "kdoctor-selfsigned"):
+        fail(f"tls.server.method=certmanager: the CA Certificate is not what the controller reads: {ca['spec']}")
+    if [o for o in cm if o["kind"] == "Secret"]:
+        fail("tls.server.method=certmanager still renders certificate Secrets")
+    if "caBundle" in find(cm, "APIService", "v1beta1.system.kdoctor.io")["spec"]:
+        fail("tls.server.method=certmanager renders a caBundle (the controller sets it)")
     try:
-        render({"tls": {"server": {"method": "certmanager"}}})
-        fail("tls.server.method=certmanager rendered instead of failing")
+        render({"tls": {"server": {"method": "vault"}}})
+        fail("tls.server.method=vault rendered instead of failing")
     except helm.HelmError as e:
         if "tls.server.method" not in str(e):
             fail(f"unexpected error for an unknown tls.server.method: {e}")
