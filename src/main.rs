@@ -3,6 +3,7 @@
 
 mod cmd;
 mod logging;
+mod plugin;
 
 use std::process::ExitCode;
 
@@ -39,9 +40,24 @@ enum Command {
     /// Run task files for real on this machine, no cluster: echo targets, the report store and
     /// the API server in one process; `kubectl get kdoctorreport` reads the reports.
     Local(cmd::local::Args),
+    /// Views of reports through the aggregated API (also `kubectl kdoctor …` when this binary
+    /// is installed as `kubectl-kdoctor`).
+    Kubectl(cmd::kubectl::Args),
 }
 
+/// The name kubectl finds this binary under as a plugin (`kubectl kdoctor …`).
+const PLUGIN_NAME: &str = "kubectl-kdoctor";
+
 fn main() -> ExitCode {
+    let invoked_as = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    if invoked_as.as_deref() == Some(PLUGIN_NAME) {
+        logging::init("warn", false);
+        let plugin = cmd::kubectl::Plugin::parse();
+        return finish(cmd::kubectl::run(plugin.args()));
+    }
     let cli = Cli::parse();
     match &cli.command {
         // Servers in a cluster log JSON at info (ENV_LOG_LEVEL, as upstream; RUST_LOG wins).
@@ -61,7 +77,13 @@ fn main() -> ExitCode {
         Command::Agent(args) => cmd::agent::run(&args),
         Command::Probe(args) => cmd::probe::run(&args),
         Command::Local(args) => cmd::local::run(&args),
+        Command::Kubectl(args) => cmd::kubectl::run(&args),
     };
+    finish(outcome)
+}
+
+/// The exit code of a subcommand's outcome; an error is printed on one line.
+fn finish(outcome: anyhow::Result<ExitCode>) -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(e) => {

@@ -5,6 +5,7 @@ pub mod apiserver;
 pub mod certs;
 pub mod controller;
 pub mod crd;
+pub mod kubectl;
 pub mod local;
 pub mod output;
 pub mod probe;

@@ -202,6 +202,9 @@ fn every_kubectl_command_in_the_docs_uses_a_real_verb() {
         "version",
         "cluster-info",
         "run",
+        "plugin",
+        // This project's plugin (`kubectl-kdoctor`).
+        "kdoctor",
     ]
     .into();
     // Global flags that take a value.

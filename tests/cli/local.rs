@@ -7,19 +7,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{kdoctor_with_stdin, scratch, stderr, write};
+use crate::support::{KUBECTL, free_port, kdoctor_with_stdin, scratch, stderr, write};
 
 /// The kubectl the tests pin (the newest the simulated cluster is tested with).
-const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
 const NODE: &str = "local-test-node";
-
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 struct Ports {
     api: u16,

@@ -3,6 +3,7 @@
 mod docs;
 mod local;
 mod manifests;
+mod plugin;
 mod store;
 mod support;
 mod tasks;

@@ -57,3 +57,14 @@ pub fn write(dir: &Path, name: &str, content: &[u8]) -> String {
     std::fs::write(&path, content).expect("written");
     path.display().to_string()
 }
+
+/// The pinned kubectl client.
+pub const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
+
+/// A port nobody listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}

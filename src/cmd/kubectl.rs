@@ -1,0 +1,201 @@
+//! `kdoctor kubectl …`, also run as the kubectl plugin `kubectl-kdoctor` (`kubectl kdoctor …`):
+//! views of reports read through the aggregated API, with kubectl's connection flags.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Node;
+use kdoctor_api::report::KdoctorReport;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::discovery::ApiResource;
+
+use crate::plugin::matrix::{Metric, build};
+use crate::plugin::terminal::{Layout, render};
+
+/// Connection flags as kubectl's, and the view.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: View,
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: the current context).
+    #[arg(long, global = true)]
+    context: Option<String>,
+}
+
+#[derive(clap::Subcommand)]
+enum View {
+    /// The source × target matrix of a NetReach round.
+    Matrix(MatrixArgs),
+}
+
+#[derive(clap::Args)]
+struct MatrixArgs {
+    /// The report: `netreach-<task>` (as `kubectl get kdoctorreport` lists it).
+    name: String,
+    /// A retained round instead of the latest.
+    #[arg(long)]
+    round: Option<u64>,
+    /// What the cells show.
+    #[arg(long, value_enum, default_value = "success")]
+    metric: Metric,
+    /// The page of columns to print (wide clusters).
+    #[arg(long, default_value_t = 1)]
+    page: usize,
+    /// Columns per page (default: what fits $COLUMNS, or 16).
+    #[arg(long, value_name = "N")]
+    columns_per_page: Option<usize>,
+    /// No colours (also when stdout is not a terminal or NO_COLOR is set).
+    #[arg(long)]
+    no_color: bool,
+}
+
+/// The `kubectl kdoctor` command line, when the binary runs as `kubectl-kdoctor`.
+#[derive(clap::Parser)]
+#[command(
+    name = "kubectl kdoctor",
+    version,
+    about = "kdoctor views of kdoctorreports"
+)]
+pub struct Plugin {
+    #[command(flatten)]
+    args: Args,
+}
+
+impl Plugin {
+    /// The parsed arguments.
+    pub fn args(&self) -> &Args {
+        &self.args
+    }
+}
+
+/// Runs the view.
+pub fn run(args: &Args) -> Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let client = client(args).await?;
+        match &args.command {
+            View::Matrix(m) => matrix(client, m).await,
+        }
+    })
+}
+
+async fn client(args: &Args) -> Result<kube::Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: args.context.clone(),
+        ..Default::default()
+    };
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?
+        }
+        None => kube::Config::from_kubeconfig(&options)
+            .await
+            .context("no usable kubeconfig (--kubeconfig, $KUBECONFIG or ~/.kube/config)")?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// One KdoctorReport object, or an error that says what went wrong in kubectl's words.
+async fn report(client: kube::Client, name: &str) -> Result<KdoctorReport> {
+    let resource = ApiResource {
+        group: kdoctor_api::report::GROUP.to_string(),
+        version: kdoctor_api::report::VERSION.to_string(),
+        api_version: kdoctor_api::report::API_VERSION.to_string(),
+        kind: kdoctor_api::report::KIND.to_string(),
+        plural: kdoctor_api::report::PLURAL.to_string(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let object = match api.get(name).await {
+        Ok(object) => object,
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            bail!("kdoctorreport {name:?} not found (kubectl get kdoctorreport lists them)")
+        }
+        Err(kube::Error::Api(status)) if status.code == 503 => bail!(
+            "the kdoctorreport API is unavailable: {} (is the APIService v1beta1.system.kdoctor.io Available?)",
+            status.message
+        ),
+        Err(e) => return Err(e).context(format!("cannot get kdoctorreport {name:?}")),
+    };
+    serde_json::from_value(serde_json::to_value(object)?)
+        .with_context(|| format!("kdoctorreport {name:?} is not a report this kdoctor reads"))
+}
+
+/// Node zones, when the caller may list Nodes (the matrix groups by zone); none otherwise.
+async fn zones(client: kube::Client) -> BTreeMap<String, String> {
+    let nodes: Api<Node> = Api::all(client);
+    match nodes.list(&ListParams::default()).await {
+        Ok(list) => list
+            .items
+            .into_iter()
+            .filter_map(|n| {
+                let zone = n
+                    .metadata
+                    .labels?
+                    .get(kdoctor_agent::probe_metrics::ZONE_LABEL)?
+                    .clone();
+                Some((n.metadata.name?, zone))
+            })
+            .collect(),
+        Err(error) => {
+            tracing::debug!(%error, "no node zones");
+            BTreeMap::new()
+        }
+    }
+}
+
+async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
+    let name = match args.round {
+        Some(round) => format!("{}.round-{round}", args.name),
+        None => args.name.clone(),
+    };
+    let object = report(client.clone(), &name).await?;
+    if object.task.kind != "NetReach" {
+        bail!(
+            "kdoctorreport {name:?} is a {} report: the matrix shows NetReach rounds",
+            object.task.kind
+        );
+    }
+    let reports = object.report.latest_round_report.unwrap_or_default();
+    if reports.is_empty() {
+        bail!("kdoctorreport {name:?} has no node reports yet");
+    }
+    let matrix = build(&reports, &zones(client).await);
+    let columns_per_page = args.columns_per_page.unwrap_or_else(|| {
+        std::env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.parse::<usize>().ok())
+            .map_or(16, |width| width.saturating_sub(24) / 7)
+    });
+    let colour =
+        !args.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal();
+    println!(
+        "{name}: round {} of {} {}, {} nodes",
+        object.status.round_number,
+        object.task.kind,
+        object.task.name,
+        matrix.rows.len()
+    );
+    print!(
+        "{}",
+        render(
+            &matrix,
+            args.metric,
+            Layout {
+                colour,
+                columns_per_page,
+                page: args.page,
+            }
+        )
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,188 @@
+//! The matrix in a terminal: rows are source nodes, columns are numbered (their names are
+//! listed under the grid), cells coloured by how good they are, wide matrices in pages.
+
+use std::fmt::Write as _;
+
+use super::matrix::{Cell, Matrix, Metric};
+
+/// How to print.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    /// ANSI colours (off when stdout is not a terminal or NO_COLOR is set).
+    pub colour: bool,
+    /// Columns per page.
+    pub columns_per_page: usize,
+    /// Page to print, from 1.
+    pub page: usize,
+}
+
+const CELL: usize = 7;
+
+fn text(cell: &Cell, metric: Metric) -> String {
+    match metric {
+        Metric::Success | Metric::Loss => {
+            let percent = cell.value(metric) * 100.0;
+            if percent == 100.0 || percent == 0.0 {
+                format!("{percent:.0}%")
+            } else {
+                format!("{percent:.1}%")
+            }
+        }
+        Metric::P99 => {
+            let ms = cell.p99_ms;
+            if ms < 10.0 {
+                format!("{ms:.1}ms")
+            } else if ms < 10_000.0 {
+                format!("{ms:.0}ms")
+            } else {
+                format!("{:.0}s", ms / 1000.0)
+            }
+        }
+    }
+}
+
+/// Good (0), degraded (1) or bad (2).
+fn grade(cell: &Cell, metric: Metric) -> usize {
+    let success = cell.success();
+    let by_success = if success >= 0.999 {
+        0
+    } else if success >= 0.95 {
+        1
+    } else {
+        2
+    };
+    match metric {
+        Metric::Success | Metric::Loss => by_success,
+        Metric::P99 => {
+            let by_latency = if cell.p99_ms < 10.0 {
+                0
+            } else if cell.p99_ms < 100.0 {
+                1
+            } else {
+                2
+            };
+            by_latency.max(by_success)
+        }
+    }
+}
+
+/// The matrix as text.
+pub fn render(m: &Matrix, metric: Metric, layout: Layout) -> String {
+    let per_page = layout.columns_per_page.max(1);
+    let pages = m.columns.len().div_ceil(per_page).max(1);
+    let page = layout.page.clamp(1, pages);
+    let first = (page - 1) * per_page;
+    let shown = first..(first + per_page).min(m.columns.len());
+    let label = |node: &String| match m.zones.get(node) {
+        Some(zone) => format!("{node} ({zone})"),
+        None => node.clone(),
+    };
+    let width = m
+        .rows
+        .iter()
+        .map(|r| label(r).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("source \\ target".len());
+    let mut out = String::new();
+    let _ = write!(out, "{:<width$}", "source \\ target");
+    for i in shown.clone() {
+        let _ = write!(out, "{:>CELL$}", i + 1);
+    }
+    out.push('\n');
+    for (row, node) in m.rows.iter().enumerate() {
+        let _ = write!(out, "{:<width$}", label(node));
+        for column in shown.clone() {
+            match &m.cells[row][column] {
+                None => {
+                    let _ = write!(out, "{:>CELL$}", "·");
+                }
+                Some(cell) => {
+                    let value = format!("{:>CELL$}", text(cell, metric));
+                    if layout.colour {
+                        // Black on green, yellow or red.
+                        let background = [42, 43, 41][grade(cell, metric)];
+                        let _ = write!(out, "\x1b[30;{background}m{value}\x1b[0m");
+                    } else {
+                        out.push_str(&value);
+                    }
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out.push_str("\ncolumns:\n");
+    for i in shown.clone() {
+        let column = &m.columns[i];
+        let name = match column {
+            super::matrix::Column::Node(node) => format!("{} (pod)", label(node)),
+            super::matrix::Column::Kind(kind) => kind.clone(),
+        };
+        let _ = writeln!(out, "{:>4}  {name}", i + 1);
+    }
+    if pages > 1 {
+        let _ = writeln!(
+            out,
+            "\npage {page} of {pages} (columns {}–{} of {}); --page N for another",
+            shown.start + 1,
+            shown.end,
+            m.columns.len()
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::plugin::matrix::{build, tests::mesh};
+
+    /// Compares with `src/plugin/testdata/<name>`; `UPDATE_GOLDEN=1` rewrites it.
+    fn golden(name: &str, actual: &str) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/plugin/testdata")
+            .join(name);
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, actual).expect("write golden");
+        }
+        let expected = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
+        assert_eq!(
+            actual, expected,
+            "{name} changed (UPDATE_GOLDEN=1 if intended)"
+        );
+    }
+
+    fn zones() -> BTreeMap<String, String> {
+        (0..4)
+            .map(|i| (format!("node-{i}"), ["zone-a", "zone-b"][i % 2].to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn success_without_colour() {
+        let m = build(&mesh(4), &zones());
+        let layout = Layout {
+            colour: false,
+            columns_per_page: 40,
+            page: 1,
+        };
+        golden("matrix-success.txt", &render(&m, Metric::Success, layout));
+    }
+
+    #[test]
+    fn p99_in_colour_first_of_two_pages() {
+        let m = build(&mesh(4), &BTreeMap::new());
+        let layout = Layout {
+            colour: true,
+            columns_per_page: 3,
+            page: 1,
+        };
+        golden(
+            "matrix-p99-colour-page1.txt",
+            &render(&m, Metric::P99, layout),
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! `kubectl kdoctor`: the binary installed as `kubectl-kdoctor` on PATH, found and run by the
+//! real kubectl, reading a stored round through `kdoctor apiserver` (the aggregated API).
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kdoctor_api::fixtures::net_reach_report;
+use kdoctor_api::report::Report;
+
+use crate::support::{KUBECTL, free_port, kdoctor, scratch, stderr};
+
+/// Three nodes probing each other's agent pods; node-1's requests to node-2 half fail.
+fn round() -> Vec<Report> {
+    (0..3)
+        .map(|i| {
+            let mut report = net_reach_report(&format!("node-{i}"), 1, 3, i);
+            report.pod_name = format!("kdoctor-agent-{i}");
+            let details = &mut report
+                .task_net_reach
+                .as_mut()
+                .expect("NetReach")
+                .round_task_detail;
+            for (j, detail) in details.iter_mut().enumerate() {
+                detail.name = format!("AgentPodV4IP_kdoctor-agent-{j}_10.0.0.{j}");
+                if i == 1 && j == 2 {
+                    let requests = &mut detail.request_target_metrics.requests;
+                    requests.success_counts = requests.request_counts / 2;
+                }
+            }
+            report
+        })
+        .collect()
+}
+
+/// A store holding the round, served by `kdoctor apiserver` with its own kubeconfig.
+struct Served {
+    child: Child,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(dir: &Path) -> Served {
+    let uid = "11111111-2222-3333-4444-555555555555";
+    let mut lines = vec![serde_json::json!({
+        "type": "task", "kind": "NetReach", "name": "mesh", "uid": uid,
+        "created": "2026-01-01T00:00:00Z", "spec": {}, "status": {},
+    })];
+    for report in round() {
+        lines.push(serde_json::json!({"type": "report", "uid": uid, "report": report}));
+    }
+    let backup = dir.join("backup.jsonl");
+    let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    std::fs::write(&backup, text.join("\n") + "\n").expect("backup");
+    let data = dir.join("data");
+    let imported = kdoctor(&[
+        "store",
+        "import",
+        "--data",
+        &data.display().to_string(),
+        &backup.display().to_string(),
+    ]);
+    assert!(imported.status.success(), "{}", stderr(&imported));
+    let kubeconfig = dir.join("kubeconfig");
+    let child = Command::new(env!("CARGO_BIN_EXE_kdoctor"))
+        .arg("apiserver")
+        .arg("--data")
+        .arg(&data)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .arg("--kubeconfig-out")
+        .arg(&kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kdoctor apiserver starts");
+    let served = Served { child };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !kubeconfig.exists() || !plugin(dir, &["matrix", "netreach-mesh"]).status.success() {
+        assert!(
+            Instant::now() < deadline,
+            "the API server did not serve the report"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    served
+}
+
+/// `kubectl kdoctor ARGS --kubeconfig …` with the binary on PATH as `kubectl-kdoctor`.
+fn plugin(dir: &Path, args: &[&str]) -> Output {
+    let bin = dir.join("bin");
+    let link = bin.join("kubectl-kdoctor");
+    if !link.exists() {
+        std::fs::create_dir_all(&bin).expect("bin");
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kdoctor"), &link).expect("symlink");
+    }
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    Command::new(KUBECTL)
+        .arg("kdoctor")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(dir.join("kubeconfig"))
+        .env("PATH", path)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("kubectl runs")
+}
+
+#[test]
+fn kubectl_kdoctor_matrix_shows_the_round_and_names_what_is_wrong() {
+    let dir = scratch("plugin");
+    let _served = serve(&dir);
+    let out = plugin(&dir, &["matrix", "netreach-mesh"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    // Not a terminal: no colours.
+    assert!(!text.contains('\x1b'), "{text}");
+    let row = |node: &str| {
+        text.lines()
+            .find(|l| l.starts_with(node))
+            .unwrap_or_else(|| panic!("no row {node}:\n{text}"))
+            .split_whitespace()
+            .skip(1)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row("node-0"), ["100%", "100%", "100%"]);
+    assert_eq!(row("node-1"), ["100%", "100%", "50.0%"]);
+    assert!(
+        text.starts_with("netreach-mesh: round 1 of NetReach mesh, 3 nodes"),
+        "{text}"
+    );
+    assert!(text.contains("   3  node-2 (pod)"), "{text}");
+
+    let loss = plugin(
+        &dir,
+        &[
+            "matrix",
+            "netreach-mesh",
+            "--metric",
+            "loss",
+            "--round",
+            "1",
+        ],
+    );
+    assert!(loss.status.success(), "{}", stderr(&loss));
+    assert!(String::from_utf8_lossy(&loss.stdout).contains("50.0%"));
+
+    let missing = plugin(&dir, &["matrix", "netreach-nope"]);
+    assert!(!missing.status.success());
+    let error = stderr(&missing);
+    assert!(
+        error.starts_with("error: kdoctorreport \"netreach-nope\" not found"),
+        "{error}"
+    );
+    assert_eq!(error.lines().count(), 1, "{error}");
+}
