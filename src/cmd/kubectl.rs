@@ -13,6 +13,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::ApiResource;
 
 use crate::plugin::matrix::{Metric, build};
+use crate::plugin::rounds::{Round, nodes, table_rows};
 use crate::plugin::terminal::{Layout, render};
 
 /// Connection flags as kubectl's, and the view.
@@ -32,6 +33,16 @@ pub struct Args {
 enum View {
     /// The source × target matrix of a NetReach round.
     Matrix(MatrixArgs),
+    /// Every report, failing ones first; exits 1 when a task's last round failed.
+    Summary,
+    /// The retained rounds of one report, with a sparkline of nodes that succeeded.
+    History(HistoryArgs),
+}
+
+#[derive(clap::Args)]
+struct HistoryArgs {
+    /// The report: `<kind>-<task>` (as `kubectl get kdoctorreport` lists it).
+    name: String,
 }
 
 #[derive(clap::Args)]
@@ -83,6 +94,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         let client = client(args).await?;
         match &args.command {
             View::Matrix(m) => matrix(client, m).await,
+            View::Summary => summary(client).await,
+            View::History(h) => history(client, &h.name).await,
         }
     })
 }
@@ -197,5 +210,84 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
             }
         )
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A Table from the report API (what kubectl shows): cheap, no report bodies.
+async fn table(
+    client: &kube::Client,
+    name: Option<&str>,
+    query: &str,
+) -> Result<serde_json::Value> {
+    let base = format!(
+        "/apis/{}/{}",
+        kdoctor_api::report::API_VERSION,
+        kdoctor_api::report::PLURAL
+    );
+    let path = match name {
+        Some(name) => format!("{base}/{name}{query}"),
+        None => format!("{base}{query}"),
+    };
+    let request = http::Request::get(&path)
+        .header(
+            http::header::ACCEPT,
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .body(Vec::new())?;
+    match client.request::<serde_json::Value>(request).await {
+        Ok(table) => Ok(table),
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            bail!(
+                "kdoctorreport {:?} not found (kubectl get kdoctorreport lists them)",
+                name.unwrap_or("")
+            )
+        }
+        Err(kube::Error::Api(status)) if status.code == 503 => bail!(
+            "the kdoctorreport API is unavailable: {} (is the APIService v1beta1.system.kdoctor.io Available?)",
+            status.message
+        ),
+        Err(e) => Err(e).context(format!("cannot read {path}")),
+    }
+}
+
+async fn summary(client: kube::Client) -> Result<ExitCode> {
+    let rows: Vec<_> = table_rows(&table(&client, None, "").await?)
+        .into_iter()
+        .map(|(row, _)| row)
+        .collect();
+    if rows.is_empty() {
+        println!("no kdoctorreports yet");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (text, failing) = crate::plugin::rounds::summary(&rows);
+    print!("{text}");
+    Ok(if failing {
+        super::exit_failed()
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+async fn history(client: kube::Client, name: &str) -> Result<ExitCode> {
+    let head = table_rows(&table(&client, Some(name), "?includeObject=Object").await?);
+    let Some((_, object)) = head.first() else {
+        bail!("kdoctorreport {name:?} not found");
+    };
+    let retained: Vec<u64> = object["status"]["retainedRounds"]
+        .as_array()
+        .map(|r| r.iter().filter_map(serde_json::Value::as_u64).collect())
+        .unwrap_or_default();
+    let mut rounds = Vec::with_capacity(retained.len());
+    for number in retained {
+        let rows = table_rows(&table(&client, Some(&format!("{name}.round-{number}")), "").await?);
+        if let Some((row, _)) = rows.first() {
+            rounds.push(Round {
+                number,
+                result: row.get("Last Result").cloned().unwrap_or_default(),
+                nodes: row.get("Nodes").and_then(|n| nodes(n)),
+            });
+        }
+    }
+    print!("{}", crate::plugin::rounds::history(name, &rounds));
     Ok(ExitCode::SUCCESS)
 }

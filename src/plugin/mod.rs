@@ -1,5 +1,6 @@
 //! Views of reports for people (pure): the connectivity matrix of a NetReach round and its
-//! terminal rendering. `cmd/kubectl.rs` fetches the reports and prints these.
+//! terminal rendering, the summary of every report and the history of a task's rounds. `cmd/kubectl.rs` fetches the reports and prints these.
 
 pub mod matrix;
+pub mod rounds;
 pub mod terminal;

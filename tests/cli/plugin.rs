@@ -10,11 +10,15 @@ use kdoctor_api::report::Report;
 
 use crate::support::{KUBECTL, free_port, kdoctor, scratch, stderr};
 
-/// Three nodes probing each other's agent pods; node-1's requests to node-2 half fail.
-fn round() -> Vec<Report> {
+/// Round `number`: three nodes probing each other's agent pods; node-1's requests to node-2
+/// half fail, which fails node-1's part of round 2.
+fn round(number: i64) -> Vec<Report> {
     (0..3)
         .map(|i| {
-            let mut report = net_reach_report(&format!("node-{i}"), 1, 3, i);
+            let mut report = net_reach_report(&format!("node-{i}"), number, 3, i);
+            if number == 2 && i == 1 {
+                report.round_result = "fail".to_string();
+            }
             report.pod_name = format!("kdoctor-agent-{i}");
             let details = &mut report
                 .task_net_reach
@@ -51,8 +55,20 @@ fn serve(dir: &Path) -> Served {
         "type": "task", "kind": "NetReach", "name": "mesh", "uid": uid,
         "created": "2026-01-01T00:00:00Z", "spec": {}, "status": {},
     })];
-    for report in round() {
-        lines.push(serde_json::json!({"type": "report", "uid": uid, "report": report}));
+    for number in [1, 2] {
+        for report in round(number) {
+            lines.push(serde_json::json!({"type": "report", "uid": uid, "report": report}));
+        }
+        let (result, ok, failed) = if number == 1 {
+            ("succeed", 3, 0)
+        } else {
+            ("fail", 2, 1)
+        };
+        lines.push(serde_json::json!({"type": "round", "uid": uid, "summary": {
+            "round": number, "result": result, "start": "2026-01-01T00:01:00Z",
+            "end": "2026-01-01T00:01:11Z", "expectedNodes": 3, "succeededNodes": ok,
+            "failedNodes": failed,
+        }}));
     }
     let backup = dir.join("backup.jsonl");
     let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
@@ -135,7 +151,7 @@ fn kubectl_kdoctor_matrix_shows_the_round_and_names_what_is_wrong() {
     assert_eq!(row("node-0"), ["100%", "100%", "100%"]);
     assert_eq!(row("node-1"), ["100%", "100%", "50.0%"]);
     assert!(
-        text.starts_with("netreach-mesh: round 1 of NetReach mesh, 3 nodes"),
+        text.starts_with("netreach-mesh: round 2 of NetReach mesh, 3 nodes"),
         "{text}"
     );
     assert!(text.contains("   3  node-2 (pod)"), "{text}");
@@ -162,4 +178,30 @@ fn kubectl_kdoctor_matrix_shows_the_round_and_names_what_is_wrong() {
         "{error}"
     );
     assert_eq!(error.lines().count(), 1, "{error}");
+}
+
+#[test]
+fn kubectl_kdoctor_summary_and_history_read_the_rounds() {
+    let dir = scratch("plugin-rounds");
+    let _served = serve(&dir);
+    let summary = plugin(&dir, &["summary"]);
+    // The task's last round failed: a CI pipeline sees exit code 1.
+    assert_eq!(summary.status.code(), Some(1), "{}", stderr(&summary));
+    let text = String::from_utf8(summary.stdout).expect("UTF-8");
+    assert!(text.contains("\nnetreach-mesh  fail"), "{text}");
+    assert!(
+        text.ends_with("1 reports: 0 succeeding, 1 failing (netreach-mesh)\n"),
+        "{text}"
+    );
+
+    let history = plugin(&dir, &["history", "netreach-mesh"]);
+    assert!(history.status.success(), "{}", stderr(&history));
+    let text = String::from_utf8(history.stdout).expect("UTF-8");
+    assert!(
+        text.starts_with("netreach-mesh: 2 retained rounds\n"),
+        "{text}"
+    );
+    assert!(text.contains("nodes succeeded per round: █▆\n"), "{text}");
+    assert!(text.contains("\n1      succeed  3/0/0\n"), "{text}");
+    assert!(text.contains("\n2      fail     2/1/0\n"), "{text}");
 }
