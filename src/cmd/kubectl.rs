@@ -64,6 +64,17 @@ struct MatrixArgs {
     /// No colours (also when stdout is not a terminal or NO_COLOR is set).
     #[arg(long)]
     no_color: bool,
+    /// `text` for the terminal, or a heatmap: `svg`, `html` (a page with the SVG and a legend).
+    #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+    output: Output,
+}
+
+/// What `matrix` writes to stdout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    Text,
+    Svg,
+    Html,
 }
 
 /// The `kubectl kdoctor` command line, when the binary runs as `kubectl-kdoctor`.
@@ -189,6 +200,21 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
             .and_then(|c| c.parse::<usize>().ok())
             .map_or(16, |width| width.saturating_sub(24) / 7)
     });
+    match args.output {
+        Output::Svg => {
+            print!("{}", crate::plugin::heatmap::svg(&matrix, args.metric));
+            return Ok(ExitCode::SUCCESS);
+        }
+        Output::Html => {
+            let title = format!("{name}: round {}", object.status.round_number);
+            print!(
+                "{}",
+                crate::plugin::heatmap::html(&matrix, args.metric, &title)
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        Output::Text => {}
+    }
     let colour =
         !args.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal();
     println!(

@@ -70,6 +70,24 @@ pub struct Matrix {
     pub zones: BTreeMap<String, String>,
 }
 
+impl Matrix {
+    /// A node with its zone, when known: `node-1 (zone-a)`.
+    pub fn node_label(&self, node: &str) -> String {
+        match self.zones.get(node) {
+            Some(zone) => format!("{node} ({zone})"),
+            None => node.to_string(),
+        }
+    }
+
+    /// What a column is: `node-1 (zone-a) (pod)` or `ClusterIP v4`.
+    pub fn column_name(&self, column: &Column) -> String {
+        match column {
+            Column::Node(node) => format!("{} (pod)", self.node_label(node)),
+            Column::Kind(kind) => kind.clone(),
+        }
+    }
+}
+
 /// The column of a target name (upstream's names: `AgentPodV4IP_<pod>_<ip>`,
 /// `AgentClusterV6IP_<ip>:<port>`, `AgentIngress_v4_<url>`, …) given which node runs each pod.
 pub fn column_of(name: &str, pod_nodes: &BTreeMap<String, String>) -> Column {

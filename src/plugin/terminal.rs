@@ -18,7 +18,8 @@ pub struct Layout {
 
 const CELL: usize = 7;
 
-fn text(cell: &Cell, metric: Metric) -> String {
+/// A cell's value as printed: `100%`, `50.0%`, `1.5ms`, `120ms`, `2s`.
+pub fn cell_text(cell: &Cell, metric: Metric) -> String {
     match metric {
         Metric::Success | Metric::Loss => {
             let percent = cell.value(metric) * 100.0;
@@ -42,7 +43,7 @@ fn text(cell: &Cell, metric: Metric) -> String {
 }
 
 /// Good (0), degraded (1) or bad (2).
-fn grade(cell: &Cell, metric: Metric) -> usize {
+pub fn grade(cell: &Cell, metric: Metric) -> usize {
     let success = cell.success();
     let by_success = if success >= 0.999 {
         0
@@ -73,10 +74,7 @@ pub fn render(m: &Matrix, metric: Metric, layout: Layout) -> String {
     let page = layout.page.clamp(1, pages);
     let first = (page - 1) * per_page;
     let shown = first..(first + per_page).min(m.columns.len());
-    let label = |node: &String| match m.zones.get(node) {
-        Some(zone) => format!("{node} ({zone})"),
-        None => node.clone(),
-    };
+    let label = |node: &String| m.node_label(node);
     let width = m
         .rows
         .iter()
@@ -98,7 +96,7 @@ pub fn render(m: &Matrix, metric: Metric, layout: Layout) -> String {
                     let _ = write!(out, "{:>CELL$}", "·");
                 }
                 Some(cell) => {
-                    let value = format!("{:>CELL$}", text(cell, metric));
+                    let value = format!("{:>CELL$}", cell_text(cell, metric));
                     if layout.colour {
                         // Black on green, yellow or red.
                         let background = [42, 43, 41][grade(cell, metric)];
@@ -113,12 +111,7 @@ pub fn render(m: &Matrix, metric: Metric, layout: Layout) -> String {
     }
     out.push_str("\ncolumns:\n");
     for i in shown.clone() {
-        let column = &m.columns[i];
-        let name = match column {
-            super::matrix::Column::Node(node) => format!("{} (pod)", label(node)),
-            super::matrix::Column::Kind(kind) => kind.clone(),
-        };
-        let _ = writeln!(out, "{:>4}  {name}", i + 1);
+        let _ = writeln!(out, "{:>4}  {}", i + 1, m.column_name(&m.columns[i]));
     }
     if pages > 1 {
         let _ = writeln!(
@@ -133,14 +126,14 @@ pub fn render(m: &Matrix, metric: Metric, layout: Layout) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
     use crate::plugin::matrix::{build, tests::mesh};
 
     /// Compares with `src/plugin/testdata/<name>`; `UPDATE_GOLDEN=1` rewrites it.
-    fn golden(name: &str, actual: &str) {
+    pub fn golden(name: &str, actual: &str) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("src/plugin/testdata")
             .join(name);

@@ -205,3 +205,72 @@ fn kubectl_kdoctor_summary_and_history_read_the_rounds() {
     assert!(text.contains("\n1      succeed  3/0/0\n"), "{text}");
     assert!(text.contains("\n2      fail     2/1/0\n"), "{text}");
 }
+
+/// Debian's Chromium (`hack/chromium.sh` installs it; CI runs that first).
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// A screenshot of `page` by headless Chromium, decoded: (width, height, RGB(A) bytes, channels).
+fn screenshot(dir: &Path, page: &Path) -> (u32, u32, Vec<u8>, usize) {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: run hack/chromium.sh (apt-get install chromium)"
+    );
+    let png = dir.join(format!(
+        "{}.png",
+        page.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    let profile = dir.join("chromium-profile");
+    let out = Command::new(CHROMIUM)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=800,600",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium runs");
+    assert!(png.exists(), "no screenshot: {}", stderr(&out));
+    let decoder = png::Decoder::new(std::fs::File::open(&png).expect("png"));
+    let mut reader = decoder.read_info().expect("png header");
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut pixels).expect("png frame");
+    pixels.truncate(info.buffer_size());
+    (info.width, info.height, pixels, info.color_type.samples())
+}
+
+#[test]
+fn the_heatmaps_render_in_chromium_with_the_cells_colours() {
+    let dir = scratch("plugin-heatmap");
+    let _served = serve(&dir);
+    for (output, file) in [("html", "matrix.html"), ("svg", "matrix.svg")] {
+        let out = plugin(&dir, &["matrix", "netreach-mesh", "-o", output]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let page = dir.join(file);
+        std::fs::write(&page, &out.stdout).expect("page");
+        let (width, height, pixels, channels) = screenshot(&dir, &page);
+        assert_eq!((width, height), (800, 600));
+        let mut colours = std::collections::BTreeSet::new();
+        for pixel in pixels.chunks(channels) {
+            colours.insert((pixel[0] >> 4, pixel[1] >> 4, pixel[2] >> 4));
+        }
+        // Not blank: the green cells and node-1 → node-2's red one are drawn (in the SVG, which
+        // has no legend, that red can only be the cell).
+        let near = |r: u8, g: u8, b: u8| {
+            pixels
+                .chunks(channels)
+                .any(|p| p[0].abs_diff(r) < 24 && p[1].abs_diff(g) < 24 && p[2].abs_diff(b) < 24)
+        };
+        assert!(colours.len() > 8, "{file}: {} colours", colours.len());
+        assert!(near(0x56, 0xa6, 0x4b), "{file}: no green cell");
+        assert!(near(0xe0, 0x2f, 0x44), "{file}: no red cell");
+    }
+}
