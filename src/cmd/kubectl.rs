@@ -37,6 +37,25 @@ enum View {
     Summary,
     /// The retained rounds of one report, with a sparkline of nodes that succeeded.
     History(HistoryArgs),
+    /// Apply task files (checked first, as `kdoctor validate`) and, with --wait, follow their
+    /// rounds: exit 0 when every task's last round succeeded, 1 when one failed, 2 on timeout.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Task files (YAML; several documents or a List allowed; directories: their task files).
+    #[arg(short = 'f', long = "filename", value_name = "FILE", required = true)]
+    files: Vec<PathBuf>,
+    /// Follow the rounds until every task has finished.
+    #[arg(long)]
+    wait: bool,
+    /// Give up waiting after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    timeout_seconds: u64,
+    /// How often the tasks' status is read, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2, hide = true)]
+    poll_seconds: u64,
 }
 
 #[derive(clap::Args)]
@@ -101,12 +120,22 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    // Bad task files fail before anything is applied (and before any connection).
+    if let View::Run(r) = &args.command {
+        let checked =
+            super::validate::check_files(&r.files, &kdoctor_api::config::Config::default())?;
+        if !checked.all_valid {
+            eprint!("{}", checked.report);
+            return Ok(super::exit_failed());
+        }
+    }
     runtime.block_on(async {
         let client = client(args).await?;
         match &args.command {
             View::Matrix(m) => matrix(client, m).await,
             View::Summary => summary(client).await,
             View::History(h) => history(client, &h.name).await,
+            View::Run(r) => run_tasks(client, r).await,
         }
     })
 }
@@ -316,4 +345,89 @@ async fn history(client: kube::Client, name: &str) -> Result<ExitCode> {
     }
     print!("{}", crate::plugin::rounds::history(name, &rounds));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The API of one task kind.
+fn tasks_api(client: &kube::Client, kind: kdoctor_api::task::TaskKind) -> Api<DynamicObject> {
+    let resource = ApiResource {
+        group: kdoctor_api::task::GROUP.to_string(),
+        version: kdoctor_api::task::VERSION.to_string(),
+        api_version: kdoctor_api::task::API_VERSION.to_string(),
+        kind: kind.as_str().to_string(),
+        plural: kind.plural().to_string(),
+    };
+    Api::all_with(client.clone(), &resource)
+}
+
+async fn run_tasks(client: kube::Client, args: &RunArgs) -> Result<ExitCode> {
+    let checked =
+        super::validate::check_files(&args.files, &kdoctor_api::config::Config::default())?;
+    let params = kube::api::PatchParams::apply("kubectl-kdoctor").force();
+    for task in &checked.valid {
+        let api = tasks_api(&client, task.kind());
+        api.patch(task.name(), &params, &kube::api::Patch::Apply(task))
+            .await
+            .with_context(|| format!("cannot apply {} {:?}", task.kind(), task.name()))?;
+        println!("{} {:?} applied", task.kind(), task.name());
+    }
+    if !args.wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let deadline =
+        tokio::time::Instant::now() + std::time::Duration::from_secs(args.timeout_seconds);
+    // Rounds already printed, per task (the history is capped: track numbers, not positions).
+    let mut shown: BTreeMap<String, std::collections::BTreeSet<i64>> = BTreeMap::new();
+    loop {
+        let mut finished = 0;
+        let mut failed = Vec::new();
+        for task in &checked.valid {
+            let object = tasks_api(&client, task.kind()).get(task.name()).await?;
+            let status: kdoctor_api::task::TaskStatus =
+                serde_json::from_value(object.data["status"].clone()).unwrap_or_default();
+            let key = format!("{} {:?}", task.kind(), task.name());
+            let mut history = status.history.clone().unwrap_or_default();
+            // Newest first in the status: print oldest first, each finished round once.
+            history.reverse();
+            let done: Vec<_> = history.iter().filter(|r| r.status.is_finished()).collect();
+            let seen = shown.entry(key.clone()).or_default();
+            for round in done.iter().filter(|r| !seen.contains(&r.round_number)) {
+                let why = round
+                    .failure_reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default();
+                let result = serde_json::to_value(round.status).unwrap_or_default();
+                println!(
+                    "{key} round {}: {}{why}",
+                    round.round_number,
+                    result.as_str().unwrap_or("?")
+                );
+            }
+            seen.extend(done.iter().map(|r| r.round_number));
+            if status.finish {
+                finished += 1;
+                if status.last_round_status != Some(kdoctor_api::task::LastRoundStatus::Succeed) {
+                    failed.push(key);
+                }
+            }
+        }
+        if finished == checked.valid.len() {
+            if failed.is_empty() {
+                println!("every task finished and its last round succeeded");
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!("failed: {}", failed.join(", "));
+            return Ok(super::exit_failed());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            eprintln!(
+                "error: {} of {} tasks still running after {} s",
+                checked.valid.len() - finished,
+                checked.valid.len(),
+                args.timeout_seconds
+            );
+            return Ok(super::exit_usage());
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(args.poll_seconds.max(1))).await;
+    }
 }

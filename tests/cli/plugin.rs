@@ -274,3 +274,116 @@ fn the_heatmaps_render_in_chromium_with_the_cells_colours() {
         assert!(near(0xe0, 0x2f, 0x44), "{file}: no red cell");
     }
 }
+
+const TASK: &str = "apiVersion: kdoctor.io/v1beta1
+kind: AppHttpHealthy
+metadata: {name: web}
+spec:
+  request: {durationInSecond: 1, qps: 1, perRequestTimeoutInMS: 500}
+  target: {host: http://127.0.0.1:1/, method: GET}
+  schedule: {roundNumber: 1, roundTimeoutMinute: 1, schedule: \"0 1\"}
+";
+
+/// What a controller writes when a round ends.
+fn round_over(result: &str) -> serde_json::Value {
+    let record = serde_json::json!({
+        "status": result, "roundNumber": 1,
+        "startTimeStamp": "2026-01-01T00:00:00Z", "deadLineTimeStamp": "2026-01-01T00:01:00Z",
+        "failedAgentNodeList": [], "succeedAgentNodeList": ["node-0"], "notReportAgentNodeList": [],
+        "failureReason": if result == "fail" { Some("some agents failed") } else { None },
+    });
+    serde_json::json!({"status": {
+        "expectedRound": 1, "doneRound": 1, "finish": true, "lastRoundStatus": result,
+        "history": [record],
+    }})
+}
+
+#[test]
+fn kubectl_kdoctor_run_applies_follows_the_round_and_exits_by_its_result() {
+    let dir = scratch("plugin-run");
+    std::fs::write(dir.join("web.yaml"), TASK).expect("task file");
+    // A bad file: validate's errors, exit 1, before any connection (there is no server yet).
+    std::fs::write(dir.join("bad.yaml"), TASK.replace("qps: 1", "qps: 0")).expect("bad file");
+    let bad = plugin(
+        &dir,
+        &["run", "-f", &dir.join("bad.yaml").display().to_string()],
+    );
+    assert_eq!(bad.status.code(), Some(1), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("spec.request.qps"),
+        "{}",
+        stderr(&bad)
+    );
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let sim = runtime
+        .block_on(kube_sim::Sim::start(kube_sim::SimConfig::default()))
+        .expect("simulated cluster");
+    sim.write_kubeconfig(&dir.join("kubeconfig"))
+        .expect("kubeconfig");
+    let client = runtime.block_on(sim.client()).expect("client");
+    let crds: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        kube::Api::all(client.clone());
+    for crd in kdoctor_api::crd::crds() {
+        runtime
+            .block_on(crds.create(&Default::default(), &crd))
+            .expect("CRD");
+    }
+    let tasks: kube::Api<kdoctor_api::task::AppHttpHealthy> = kube::Api::all(client);
+    for (result, code) in [("succeed", 0), ("fail", 1)] {
+        let _ = runtime.block_on(tasks.delete("web", &Default::default()));
+        let bin = dir.join("bin");
+        let child = Command::new(KUBECTL)
+            .args([
+                "kdoctor",
+                "run",
+                "--wait",
+                "--timeout-seconds",
+                "60",
+                "--poll-seconds",
+                "1",
+                "-f",
+            ])
+            .arg(dir.join("web.yaml"))
+            .arg("--kubeconfig")
+            .arg(dir.join("kubeconfig"))
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl kdoctor run");
+        // The controller's part: once the task is applied, its round ends.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while runtime
+            .block_on(tasks.get_opt("web"))
+            .ok()
+            .flatten()
+            .is_none()
+        {
+            assert!(Instant::now() < deadline, "the task was never applied");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        runtime
+            .block_on(tasks.patch_status(
+                "web",
+                &Default::default(),
+                &kube::api::Patch::Merge(round_over(result)),
+            ))
+            .expect("status");
+        let out = child.wait_with_output().expect("run ends");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(code), "{text}{}", stderr(&out));
+        assert!(text.contains("AppHttpHealthy \"web\" applied"), "{text}");
+        assert!(
+            text.contains(&format!("AppHttpHealthy \"web\" round 1: {result}")),
+            "{text}"
+        );
+    }
+}
