@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kdoctor_api::report::KdoctorReport;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::ApiResource;
 
-use crate::plugin::matrix::{Metric, build};
+use crate::plugin::matrix::{Metric, SourceReport, build};
 use crate::plugin::rounds::{Round, nodes, table_rows};
 use crate::plugin::terminal::{Layout, render};
 
@@ -117,7 +117,9 @@ impl Plugin {
 
 /// Runs the view.
 pub fn run(args: &Args) -> Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // One worker: the matrix parses a streamed body on a blocking thread while the worker reads it.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()?;
     // Bad task files fail before anything is applied (and before any connection).
@@ -158,29 +160,85 @@ async fn client(args: &Args) -> Result<kube::Client> {
     Ok(kube::Client::try_from(config)?)
 }
 
-/// One KdoctorReport object, or an error that says what went wrong in kubectl's words.
-async fn report(client: kube::Client, name: &str) -> Result<KdoctorReport> {
-    let resource = ApiResource {
-        group: kdoctor_api::report::GROUP.to_string(),
-        version: kdoctor_api::report::VERSION.to_string(),
-        api_version: kdoctor_api::report::API_VERSION.to_string(),
-        kind: kdoctor_api::report::KIND.to_string(),
-        plural: kdoctor_api::report::PLURAL.to_string(),
-    };
-    let api: Api<DynamicObject> = Api::all_with(client, &resource);
-    let object = match api.get(name).await {
-        Ok(object) => object,
-        Err(kube::Error::Api(status)) if status.code == 404 => {
-            bail!("kdoctorreport {name:?} not found (kubectl get kdoctorreport lists them)")
-        }
-        Err(kube::Error::Api(status)) if status.code == 503 => bail!(
-            "the kdoctorreport API is unavailable: {} (is the APIService v1beta1.system.kdoctor.io Available?)",
-            status.message
+/// What `matrix` reads of a KdoctorReport: every other field is skipped while parsing.
+#[derive(serde::Deserialize)]
+struct MatrixObject {
+    task: MatrixTask,
+    status: MatrixStatus,
+    #[serde(default)]
+    report: MatrixReports,
+}
+
+#[derive(serde::Deserialize)]
+struct MatrixTask {
+    kind: String,
+    name: String,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MatrixStatus {
+    #[serde(default)]
+    round_number: i64,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct MatrixReports {
+    #[serde(default)]
+    latest_round_report: Option<Vec<SourceReport>>,
+}
+
+/// Says why the report API refused, in kubectl's words.
+fn refusal(name: &str, code: u16, message: &str) -> anyhow::Error {
+    match code {
+        404 => anyhow::anyhow!(
+            "kdoctorreport {name:?} not found (kubectl get kdoctorreport lists them)"
         ),
-        Err(e) => return Err(e).context(format!("cannot get kdoctorreport {name:?}")),
-    };
-    serde_json::from_value(serde_json::to_value(object)?)
-        .with_context(|| format!("kdoctorreport {name:?} is not a report this kdoctor reads"))
+        503 => anyhow::anyhow!(
+            "the kdoctorreport API is unavailable: {message} (is the APIService v1beta1.system.kdoctor.io Available?)"
+        ),
+        _ => anyhow::anyhow!("cannot get kdoctorreport {name:?}: {code} {message}"),
+    }
+}
+
+/// One KdoctorReport object parsed as it streams in (a large round is hundreds of megabytes of
+/// JSON; only what `T` names is kept).
+async fn read_object<T: serde::de::DeserializeOwned + Send + 'static>(
+    client: &kube::Client,
+    name: &str,
+) -> Result<T> {
+    use http_body_util::BodyExt;
+    let path = format!(
+        "/apis/{}/{}/{name}",
+        kdoctor_api::report::API_VERSION,
+        kdoctor_api::report::PLURAL
+    );
+    let request = http::Request::get(&path)
+        .header(http::header::ACCEPT, "application/json")
+        .body(kube::client::Body::empty())?;
+    let response = client
+        .send(request)
+        .await
+        .with_context(|| format!("cannot get kdoctorreport {name:?}"))?;
+    let code = response.status().as_u16();
+    if !response.status().is_success() {
+        let body = response.into_body().collect().await?.to_bytes();
+        let message = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["message"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        return Err(refusal(name, code, &message));
+    }
+    let chunks =
+        http_body_util::BodyDataStream::new(response.into_body()).map_err(std::io::Error::other);
+    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(chunks));
+    let name = name.to_string();
+    tokio::task::spawn_blocking(move || {
+        serde_json::from_reader(std::io::BufReader::with_capacity(256 * 1024, reader))
+            .with_context(|| format!("kdoctorreport {name:?} is not a report this kdoctor reads"))
+    })
+    .await?
 }
 
 /// Node zones, when the caller may list Nodes (the matrix groups by zone); none otherwise.
@@ -211,7 +269,7 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
         Some(round) => format!("{}.round-{round}", args.name),
         None => args.name.clone(),
     };
-    let object = report(client.clone(), &name).await?;
+    let object: MatrixObject = read_object(&client, &name).await?;
     if object.task.kind != "NetReach" {
         bail!(
             "kdoctorreport {name:?} is a {} report: the matrix shows NetReach rounds",
@@ -291,16 +349,9 @@ async fn table(
         .body(Vec::new())?;
     match client.request::<serde_json::Value>(request).await {
         Ok(table) => Ok(table),
-        Err(kube::Error::Api(status)) if status.code == 404 => {
-            bail!(
-                "kdoctorreport {:?} not found (kubectl get kdoctorreport lists them)",
-                name.unwrap_or("")
-            )
+        Err(kube::Error::Api(status)) => {
+            Err(refusal(name.unwrap_or(""), status.code, &status.message))
         }
-        Err(kube::Error::Api(status)) if status.code == 503 => bail!(
-            "the kdoctorreport API is unavailable: {} (is the APIService v1beta1.system.kdoctor.io Available?)",
-            status.message
-        ),
         Err(e) => Err(e).context(format!("cannot read {path}")),
     }
 }

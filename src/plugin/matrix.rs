@@ -2,9 +2,91 @@
 //! target — a node (through its agent pod) or, for Service and Ingress targets, the target
 //! kind and family — and in each cell what the source measured towards that target.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kdoctor_api::report::Report;
+use serde::Deserialize;
+
+/// What the matrix needs of one node's report: read straight from the report's JSON (every
+/// other field is skipped while parsing, so a large round costs little memory).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceReport {
+    /// The source node.
+    pub node_name: String,
+    /// Its agent pod (target names name pods).
+    pub pod_name: String,
+    /// The NetReach part, if any.
+    #[serde(default)]
+    pub task_net_reach: Option<SourceResult>,
+}
+
+/// The targets of one report.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceResult {
+    /// One entry per target.
+    #[serde(default)]
+    pub round_task_detail: Vec<TargetMeasure>,
+}
+
+/// What one source measured towards one target.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetMeasure {
+    /// Upstream's target name.
+    pub name: String,
+    /// The counts and latencies.
+    pub request_target_metrics: Measured,
+}
+
+/// Counts and the p99 of one target.
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Measured {
+    /// Requests sent.
+    pub request_counts: i64,
+    /// Requests that succeeded.
+    pub success_counts: i64,
+    /// Latency percentiles (only p99 is read).
+    pub latencies: P99,
+}
+
+/// The p99 of a latency distribution, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+pub struct P99 {
+    /// `p99InMs`.
+    #[serde(rename = "p99InMs")]
+    pub p99: f32,
+}
+
+impl From<&Report> for SourceReport {
+    fn from(report: &Report) -> SourceReport {
+        SourceReport {
+            node_name: report.node_name.clone(),
+            pod_name: report.pod_name.clone(),
+            task_net_reach: report.task_net_reach.as_ref().map(|r| SourceResult {
+                round_task_detail: r
+                    .round_task_detail
+                    .iter()
+                    .map(|d| {
+                        let requests = &d.request_target_metrics.requests;
+                        TargetMeasure {
+                            name: d.name.clone(),
+                            request_target_metrics: Measured {
+                                request_counts: requests.request_counts,
+                                success_counts: requests.success_counts,
+                                latencies: P99 {
+                                    p99: requests.latencies.p99,
+                                },
+                            },
+                        }
+                    })
+                    .collect(),
+            }),
+        }
+    }
+}
 
 /// What a cell shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -49,7 +131,7 @@ impl Cell {
 }
 
 /// A column: a node reached through its agent pod, or a kind of target.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Column {
     /// The agent pod on this node.
     Node(String),
@@ -116,7 +198,7 @@ pub fn column_of(name: &str, pod_nodes: &BTreeMap<String, String>) -> Column {
 }
 
 /// Builds the matrix of a round's reports; `zones` maps node names to zones (may be empty).
-pub fn build(reports: &[Report], zones: &BTreeMap<String, String>) -> Matrix {
+pub fn build(reports: &[SourceReport], zones: &BTreeMap<String, String>) -> Matrix {
     let pod_nodes: BTreeMap<String, String> = reports
         .iter()
         .map(|r| (r.pod_name.clone(), r.node_name.clone()))
@@ -125,25 +207,22 @@ pub fn build(reports: &[Report], zones: &BTreeMap<String, String>) -> Matrix {
     let mut rows: Vec<String> = reports.iter().map(|r| r.node_name.clone()).collect();
     rows.sort_by_key(by_zone);
     rows.dedup();
-    let mut sums: BTreeMap<(String, Column), Cell> = BTreeMap::new();
-    let mut kinds = BTreeSet::new();
+    let details = || {
+        reports.iter().flat_map(|r| {
+            r.task_net_reach
+                .iter()
+                .flat_map(|t| t.round_task_detail.iter())
+                .map(move |d| (r, d))
+        })
+    };
+    // First pass: the columns, node columns in row order, then kinds by name.
     let mut target_nodes = BTreeSet::new();
-    for report in reports {
-        let Some(result) = &report.task_net_reach else {
-            continue;
+    let mut kinds = BTreeSet::new();
+    for (_, detail) in details() {
+        match column_of(&detail.name, &pod_nodes) {
+            Column::Node(node) => target_nodes.insert(node),
+            Column::Kind(kind) => kinds.insert(kind),
         };
-        for detail in &result.round_task_detail {
-            let column = column_of(&detail.name, &pod_nodes);
-            match &column {
-                Column::Node(node) => target_nodes.insert(node.clone()),
-                Column::Kind(kind) => kinds.insert(kind.clone()),
-            };
-            let requests = &detail.request_target_metrics.requests;
-            let cell = sums.entry((report.node_name.clone(), column)).or_default();
-            cell.requests += requests.request_counts;
-            cell.successes += requests.success_counts;
-            cell.p99_ms = cell.p99_ms.max(f64::from(requests.latencies.p99));
-        }
     }
     let mut node_columns: Vec<String> = target_nodes.into_iter().collect();
     node_columns.sort_by_key(by_zone);
@@ -152,15 +231,29 @@ pub fn build(reports: &[Report], zones: &BTreeMap<String, String>) -> Matrix {
         .map(Column::Node)
         .chain(kinds.into_iter().map(Column::Kind))
         .collect();
-    let cells = rows
+    // Second pass: sum into cells by index (a large round has a million of them).
+    let row_of: HashMap<&str, usize> = rows
         .iter()
-        .map(|row| {
-            columns
-                .iter()
-                .map(|column| sums.get(&(row.clone(), column.clone())).copied())
-                .collect()
-        })
+        .enumerate()
+        .map(|(i, r)| (r.as_str(), i))
         .collect();
+    let column_index: HashMap<&Column, usize> =
+        columns.iter().enumerate().map(|(i, c)| (c, i)).collect();
+    let mut cells = vec![vec![None::<Cell>; columns.len()]; rows.len()];
+    for (report, detail) in details() {
+        let column = column_of(&detail.name, &pod_nodes);
+        let (Some(&row), Some(&col)) = (
+            row_of.get(report.node_name.as_str()),
+            column_index.get(&column),
+        ) else {
+            continue;
+        };
+        let measured = &detail.request_target_metrics;
+        let cell = cells[row][col].get_or_insert_with(Cell::default);
+        cell.requests += measured.request_counts;
+        cell.successes += measured.success_counts;
+        cell.p99_ms = cell.p99_ms.max(f64::from(measured.latencies.p99));
+    }
     Matrix {
         rows,
         columns,
@@ -204,6 +297,11 @@ pub mod tests {
             .collect()
     }
 
+    /// The matrix's view of reports.
+    pub fn sources(reports: &[Report]) -> Vec<SourceReport> {
+        reports.iter().map(SourceReport::from).collect()
+    }
+
     #[test]
     fn targets_become_node_and_kind_columns() {
         let pods = BTreeMap::from([("kdoctor-agent-x".to_string(), "node-x".to_string())]);
@@ -236,7 +334,7 @@ pub mod tests {
             ("node-1".to_string(), "a".to_string()),
             ("node-2".to_string(), "a".to_string()),
         ]);
-        let m = build(&mesh(3), &zones);
+        let m = build(&sources(&mesh(3)), &zones);
         // Grouped by zone: a (node-1, node-2), then b (node-0).
         assert_eq!(m.rows, ["node-1", "node-2", "node-0"]);
         assert_eq!(m.columns.len(), 4);
