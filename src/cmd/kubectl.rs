@@ -100,6 +100,7 @@ enum Output {
 #[derive(clap::Parser)]
 #[command(
     name = "kubectl kdoctor",
+    bin_name = "kubectl kdoctor",
     version,
     about = "kdoctor views of kdoctorreports"
 )]
