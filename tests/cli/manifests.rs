@@ -410,51 +410,65 @@ fn kdoctor_certs_makes_what_the_manifests_mount_and_the_apiservice_trusts() {
     );
 }
 
+/// Every metric name the crates register, as the string literals they register them by.
+struct Registered(String);
+
+impl Registered {
+    fn load() -> Self {
+        fn rust_files(dir: &std::path::Path, out: &mut String) {
+            for entry in std::fs::read_dir(dir).expect("source dir").flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    rust_files(&path, out);
+                } else if path.extension().is_some_and(|x| x == "rs") {
+                    out.push_str(&std::fs::read_to_string(&path).expect("source"));
+                }
+            }
+        }
+        let mut sources = String::new();
+        for dir in ["reconciler/src", "agent/src", "apiserver/src", "store/src"] {
+            rust_files(&repo().join(dir), &mut sources);
+        }
+        Registered(sources)
+    }
+
+    /// Whether `name` is registered: whole, or (the agent's registry prefixes its metrics)
+    /// without `kdoctor_agent_`; histograms are queried through their series.
+    fn has(&self, name: &str) -> bool {
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        self.0.contains(&format!("\"{base}\""))
+            || base
+                .strip_prefix("kdoctor_agent_")
+                .is_some_and(|rest| self.0.contains(&format!("\"{rest}\"")))
+    }
+}
+
+/// The words of a PromQL expression that name kdoctor's (or its API server's) metrics.
+fn metric_names(expr: &str) -> Vec<&str> {
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("kdoctor_") || w.starts_with("apiserver_"))
+        .collect()
+}
+
 #[test]
 fn every_alert_uses_metrics_the_code_exports() {
     let rules = documents("manifests/monitoring/prometheusrule.yaml");
     assert_eq!(rules.len(), 1);
     assert_eq!(rules[0]["kind"], "PrometheusRule");
-    fn rust_files(dir: &std::path::Path, out: &mut String) {
-        for entry in std::fs::read_dir(dir).expect("source dir").flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                rust_files(&path, out);
-            } else if path.extension().is_some_and(|x| x == "rs") {
-                out.push_str(&std::fs::read_to_string(&path).expect("source"));
-            }
-        }
-    }
-    let mut sources = String::new();
-    for dir in ["reconciler/src", "agent/src", "apiserver/src", "store/src"] {
-        rust_files(&repo().join(dir), &mut sources);
-    }
-    // A name as registered: whole, or (the agent's registry prefixes its metrics) without
-    // `kdoctor_agent_`; histograms are queried through their series.
-    let registered = |name: &str| {
-        let base = ["_bucket", "_sum", "_count"]
-            .iter()
-            .find_map(|s| name.strip_suffix(s))
-            .unwrap_or(name);
-        sources.contains(&format!("\"{base}\""))
-            || base
-                .strip_prefix("kdoctor_agent_")
-                .is_some_and(|rest| sources.contains(&format!("\"{rest}\"")))
-    };
+    let registered = Registered::load();
     let mut alerts = 0;
     for group in rules[0]["spec"]["groups"].as_array().expect("groups") {
         for rule in group["rules"].as_array().expect("rules") {
             alerts += 1;
             let expr = rule["expr"].as_str().expect("expr");
-            let names: Vec<&str> = expr
-                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .filter(|w| w.starts_with("kdoctor_"))
-                .collect();
+            let names = metric_names(expr);
             assert!(!names.is_empty(), "{expr}");
             for name in names {
-                // Registered by name as a string literal in one of the crates.
                 assert!(
-                    registered(name),
+                    registered.has(name),
                     "alert {} uses {name}, which no code registers",
                     rule["alert"]
                 );
@@ -463,6 +477,130 @@ fn every_alert_uses_metrics_the_code_exports() {
         }
     }
     assert!(alerts >= 5);
+}
+
+/// The label names a PromQL expression groups by or matches on.
+fn label_names(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (open, close) in [("by (", ')'), ("{", '}')] {
+        for part in expr.split(open).skip(1) {
+            let inside = part.split(close).next().unwrap_or_default();
+            for item in inside.split(',') {
+                let name: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    out.push(name);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_dashboard_is_a_grafana_dashboard_on_metrics_and_labels_the_code_exports() {
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("charts/kdoctor/dashboards/kdoctor.json"))
+            .expect("chart dashboard"),
+    )
+    .expect("chart dashboard JSON");
+    for key in ["uid", "title"] {
+        assert!(
+            dashboard[key].as_str().is_some_and(|v| !v.is_empty()),
+            "dashboard {key} missing"
+        );
+    }
+    assert!(dashboard["schemaVersion"].is_u64(), "schemaVersion missing");
+    let variables = dashboard["templating"]["list"]
+        .as_array()
+        .expect("templating.list");
+    let source = variables
+        .iter()
+        .find(|v| v["type"] == "datasource" && v["query"] == "prometheus")
+        .expect("a Prometheus datasource variable");
+    let source_uid = format!("${{{}}}", source["name"].as_str().expect("its name"));
+    let task = variables
+        .iter()
+        .find(|v| v["name"] == "task" && v["type"] == "query")
+        .expect("a task variable");
+    assert_eq!(task["datasource"]["uid"], source_uid.as_str());
+
+    let registered = Registered::load();
+    // Labels Prometheus adds or histograms carry, not the code.
+    let implicit = ["le", "job", "instance"];
+    let check_expr = |what: &str, expr: &str| {
+        let names = metric_names(expr);
+        assert!(!names.is_empty(), "{what}: no kdoctor metric in {expr}");
+        for name in names {
+            assert!(
+                registered.has(name),
+                "{what} uses {name}, which no code registers"
+            );
+        }
+        for label in label_names(expr) {
+            assert!(
+                implicit.contains(&label.as_str())
+                    || registered.0.contains(&format!("\"{label}\"")),
+                "{what} uses the label {label}, which no code sets"
+            );
+        }
+    };
+    check_expr(
+        "the task variable",
+        task["definition"].as_str().expect("its definition"),
+    );
+
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut ids = std::collections::BTreeSet::new();
+    // Grafana's grid is 24 columns wide; panels must not overlap.
+    let mut cells = std::collections::BTreeSet::new();
+    let (mut queries, mut per_task, mut zone_pairs) = (0, 0, 0);
+    for panel in panels {
+        let title = panel["title"].as_str().expect("panel title");
+        assert!(
+            ids.insert(panel["id"].as_u64().expect("panel id")),
+            "{title}: id repeated"
+        );
+        let grid = &panel["gridPos"];
+        let [x, y, w, h] = ["x", "y", "w", "h"].map(|k| {
+            grid[k]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{title}: gridPos.{k} missing"))
+        });
+        assert!(w > 0 && h > 0 && x + w <= 24, "{title}: gridPos {grid}");
+        for cx in x..x + w {
+            for cy in y..y + h {
+                assert!(cells.insert((cx, cy)), "{title} overlaps another panel");
+            }
+        }
+        if panel["type"] == "row" {
+            continue;
+        }
+        assert_eq!(panel["datasource"]["uid"], source_uid.as_str(), "{title}");
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{title}: no queries");
+        for target in targets {
+            let expr = target["expr"].as_str().expect("expr");
+            assert!(
+                target["refId"].is_string(),
+                "{title}: a query without refId"
+            );
+            check_expr(title, expr);
+            queries += 1;
+            per_task += usize::from(expr.contains("\"$task\""));
+            let zones = label_names(expr);
+            zone_pairs += usize::from(
+                zones.iter().any(|l| l == "source_zone")
+                    && zones.iter().any(|l| l == "target_zone"),
+            );
+        }
+    }
+    assert!(queries >= 10, "{queries} queries");
+    assert!(per_task >= 4, "{per_task} queries filter by $task");
+    assert!(zone_pairs >= 2, "{zone_pairs} queries by zone pair");
 }
 
 /// The kubectl the tests pin; a missing one fails the tests that need it.
