@@ -208,13 +208,11 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
         let counters = running.dns_counters.clone();
         for ip in &args.bind {
             let addr = SocketAddr::new(*ip, args.dns_udp_port);
-            let socket = tokio::net::UdpSocket::bind(addr)
-                .await
-                .map_err(|source| ListenError {
-                    what: "DNS test server (UDP)",
-                    addr,
-                    source,
-                })?;
+            let socket = crate::server::socket::udp(addr).map_err(|source| ListenError {
+                what: "DNS test server (UDP)",
+                addr,
+                source,
+            })?;
             running.dns[0].extend(socket.local_addr().ok());
             running
                 .tasks

@@ -23,9 +23,10 @@ pub struct AgentArgs {
     #[arg(long, env = "ENV_METRIC_HTTP_PORT", default_value_t = 5711)]
     pub metrics_port: u16,
 
-    /// Addresses to listen on; the default `::` accepts IPv4 and IPv6 (falls back to 0.0.0.0
-    /// where IPv6 is disabled).
-    #[arg(long = "bind", value_name = "IP", default_value = "::", num_args = 1..)]
+    /// Addresses to listen on, repeated or comma-separated (`--bind=$(POD_IPS)` with the
+    /// downward API's `status.podIPs`); the default `::` accepts IPv4 and IPv6 (falls back to
+    /// 0.0.0.0 where IPv6 is disabled).
+    #[arg(long = "bind", value_name = "IP", default_value = "::", num_args = 1.., value_delimiter = ',')]
     pub bind: Vec<IpAddr>,
 
     /// Server certificate (PEM) of the HTTPS target; default: a generated self-signed one.

@@ -1,5 +1,6 @@
 //! Address allocation on loopback: every pod, node, ClusterIP and LoadBalancer address is a
-//! 127.x.y.z address, so the kube-proxy stand-in and real agent processes can bind them.
+//! 127.x.y.z address, so the kube-proxy stand-in and real agent processes can bind them. In a
+//! dual-stack cluster each slot also stands for its IPv6 twin (`crate::net::ipv6`).
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
@@ -81,6 +82,8 @@ pub struct Allocator {
     pub pods: Pool,
     /// Node InternalIP addresses.
     pub nodes: Pool,
+    /// Dual stack: pods, nodes and Services that ask for it get IPv6 twins too.
+    pub ipv6: bool,
     node_ports: HashSet<u16>,
     next_node_port: u16,
 }
@@ -97,6 +100,7 @@ impl Default for Allocator {
             load_balancers: Pool::new(Ipv4Addr::new(127, 200, 0, 0), 1 << 16),
             pods: Pool::new(Ipv4Addr::new(127, 20, 0, 0), 1 << 20),
             nodes: Pool::new(Ipv4Addr::new(127, 10, 0, 0), 1 << 16),
+            ipv6: false,
             node_ports: HashSet::new(),
             next_node_port: NODE_PORT_MIN,
         }
@@ -113,6 +117,7 @@ impl Allocator {
             cluster_ips: Pool::new(Ipv4Addr::new(127, k, 4, 0), 1024),
             load_balancers: Pool::new(Ipv4Addr::new(127, k, 8, 0), 1024),
             pods: Pool::new(Ipv4Addr::new(127, k, 16, 0), 240 * 256),
+            ipv6: false,
             node_ports: HashSet::new(),
             next_node_port: NODE_PORT_MIN,
         }

@@ -55,13 +55,21 @@ pub fn run(c: &Cluster, pki: &Pki, api: std::net::SocketAddr) -> ApiResult<()> {
         }),
         &opts,
     )?;
-    let dns_ip = c.alloc().dns_ip().to_string();
+    let (dns_ip, dual) = {
+        let alloc = c.alloc();
+        (alloc.dns_ip(), alloc.ipv6)
+    };
+    let mut dns_ips = vec![dns_ip.to_string()];
+    if dual {
+        dns_ips.push(crate::net::ipv6::twin(dns_ip).to_string());
+    }
     c.create(
         &svc,
         "kube-system",
         json!({
             "metadata": {"name": "kube-dns", "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS", "kubernetes.io/cluster-service": "true"}},
-            "spec": {"clusterIP": dns_ip, "ports": [
+            "spec": {"clusterIP": dns_ip.to_string(), "clusterIPs": dns_ips,
+                "ipFamilyPolicy": if dual { "PreferDualStack" } else { "SingleStack" }, "ports": [
                 {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
                 {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}
             ]}

@@ -25,10 +25,18 @@ async fn reply(req: Request) -> Json<Value> {
     }))
 }
 
-/// Serves the echo endpoint on `addr` until the process ends.
-pub async fn serve(addr: SocketAddr) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    // The line the process runner's per-pod log (and pods/log) shows.
-    println!("echo listening on {addr}");
-    axum::serve(listener, Router::new().fallback(reply)).await
+/// Serves the echo endpoint on every address until the process ends.
+pub async fn serve(addrs: &[SocketAddr]) -> std::io::Result<()> {
+    let mut servers = tokio::task::JoinSet::new();
+    for addr in addrs {
+        let listener = tokio::net::TcpListener::from_std(crate::net::ipv6::tcp_listener(*addr)?)?;
+        // The line the process runner's per-pod log (and pods/log) shows.
+        println!("echo listening on {addr}");
+        servers.spawn(async move { axum::serve(listener, Router::new().fallback(reply)).await });
+    }
+    match servers.join_next().await {
+        Some(Ok(result)) => result,
+        Some(Err(e)) => Err(std::io::Error::other(e)),
+        None => Ok(()),
+    }
 }

@@ -46,4 +46,4 @@ pub use certs::{CertPair, Pki};
 pub use cluster::Cluster;
 pub use error::ApiError;
 pub use reviews::{Reviews, SarRule, UserInfo};
-pub use sim::{Sim, SimConfig, SimError};
+pub use sim::{Ipv6Mode, Sim, SimConfig, SimError};

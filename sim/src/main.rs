@@ -35,6 +35,10 @@ struct Args {
     /// Live traffic: Service proxy, Ingress router and cluster DNS on loopback addresses.
     #[arg(long)]
     traffic: bool,
+    /// IPv6: `auto` makes the cluster dual-stack when this machine can route the IPv6
+    /// addresses (root: one local route on lo), `on` fails otherwise, `off` is IPv4 only.
+    #[arg(long, value_enum, default_value = "auto")]
+    ipv6: kube_sim::Ipv6Mode,
     /// Nodes node-1..M whose pods run as real processes (needs --agent-program).
     #[arg(long, default_value_t = 0)]
     agent_nodes: usize,
@@ -60,9 +64,15 @@ struct Args {
 enum Command {
     /// Serve an HTTP echo (a stand-in pod process for tests).
     Echo {
-        /// Address to listen on.
+        /// Address to listen on (repeatable).
         #[arg(long)]
-        listen: SocketAddr,
+        listen: Vec<SocketAddr>,
+        /// Addresses to listen on at `--port`, comma-separated (`$(POD_IPS)`).
+        #[arg(long, value_delimiter = ',')]
+        ips: Vec<std::net::IpAddr>,
+        /// Port for `--ips`.
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
     },
     /// Time N nodes with a DaemonSet until every pod is Ready, with W pod watchers.
     Bench {
@@ -115,10 +125,13 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    if let Some(Command::Echo { listen }) = args.command {
-        kube_sim::echo::serve(listen)
+    if let Some(Command::Echo { listen, ips, port }) = args.command {
+        let mut addrs = listen;
+        addrs.extend(ips.into_iter().map(|ip| SocketAddr::new(ip, port)));
+        anyhow::ensure!(!addrs.is_empty(), "echo: give --listen or --ips");
+        kube_sim::echo::serve(&addrs)
             .await
-            .with_context(|| format!("serving echo on {listen}"))?;
+            .with_context(|| format!("serving echo on {addrs:?}"))?;
         return Ok(());
     }
     if let Some(Command::Bench { nodes, watchers }) = args.command {
@@ -162,6 +175,7 @@ async fn main() -> anyhow::Result<()> {
         stages,
         traffic: args.traffic,
         rbac: args.rbac,
+        ipv6: args.ipv6,
         agent_nodes: args.agent_nodes,
         runner: agent_program(&args)?.map(|program| kube_sim::runner::RunnerConfig {
             program,

@@ -59,6 +59,9 @@ pub struct SimConfig {
     pub agent_nodes: usize,
     /// Start real processes for pods on those nodes.
     pub runner: Option<RunnerConfig>,
+    /// IPv6: dual-stack addresses (IPv6 twins of the IPv4 ones) for nodes, pods and Services
+    /// that ask for them; with live traffic or processes they must also be routable here.
+    pub ipv6: Ipv6Mode,
     /// Authenticate every request (client certificate of the client CA, or a token of the
     /// TokenReview table; otherwise 401) and authorize it with the stored RBAC objects.
     /// Off: every caller is an administrator.
@@ -81,9 +84,22 @@ impl Default for SimConfig {
             subnet: None,
             agent_nodes: 0,
             runner: None,
+            ipv6: Ipv6Mode::Off,
             rbac: false,
         }
     }
+}
+
+/// Whether the simulated cluster is dual-stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Ipv6Mode {
+    /// IPv4 only.
+    #[default]
+    Off,
+    /// Dual stack when this machine can route the IPv6 addresses, else IPv4 only (logged).
+    Auto,
+    /// Dual stack, or fail to start.
+    On,
 }
 
 /// Errors starting the simulated cluster.
@@ -110,6 +126,9 @@ pub enum SimError {
     /// Reading or writing a file failed.
     #[error("{0}: {1}")]
     Write(String, std::io::Error),
+    /// IPv6 was required and this machine cannot provide it.
+    #[error("IPv6 unavailable: {0}")]
+    Ipv6(String),
 }
 
 /// A running simulated cluster; it stops when dropped.
@@ -128,6 +147,32 @@ pub struct Sim {
 
 fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// Resolves the IPv6 mode: whether the cluster is dual-stack. Addresses alone need nothing
+/// from the machine; live traffic and processes need the IPv6 twins routed.
+fn dual_stack(cfg: &SimConfig) -> Result<bool, SimError> {
+    if cfg.ipv6 == Ipv6Mode::Off {
+        tracing::info!("kube-sim is IPv4-only: every address is on 127.0.0.0/8");
+        return Ok(false);
+    }
+    if !cfg.traffic && cfg.runner.is_none() {
+        return Ok(true);
+    }
+    match crate::net::ipv6::prepare() {
+        Ok(()) => {
+            tracing::info!(
+                prefix = %format!("{}/{}", crate::net::ipv6::PREFIX, crate::net::ipv6::PREFIX_LEN),
+                "kube-sim is dual-stack: every IPv4 address has an IPv6 twin in the prefix"
+            );
+            Ok(true)
+        }
+        Err(why) if cfg.ipv6 == Ipv6Mode::Auto => {
+            tracing::warn!(reason = %why, "kube-sim is IPv4-only: IPv6 is unavailable here");
+            Ok(false)
+        }
+        Err(why) => Err(SimError::Ipv6(why)),
+    }
 }
 
 impl Sim {
@@ -149,6 +194,8 @@ impl Sim {
             Some(k) => Allocator::subnet(k),
             None => Allocator::default(),
         };
+        let mut alloc = alloc;
+        alloc.ipv6 = dual_stack(&cfg)?;
         let cluster = Arc::new(Cluster::with_allocator(cfg.history, cfg.seed, alloc));
         let pki = Arc::new(Pki::generate()?);
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -205,9 +252,6 @@ impl Sim {
             .map_err(|e| SimError::Bind(cfg.listen, e))?;
         bootstrap::run(&cluster, &pki, addr)?;
         bootstrap::nodes(&cluster, 1..=cfg.nodes, cfg.agent_nodes)?;
-        tracing::info!(
-            "kube-sim is IPv4-only: every address is on 127.0.0.0/8 (no network namespace is created)"
-        );
         let mut dns_addr = None;
         if cfg.traffic {
             tasks.push(controllers::spawn(
@@ -220,14 +264,24 @@ impl Sim {
                 IngressRouter::new(cluster.clone(), shutdown_rx.clone()),
                 shutdown_rx.clone(),
             ));
-            let dns_at = SocketAddr::new(cluster.alloc().dns_ip().into(), 53);
-            let (c2, sd) = (cluster.clone(), shutdown_rx.clone());
-            tasks.push(tokio::spawn(async move {
-                if let Err(e) = dns::serve(c2, dns_at, sd).await {
-                    tracing::warn!(addr = %dns_at, error = %e, "cluster DNS cannot listen");
-                }
-            }));
-            dns_addr = Some(dns_at);
+            let (dns_v4, dual) = {
+                let alloc = cluster.alloc();
+                (alloc.dns_ip(), alloc.ipv6)
+            };
+            let mut dns_ips = vec![std::net::IpAddr::from(dns_v4)];
+            if dual {
+                dns_ips.push(crate::net::ipv6::twin(dns_v4).into());
+            }
+            for ip in dns_ips {
+                let dns_at = SocketAddr::new(ip, 53);
+                let (c2, sd) = (cluster.clone(), shutdown_rx.clone());
+                tasks.push(tokio::spawn(async move {
+                    if let Err(e) = dns::serve(c2, dns_at, sd).await {
+                        tracing::warn!(addr = %dns_at, error = %e, "cluster DNS cannot listen");
+                    }
+                }));
+                dns_addr.get_or_insert(dns_at);
+            }
         }
         let url = format!("{}://{addr}", if cfg.tls { "https" } else { "http" });
         let work_dir = cfg.runner.as_ref().map(|r| r.work_dir.clone());
@@ -454,6 +508,11 @@ impl Sim {
     /// The cluster DNS address (when traffic is on).
     pub fn dns_addr(&self) -> Option<SocketAddr> {
         self.dns
+    }
+
+    /// Whether the cluster is dual-stack (see [`SimConfig::ipv6`]).
+    pub fn dual_stack(&self) -> bool {
+        self.cluster.alloc().ipv6
     }
 
     /// Kills a pod's process with SIGKILL (an agent crash); the runner restarts it with

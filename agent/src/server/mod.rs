@@ -2,6 +2,7 @@
 //! knowledge for plain), with the peer address and scheme attached to every request.
 
 pub mod health;
+pub mod socket;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,9 +38,7 @@ pub struct ListenError {
 
 /// Binds `addr` for `what`.
 pub async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, ListenError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ListenError { what, addr, source })
+    socket::tcp(addr).map_err(|source| ListenError { what, addr, source })
 }
 
 /// Serves `router` on `listener` until the returned task is aborted; with `tls`, every

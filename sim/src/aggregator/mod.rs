@@ -109,8 +109,9 @@ fn target_of(c: &Cluster, svc: &Value) -> Result<proxy::Target, String> {
                 .to_string()
         })
         .ok_or_else(|| format!("service/{name} in \"{ns}\" is not listening on port {port}"))?;
-    let addr = ready_endpoints(c, &ns, &name, &port_name)
+    let addr = ready_endpoints(c, &ns, &name, &port_name, false)
         .into_iter()
+        .chain(ready_endpoints(c, &ns, &name, &port_name, true))
         .next()
         .ok_or_else(|| format!("service/{name} in \"{ns}\" has no endpoints"))?;
     let insecure = spec

@@ -48,12 +48,36 @@ fn resolve_port(target: &Value, pods: &[&Value]) -> Option<i64> {
     }
 }
 
-/// The EndpointSlice name of a Service (stable, so updates replace it).
-pub fn slice_name(svc: &str) -> String {
-    format!("{svc}-{}", &template_hash(&json!(svc))[..5])
+/// The EndpointSlice name of a Service's slice of one address family (stable, so updates
+/// replace it; the IPv4 slice keeps the name single-stack clusters always had).
+pub fn slice_name(svc: &str, family: &str) -> String {
+    let hash = template_hash(&json!(svc));
+    match family {
+        "IPv6" => format!("{svc}-v6-{}", &hash[..5]),
+        _ => format!("{svc}-{}", &hash[..5]),
+    }
 }
 
-/// Recomputes the Endpoints and EndpointSlice of one Service.
+/// A pod's address of one family ("IPv4" or "IPv6"), from `status.podIPs` (or `podIP`).
+pub fn pod_ip(pod: &Value, family: &str) -> Option<String> {
+    let want_v6 = family == "IPv6";
+    let listed = pod
+        .pointer("/status/podIPs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.get("ip").and_then(Value::as_str));
+    listed
+        .chain(pod.pointer("/status/podIP").and_then(Value::as_str))
+        .find(|ip| {
+            ip.parse::<std::net::IpAddr>()
+                .is_ok_and(|a| a.is_ipv6() == want_v6)
+        })
+        .map(String::from)
+}
+
+/// Recomputes the Endpoints (the primary family) and the EndpointSlices (one per family) of
+/// one Service.
 pub fn reconcile(c: &Cluster, ns: &str, name: &str) {
     let Some(svc) = c.store.get("core/services", ns, name) else {
         if let Ok(info) = c.builtin("", "Endpoints") {
@@ -67,6 +91,7 @@ pub fn reconcile(c: &Cluster, ns: &str, name: &str) {
     let mut svc = (*svc).clone();
     svc["apiVersion"] = json!("v1");
     svc["kind"] = json!("Service");
+    let families = crate::kinds::service::families(&svc);
     let (pods, _) = c.store.list("core/pods", Some(ns));
     let members: Vec<&Value> = pods
         .iter()
@@ -112,35 +137,30 @@ pub fn reconcile(c: &Cluster, ns: &str, name: &str) {
             p
         })
         .collect();
+    let primary = families.first().copied().unwrap_or("IPv4");
     let mut ready = Vec::new();
     let mut not_ready = Vec::new();
-    let mut slice_endpoints = Vec::new();
     for p in &members {
-        let ip = p.pointer("/status/podIP").cloned().unwrap_or(Value::Null);
+        let Some(ip) = pod_ip(p, primary) else {
+            continue;
+        };
         let node = p.pointer("/spec/nodeName").cloned().unwrap_or(Value::Null);
-        let is_ready = pod_ready(p);
-        let terminating = p.pointer("/metadata/deletionTimestamp").is_some();
         let addr = json!({"ip": ip, "nodeName": node, "targetRef": target_ref(p)});
-        if is_ready {
+        if pod_ready(p) {
             ready.push(addr)
         } else {
             not_ready.push(addr)
         }
-        slice_endpoints.push(json!({
-            "addresses": [ip],
-            "conditions": {"ready": is_ready, "serving": is_ready || (terminating && pod_ready_ignoring_deletion(p)), "terminating": terminating},
-            "nodeName": node,
-            "targetRef": target_ref(p),
-        }));
     }
     let mut subset = json!({"ports": ports});
+    let listed = !ready.is_empty() || !not_ready.is_empty();
     if !ready.is_empty() {
         subset["addresses"] = json!(ready);
     }
     if !not_ready.is_empty() {
         subset["notReadyAddresses"] = json!(not_ready);
     }
-    let subsets = if members.is_empty() || ports.is_empty() {
+    let subsets = if !listed || ports.is_empty() {
         json!([])
     } else {
         json!([subset])
@@ -164,15 +184,31 @@ pub fn reconcile(c: &Cluster, ns: &str, name: &str) {
     slice_labels["kubernetes.io/service-name"] = json!(name);
     slice_labels["endpointslice.kubernetes.io/managed-by"] =
         json!("endpointslice-controller.k8s.io");
-    let slice = json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": slice_name(name), "namespace": ns, "labels": slice_labels, "ownerReferences": [controller_ref(&svc)]},
-        "addressType": "IPv4",
-        "endpoints": slice_endpoints,
-        "ports": slice_ports,
-    });
-    if let Ok(info) = c.builtin("discovery.k8s.io", "EndpointSlice") {
-        upsert(c, &info, ns, slice, "endpointslice-controller");
+    for family in families {
+        let slice_endpoints: Vec<Value> = members
+            .iter()
+            .filter_map(|p| {
+                let ip = pod_ip(p, family)?;
+                let is_ready = pod_ready(p);
+                let terminating = p.pointer("/metadata/deletionTimestamp").is_some();
+                Some(json!({
+                    "addresses": [ip],
+                    "conditions": {"ready": is_ready, "serving": is_ready || (terminating && pod_ready_ignoring_deletion(p)), "terminating": terminating},
+                    "nodeName": p.pointer("/spec/nodeName").cloned().unwrap_or(Value::Null),
+                    "targetRef": target_ref(p),
+                }))
+            })
+            .collect();
+        let slice = json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": slice_name(name, family), "namespace": ns, "labels": slice_labels, "ownerReferences": [controller_ref(&svc)]},
+            "addressType": family,
+            "endpoints": slice_endpoints,
+            "ports": slice_ports,
+        });
+        if let Ok(info) = c.builtin("discovery.k8s.io", "EndpointSlice") {
+            upsert(c, &info, ns, slice, "endpointslice-controller");
+        }
     }
 }
 
@@ -214,7 +250,8 @@ impl Controller for EndpointsController {
                 // Only address, readiness, labels and termination matter to endpoints.
                 let relevant = e.kind != EventType::Modified
                     || e.prev.as_ref().is_none_or(|p| {
-                        p.pointer("/status/podIP") != e.object.pointer("/status/podIP")
+                        p.pointer("/status/podIPs") != e.object.pointer("/status/podIPs")
+                            || p.pointer("/status/podIP") != e.object.pointer("/status/podIP")
                             || pod_ready(p) != pod_ready(&e.object)
                             || p.pointer("/metadata/labels") != e.object.pointer("/metadata/labels")
                             || p.pointer("/metadata/deletionTimestamp")

@@ -1,7 +1,6 @@
-//! The cloud load-balancer stand-in: gives every LoadBalancer Service and every Ingress a
-//! loopback address in `status.loadBalancer.ingress`, and takes it back when no longer needed.
-
-use std::net::Ipv4Addr;
+//! The cloud load-balancer stand-in: gives every LoadBalancer Service (one address per IP
+//! family) and every Ingress (both families in a dual-stack cluster) a loopback address in
+//! `status.loadBalancer.ingress`, and takes it back when no longer needed.
 
 use serde_json::{Value, json};
 
@@ -15,17 +14,6 @@ const MANAGER: &str = "service-controller";
 /// The load-balancer controller.
 #[derive(Default)]
 pub struct LoadBalancerController;
-
-fn lb_ips(obj: &Value) -> Vec<Ipv4Addr> {
-    obj.pointer("/status/loadBalancer/ingress")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|i| i.get("ip").and_then(Value::as_str)?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 fn set_status(c: &Cluster, group: &str, kind: &str, ns: &str, name: &str, ingress: Value) {
     let Ok(info) = c.builtin(group, kind) else {
@@ -61,22 +49,39 @@ fn process(c: &Cluster, e: &StoreEvent) {
         ),
         _ => return,
     };
-    let have = lb_ips(&e.object);
+    let have = crate::kinds::service::addresses(&e.object, "/status/loadBalancer/ingress");
     if wants && have.is_empty() {
-        let Some(ip) = c.alloc().load_balancers.allocate() else {
+        let Some(slot) = c.alloc().load_balancers.allocate() else {
             tracing::warn!("no LoadBalancer addresses left");
             return;
         };
-        let mut entry = json!({"ip": ip.to_string()});
-        if kind == "Service" {
-            entry["ipMode"] = json!("VIP");
-        }
-        set_status(c, group, kind, &e.namespace, &e.name, json!([entry]));
+        let families = if kind == "Service" {
+            crate::kinds::service::families(&e.object)
+        } else if c.alloc().ipv6 {
+            vec!["IPv4", "IPv6"]
+        } else {
+            vec!["IPv4"]
+        };
+        let entries: Vec<Value> = families
+            .into_iter()
+            .map(|f| {
+                let ip: std::net::IpAddr = match f {
+                    "IPv6" => crate::net::ipv6::twin(slot).into(),
+                    _ => slot.into(),
+                };
+                let mut entry = json!({"ip": ip.to_string()});
+                if kind == "Service" {
+                    entry["ipMode"] = json!("VIP");
+                }
+                entry
+            })
+            .collect();
+        set_status(c, group, kind, &e.namespace, &e.name, json!(entries));
     } else if !wants && !have.is_empty() {
         {
             let mut alloc = c.alloc();
-            for ip in &have {
-                alloc.load_balancers.release(*ip);
+            for slot in &have {
+                alloc.load_balancers.release(*slot);
             }
         }
         set_status(c, group, kind, &e.namespace, &e.name, Value::Null);

@@ -1,8 +1,6 @@
 //! Pods: the defaults the real API server fills in, Pending status on create, graceful deletion
 //! of bound pods, and the pod address returned on removal.
 
-use std::net::Ipv4Addr;
-
 use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
@@ -94,20 +92,21 @@ pub fn grace_period(obj: &Value, requested: Option<i64>) -> i64 {
     })
 }
 
-/// Returns the pod's address to the pool.
+/// Returns the pod's address to the pool (its IPv6 twin goes with it).
 pub fn release(c: &Cluster, obj: &Value) {
-    if let Some(ip) = obj
+    let host_network = obj
+        .pointer("/spec/hostNetwork")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if host_network {
+        return;
+    }
+    if let Some(slot) = obj
         .pointer("/status/podIP")
         .and_then(Value::as_str)
-        .and_then(|s| s.parse::<Ipv4Addr>().ok())
+        .and_then(|s| crate::net::ipv6::slot(s.parse().ok()?))
     {
-        let host_network = obj
-            .pointer("/spec/hostNetwork")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        if !host_network {
-            c.alloc().pods.release(ip);
-        }
+        c.alloc().pods.release(slot);
     }
 }
 
@@ -116,12 +115,12 @@ pub fn release_node(c: &Cluster, obj: &Value) {
     if let Some(addrs) = obj.pointer("/status/addresses").and_then(Value::as_array) {
         for a in addrs {
             if a.get("type").and_then(Value::as_str) == Some("InternalIP")
-                && let Some(ip) = a
+                && let Some(slot) = a
                     .get("address")
                     .and_then(Value::as_str)
-                    .and_then(|s| s.parse::<Ipv4Addr>().ok())
+                    .and_then(|s| crate::net::ipv6::slot(s.parse().ok()?))
             {
-                c.alloc().nodes.release(ip);
+                c.alloc().nodes.release(slot);
             }
         }
     }

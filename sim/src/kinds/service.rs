@@ -1,8 +1,9 @@
-//! Services: type defaults, ClusterIP and NodePort allocation (loopback addresses and the
-//! 30000-32767 range), immutability of the allocated fields, release on removal.
+//! Services: type defaults, IP families (dual stack when the cluster has IPv6), ClusterIP and
+//! NodePort allocation (loopback addresses and the 30000-32767 range), immutability of the
+//! allocated fields, release on removal.
 
 use std::collections::HashSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use serde_json::{Value, json};
 
@@ -40,7 +41,68 @@ fn default_ports(obj: &mut Value) {
     }
 }
 
-fn default_spec(obj: &mut Value) {
+/// The IP families of a Service, primary first (`spec.ipFamilies`; IPv4 when unset).
+pub fn families(svc: &Value) -> Vec<&'static str> {
+    let listed: Vec<&'static str> = svc
+        .pointer("/spec/ipFamilies")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|f| match f.as_str()? {
+            "IPv4" => Some("IPv4"),
+            "IPv6" => Some("IPv6"),
+            _ => None,
+        })
+        .collect();
+    if listed.is_empty() {
+        vec!["IPv4"]
+    } else {
+        listed
+    }
+}
+
+fn family_of(ip: &str) -> Option<&'static str> {
+    match ip.parse::<IpAddr>().ok()? {
+        IpAddr::V4(_) => Some("IPv4"),
+        IpAddr::V6(_) => Some("IPv6"),
+    }
+}
+
+/// Fills `ipFamilies` as kube-apiserver does: from the requested ClusterIPs, else IPv4, plus
+/// the other family when the policy asks for dual stack and the cluster has it.
+fn default_families(spec: &mut serde_json::Map<String, Value>, dual: bool) {
+    let policy = spec
+        .get("ipFamilyPolicy")
+        .and_then(Value::as_str)
+        .unwrap_or("SingleStack")
+        .to_string();
+    spec.entry("ipFamilyPolicy").or_insert(json!(policy));
+    if spec
+        .get("ipFamilies")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty)
+    {
+        let from_ips: Vec<&str> = spec
+            .get("clusterIPs")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_else(|| spec.get("clusterIP").cloned().into_iter().collect())
+            .iter()
+            .filter_map(|ip| family_of(ip.as_str()?))
+            .collect();
+        let mut fams = if from_ips.is_empty() {
+            vec!["IPv4"]
+        } else {
+            from_ips
+        };
+        if policy != "SingleStack" && dual && fams.len() == 1 {
+            fams.push(if fams[0] == "IPv4" { "IPv6" } else { "IPv4" });
+        }
+        spec.insert("ipFamilies".into(), json!(fams));
+    }
+}
+
+fn default_spec(obj: &mut Value, dual: bool) {
     if !obj.get("spec").is_some_and(Value::is_object) {
         obj["spec"] = json!({});
     }
@@ -49,8 +111,7 @@ fn default_spec(obj: &mut Value) {
         spec.entry("type").or_insert(json!(t));
         spec.entry("sessionAffinity").or_insert(json!("None"));
         if t != "ExternalName" {
-            spec.entry("ipFamilies").or_insert(json!(["IPv4"]));
-            spec.entry("ipFamilyPolicy").or_insert(json!("SingleStack"));
+            default_families(spec, dual);
             spec.entry("internalTrafficPolicy")
                 .or_insert(json!("Cluster"));
         }
@@ -124,50 +185,162 @@ fn allocate_node_ports(
     Ok(taken)
 }
 
-/// Allocates a new Service's ClusterIP and NodePorts.
-pub fn prepare_create(c: &Cluster, info: &ResourceInfo, obj: &mut Value) -> ApiResult<()> {
-    default_spec(obj);
-    let t = svc_type(obj);
+/// Rejects families the cluster does not have, as kube-apiserver does.
+fn check_families(info: &ResourceInfo, obj: &Value, dual: bool) -> ApiResult<()> {
     let name = name_of(obj);
-    let mut allocated_ip = None;
-    if t != "ExternalName" {
-        match obj.pointer("/spec/clusterIP").and_then(Value::as_str) {
-            Some("None") => {
-                obj["spec"]["clusterIPs"] = json!(["None"]);
-            }
-            Some(ip) if !ip.is_empty() => {
-                let parsed: Option<Ipv4Addr> = ip.parse().ok();
-                let ok = parsed.is_some_and(|a| c.alloc().cluster_ips.claim(a));
-                if !ok {
-                    return Err(ApiError::invalid(
-                        info,
-                        &name,
-                        "spec.clusterIPs",
-                        &format!(
-                            "Invalid value: []string{{\"{ip}\"}}: failed to allocate IP {ip}: provided IP is already allocated"
-                        ),
-                    ));
-                }
-                allocated_ip = parsed;
-                obj["spec"]["clusterIPs"] = json!([ip]);
+    let policy = obj
+        .pointer("/spec/ipFamilyPolicy")
+        .and_then(Value::as_str)
+        .unwrap_or("SingleStack");
+    let invalid = |field: &str, msg: String| Err(ApiError::invalid(info, &name, field, &msg));
+    if !matches!(
+        policy,
+        "SingleStack" | "PreferDualStack" | "RequireDualStack"
+    ) {
+        return invalid(
+            "spec.ipFamilyPolicy",
+            format!(
+                "Unsupported value: \"{policy}\": supported values: \"PreferDualStack\", \"RequireDualStack\", \"SingleStack\""
+            ),
+        );
+    }
+    if policy == "RequireDualStack" && !dual {
+        return invalid(
+            "spec.ipFamilyPolicy",
+            format!(
+                "Invalid value: \"{policy}\": this cluster is not configured for dual-stack services"
+            ),
+        );
+    }
+    let listed: Vec<String> = obj
+        .pointer("/spec/ipFamilies")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|f| f.as_str().unwrap_or("").to_string())
+        .collect();
+    for (i, f) in listed.iter().enumerate() {
+        match f.as_str() {
+            "IPv4" => {}
+            "IPv6" if dual => {}
+            "IPv6" => {
+                return invalid(
+                    &format!("spec.ipFamilies[{i}]"),
+                    format!("Invalid value: \"{f}\": not configured on this cluster"),
+                );
             }
             _ => {
-                let ip = c
-                    .alloc()
+                return invalid(
+                    &format!("spec.ipFamilies[{i}]"),
+                    format!("Unsupported value: \"{f}\": supported values: \"IPv4\", \"IPv6\""),
+                );
+            }
+        }
+    }
+    if listed.len() == 2 && listed[0] == listed[1] {
+        return invalid(
+            "spec.ipFamilies[1]",
+            format!("Duplicate value: \"{}\"", listed[1]),
+        );
+    }
+    if listed.len() > 1 && policy == "SingleStack" {
+        return invalid(
+            "spec.ipFamilyPolicy",
+            "Invalid value: \"SingleStack\": must be 'RequireDualStack' or 'PreferDualStack' when multiple 'ipFamilies' are specified".to_string(),
+        );
+    }
+    Ok(())
+}
+
+/// The address of a pool slot in a family.
+fn in_family(slot: Ipv4Addr, family: &str) -> IpAddr {
+    match family {
+        "IPv6" => crate::net::ipv6::twin(slot).into(),
+        _ => slot.into(),
+    }
+}
+
+/// Allocates a new Service's ClusterIPs (one per family) and NodePorts.
+pub fn prepare_create(c: &Cluster, info: &ResourceInfo, obj: &mut Value) -> ApiResult<()> {
+    let dual = c.alloc().ipv6;
+    default_spec(obj, dual);
+    let t = svc_type(obj);
+    let name = name_of(obj);
+    let mut allocated: Option<Ipv4Addr> = None;
+    if t != "ExternalName" {
+        check_families(info, obj, dual)?;
+        let requested: Vec<String> = match obj.pointer("/spec/clusterIPs").and_then(Value::as_array)
+        {
+            Some(ips) if !ips.is_empty() => ips
+                .iter()
+                .filter_map(|i| i.as_str().map(String::from))
+                .collect(),
+            _ => obj
+                .pointer("/spec/clusterIP")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .into_iter()
+                .collect(),
+        };
+        if requested.first().map(String::as_str) == Some("None") {
+            obj["spec"]["clusterIP"] = json!("None");
+            obj["spec"]["clusterIPs"] = json!(["None"]);
+        } else {
+            let families = families(obj);
+            // One pool slot per Service: its IPv6 ClusterIP is the IPv4 one's twin.
+            let slot = if requested.is_empty() {
+                c.alloc()
                     .cluster_ips
                     .allocate()
-                    .ok_or_else(|| ApiError::internal("no ClusterIPs left"))?;
-                allocated_ip = Some(ip);
-                obj["spec"]["clusterIP"] = json!(ip.to_string());
-                obj["spec"]["clusterIPs"] = json!([ip.to_string()]);
-            }
+                    .ok_or_else(|| ApiError::internal("no ClusterIPs left"))?
+            } else {
+                let slots: Vec<Option<Ipv4Addr>> = requested
+                    .iter()
+                    .zip(&families)
+                    .map(|(ip, family)| {
+                        ip.parse::<IpAddr>()
+                            .ok()
+                            .filter(|a| family_of(&a.to_string()) == Some(*family))
+                            .and_then(crate::net::ipv6::slot)
+                    })
+                    .collect();
+                let first = slots.first().copied().flatten();
+                let same = slots.iter().all(|s| *s == first);
+                match first.filter(|s| same && c.alloc().cluster_ips.claim(*s)) {
+                    Some(s) => s,
+                    None => {
+                        let list = requested
+                            .iter()
+                            .map(|ip| format!("\"{ip}\""))
+                            .collect::<Vec<_>>()
+                            .join(", ");
+                        return Err(ApiError::invalid(
+                            info,
+                            &name,
+                            "spec.clusterIPs",
+                            &format!(
+                                "Invalid value: []string{{{list}}}: failed to allocate IP {}: provided IP is already allocated",
+                                requested[0]
+                            ),
+                        ));
+                    }
+                }
+            };
+            allocated = Some(slot);
+            let ips: Vec<String> = families
+                .iter()
+                .map(|f| in_family(slot, f).to_string())
+                .collect();
+            obj["spec"]["clusterIP"] = json!(ips.first());
+            obj["spec"]["clusterIPs"] = json!(ips);
         }
     }
     if needs_node_ports(&t)
         && let Err(e) = allocate_node_ports(c, info, obj, &[])
     {
-        if let Some(ip) = allocated_ip {
-            c.alloc().cluster_ips.release(ip);
+        if let Some(slot) = allocated {
+            c.alloc().cluster_ips.release(slot);
         }
         return Err(e);
     }
@@ -202,7 +375,18 @@ pub fn prepare_update(
     old: &Value,
     new: &mut Value,
 ) -> ApiResult<()> {
-    default_spec(new);
+    // A replacement that leaves the families out keeps the allocated ones.
+    for field in ["ipFamilies", "ipFamilyPolicy"] {
+        if new.pointer(&format!("/spec/{field}")).is_none()
+            && let (Some(v), Some(spec)) = (
+                old.pointer(&format!("/spec/{field}")),
+                new.get_mut("spec").and_then(Value::as_object_mut),
+            )
+        {
+            spec.insert(field.into(), v.clone());
+        }
+    }
+    default_spec(new, c.alloc().ipv6);
     let name = name_of(new);
     let old_ip = old.pointer("/spec/clusterIP").cloned();
     match (
@@ -249,12 +433,8 @@ pub fn prepare_update(
 /// Returns the ClusterIP, NodePorts and LoadBalancer addresses of a removed Service.
 pub fn release(c: &Cluster, obj: &Value) {
     let mut alloc = c.alloc();
-    if let Some(ip) = obj
-        .pointer("/spec/clusterIP")
-        .and_then(Value::as_str)
-        .and_then(|s| s.parse::<Ipv4Addr>().ok())
-    {
-        alloc.cluster_ips.release(ip);
+    for slot in addresses(obj, "/spec/clusterIPs") {
+        alloc.cluster_ips.release(slot);
     }
     for (_, _, np) in node_ports(obj) {
         if let Ok(np) = u16::try_from(np) {
@@ -268,18 +448,18 @@ pub fn release(c: &Cluster, obj: &Value) {
 /// Returns the LoadBalancer addresses in an object's status.
 pub fn release_load_balancer(c: &Cluster, obj: &Value) {
     let mut alloc = c.alloc();
-    if let Some(ing) = obj
-        .pointer("/status/loadBalancer/ingress")
-        .and_then(Value::as_array)
-    {
-        for i in ing {
-            if let Some(ip) = i
-                .get("ip")
-                .and_then(Value::as_str)
-                .and_then(|s| s.parse::<Ipv4Addr>().ok())
-            {
-                alloc.load_balancers.release(ip);
-            }
-        }
+    for slot in addresses(obj, "/status/loadBalancer/ingress") {
+        alloc.load_balancers.release(slot);
     }
+}
+
+/// The pool slots of the addresses listed at `pointer` (strings, or objects with `ip`).
+pub fn addresses(obj: &Value, pointer: &str) -> Vec<Ipv4Addr> {
+    obj.pointer(pointer)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().or_else(|| v.get("ip")?.as_str()))
+        .filter_map(|s| crate::net::ipv6::slot(s.parse().ok()?))
+        .collect()
 }

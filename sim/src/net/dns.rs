@@ -1,9 +1,10 @@
-//! The cluster-DNS stand-in: answers `<svc>.<ns>.svc.cluster.local` (the ClusterIP, or the
+//! The cluster-DNS stand-in: answers `<svc>.<ns>.svc.cluster.local` (the ClusterIPs, or the
 //! Ready pod addresses of a headless Service) and `<a-b-c-d>.<ns>.pod.cluster.local` from the
-//! Service table, over UDP and TCP on the kube-dns Service address; NXDOMAIN for unknown names
-//! in the cluster domain, REFUSED outside it (there is no upstream to forward to).
+//! Service table, with A and AAAA records, over UDP and TCP on the kube-dns Service address;
+//! NXDOMAIN for unknown names in the cluster domain, REFUSED outside it (there is no upstream
+//! to forward to).
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -14,7 +15,10 @@ use crate::cluster::Cluster;
 
 /// The cluster domain.
 pub const CLUSTER_DOMAIN: &str = "cluster.local";
-const TYPE_A: u16 = 1;
+/// Record type A.
+pub const TYPE_A: u16 = 1;
+/// Record type AAAA.
+pub const TYPE_AAAA: u16 = 28;
 const TTL: u32 = 5;
 
 /// Response codes used.
@@ -30,8 +34,8 @@ pub enum Rcode {
     Refused = 5,
 }
 
-/// The A records of a name and the response code.
-pub fn resolve(c: &Cluster, name: &str) -> (Rcode, Vec<Ipv4Addr>) {
+/// The addresses of a name (both families) and the response code.
+pub fn resolve(c: &Cluster, name: &str) -> (Rcode, Vec<IpAddr>) {
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     let Some(local) = name.strip_suffix(&format!(".{CLUSTER_DOMAIN}")) else {
         return (Rcode::Refused, Vec::new());
@@ -44,22 +48,39 @@ pub fn resolve(c: &Cluster, name: &str) -> (Rcode, Vec<Ipv4Addr>) {
             };
             match s.pointer("/spec/clusterIP").and_then(Value::as_str) {
                 Some("None") | None => {
-                    let mut ips: Vec<Ipv4Addr> = crate::net::ready_endpoints(c, ns, svc, "")
-                        .iter()
-                        .filter_map(|a| match a.ip() {
-                            std::net::IpAddr::V4(v4) => Some(v4),
-                            std::net::IpAddr::V6(_) => None,
-                        })
+                    let mut ips: Vec<IpAddr> = [false, true]
+                        .into_iter()
+                        .flat_map(|v6| crate::net::ready_endpoints(c, ns, svc, "", v6))
+                        .map(|a| a.ip())
                         .collect();
                     ips.sort();
                     ips.dedup();
                     (Rcode::NoError, ips)
                 }
-                Some(ip) => (Rcode::NoError, ip.parse().into_iter().collect()),
+                Some(_) => (
+                    Rcode::NoError,
+                    s.pointer("/spec/clusterIPs")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|ip| ip.as_str()?.parse().ok())
+                        .collect(),
+                ),
             }
         }
         [dashed, ns, "pod"] => {
-            let ip: Option<Ipv4Addr> = dashed.replace('-', ".").parse().ok();
+            // a-b-c-d, or an IPv6 address with ':' written as '-'.
+            let ip: Option<IpAddr> = dashed
+                .replace('-', ".")
+                .parse::<Ipv4Addr>()
+                .map(IpAddr::from)
+                .or_else(|_| {
+                    dashed
+                        .replace('-', ":")
+                        .parse::<Ipv6Addr>()
+                        .map(IpAddr::from)
+                })
+                .ok();
             match ip {
                 Some(ip) if c.store.get("core/namespaces", "", ns).is_some() => {
                     (Rcode::NoError, vec![ip])
@@ -104,12 +125,14 @@ pub fn answer(c: &Cluster, q: &[u8]) -> Option<Vec<u8>> {
     let (rcode, qtype, records, qend) = match parse_question(q) {
         Some((name, qtype, end)) if q.len() >= end => {
             let (rcode, ips) = resolve(c, &name);
-            (
-                rcode,
-                qtype,
-                if qtype == TYPE_A { ips } else { Vec::new() },
-                end,
-            )
+            let records: Vec<IpAddr> = ips
+                .into_iter()
+                .filter(|ip| match ip {
+                    IpAddr::V4(_) => qtype == TYPE_A,
+                    IpAddr::V6(_) => qtype == TYPE_AAAA,
+                })
+                .collect();
+            (rcode, qtype, records, end)
         }
         _ => (Rcode::FormErr, 0, Vec::new(), 12),
     };
@@ -123,12 +146,16 @@ pub fn answer(c: &Cluster, q: &[u8]) -> Option<Vec<u8>> {
     r.extend_from_slice(&[0, 0, 0, 0]);
     r.extend_from_slice(&q[12..qend]);
     for ip in records {
+        let (rtype, data) = match ip {
+            IpAddr::V4(v4) => (TYPE_A, v4.octets().to_vec()),
+            IpAddr::V6(v6) => (TYPE_AAAA, v6.octets().to_vec()),
+        };
         r.extend_from_slice(&[0xC0, 0x0C]);
-        r.extend_from_slice(&TYPE_A.to_be_bytes());
+        r.extend_from_slice(&rtype.to_be_bytes());
         r.extend_from_slice(&1u16.to_be_bytes());
         r.extend_from_slice(&TTL.to_be_bytes());
-        r.extend_from_slice(&4u16.to_be_bytes());
-        r.extend_from_slice(&ip.octets());
+        r.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        r.extend_from_slice(&data);
     }
     Some(r)
 }
@@ -139,8 +166,8 @@ pub async fn serve(
     addr: SocketAddr,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let udp = UdpSocket::bind(addr).await?;
-    let tcp = TcpListener::bind(addr).await?;
+    let udp = UdpSocket::from_std(crate::net::ipv6::udp_socket(addr)?)?;
+    let tcp = TcpListener::from_std(crate::net::ipv6::tcp_listener(addr)?)?;
     let mut buf = vec![0u8; 4096];
     loop {
         tokio::select! {
@@ -181,6 +208,11 @@ pub async fn serve(
 
 /// A DNS query for `name` (type A), for tests and tools.
 pub fn query(id: u16, name: &str) -> Vec<u8> {
+    query_type(id, name, TYPE_A)
+}
+
+/// A DNS query for `name` of record type `qtype`.
+pub fn query_type(id: u16, name: &str, qtype: u16) -> Vec<u8> {
     let mut q = id.to_be_bytes().to_vec();
     q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
     for label in name.trim_end_matches('.').split('.') {
@@ -188,13 +220,13 @@ pub fn query(id: u16, name: &str) -> Vec<u8> {
         q.extend_from_slice(label.as_bytes());
     }
     q.push(0);
-    q.extend_from_slice(&TYPE_A.to_be_bytes());
+    q.extend_from_slice(&qtype.to_be_bytes());
     q.extend_from_slice(&1u16.to_be_bytes());
     q
 }
 
-/// Reads a response: (rcode, A records).
-pub fn parse_response(r: &[u8]) -> Option<(u8, Vec<Ipv4Addr>)> {
+/// Reads a response: (rcode, A and AAAA records).
+pub fn parse_response(r: &[u8]) -> Option<(u8, Vec<IpAddr>)> {
     if r.len() < 12 {
         return None;
     }
@@ -207,8 +239,10 @@ pub fn parse_response(r: &[u8]) -> Option<(u8, Vec<Ipv4Addr>)> {
         let rtype = u16::from_be_bytes([*r.get(i + 2)?, *r.get(i + 3)?]);
         let rdlen = u16::from_be_bytes([*r.get(i + 10)?, *r.get(i + 11)?]) as usize;
         let data = r.get(i + 12..i + 12 + rdlen)?;
-        if rtype == TYPE_A && rdlen == 4 {
-            ips.push(Ipv4Addr::new(data[0], data[1], data[2], data[3]));
+        if let (TYPE_A, Ok(v4)) = (rtype, <[u8; 4]>::try_from(data)) {
+            ips.push(Ipv4Addr::from(v4).into());
+        } else if let (TYPE_AAAA, Ok(v6)) = (rtype, <[u8; 16]>::try_from(data)) {
+            ips.push(Ipv6Addr::from(v6).into());
         }
         i += 12 + rdlen;
     }

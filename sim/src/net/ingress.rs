@@ -142,6 +142,7 @@ async fn handle(
     ns: String,
     name: String,
     mut client: TcpStream,
+    v6: bool,
     counter: Arc<AtomicUsize>,
 ) {
     let mut head = Vec::with_capacity(1024);
@@ -186,7 +187,12 @@ async fn handle(
     let Some(port_name) = service_port_name(&c, &ns, &svc, &port) else {
         return not_found(client).await;
     };
-    let eps = ready_endpoints(&c, &ns, &svc, &port_name);
+    // As an ingress controller does: the backend in the family the request came in on, or in
+    // the other one when the Service has only that.
+    let mut eps = ready_endpoints(&c, &ns, &svc, &port_name, v6);
+    if eps.is_empty() {
+        eps = ready_endpoints(&c, &ns, &svc, &port_name, !v6);
+    }
     if eps.is_empty() {
         let body = "no endpoints";
         let resp = format!(
@@ -268,14 +274,13 @@ impl Controller for IngressRouter {
             if self.listeners.contains_key(&addr) {
                 continue;
             }
-            let std_listener = match std::net::TcpListener::bind(addr) {
+            let std_listener = match crate::net::ipv6::tcp_listener(addr) {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::warn!(%addr, error = %e, "ingress router cannot listen");
                     continue;
                 }
             };
-            let _ = std_listener.set_nonblocking(true);
             let Ok(listener) = TcpListener::from_std(std_listener) else {
                 continue;
             };
@@ -287,7 +292,7 @@ impl Controller for IngressRouter {
                     tokio::select! {
                         accepted = listener.accept() => {
                             if let Ok((stream, _)) = accepted {
-                                tokio::spawn(handle(cluster.clone(), ns.clone(), name.clone(), stream, counter.clone()));
+                                tokio::spawn(handle(cluster.clone(), ns.clone(), name.clone(), stream, addr.is_ipv6(), counter.clone()));
                             }
                         }
                         _ = shutdown.wait_for(|s| *s) => return,

@@ -1,6 +1,6 @@
-//! The kube-proxy stand-in: for every Service TCP port it listens on the ClusterIP, on the
-//! NodePort of every node address, and on the LoadBalancer address, and forwards each
-//! connection to a Ready endpoint (round-robin).
+//! The kube-proxy stand-in: for every Service TCP port it listens on each ClusterIP, on the
+//! NodePort of every node address, and on each LoadBalancer address, and forwards each
+//! connection to a Ready endpoint of the same IP family (round-robin).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use crate::cluster::Cluster;
 use crate::controllers::Controller;
 use crate::net::ready_endpoints;
-use crate::stages::funcs::internal_ip;
+use crate::stages::funcs::internal_ips;
 use crate::store::StoreEvent;
 
 /// Which Service port a listener serves.
@@ -59,7 +59,8 @@ pub fn desired(c: &Cluster) -> BTreeMap<SocketAddr, Target> {
     let (nodes, _) = c.store.list("core/nodes", None);
     let node_ips: Vec<IpAddr> = nodes
         .iter()
-        .filter_map(|n| internal_ip(n)?.parse().ok())
+        .flat_map(|n| internal_ips(n))
+        .filter_map(|ip| ip.parse().ok())
         .collect();
     let (svcs, _) = c.store.list("core/services", None);
     for s in svcs {
@@ -75,10 +76,13 @@ pub fn desired(c: &Cluster) -> BTreeMap<SocketAddr, Target> {
         if ns == "kube-system" && name == "kube-dns" {
             continue;
         }
-        let cluster_ip: Option<IpAddr> = s
-            .pointer("/spec/clusterIP")
-            .and_then(Value::as_str)
-            .and_then(|x| x.parse().ok());
+        let cluster_ips: Vec<IpAddr> = s
+            .pointer("/spec/clusterIPs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_str()?.parse().ok())
+            .collect();
         let lbs: Vec<IpAddr> = s
             .pointer("/status/loadBalancer/ingress")
             .and_then(Value::as_array)
@@ -113,8 +117,8 @@ pub fn desired(c: &Cluster) -> BTreeMap<SocketAddr, Target> {
             else {
                 continue;
             };
-            if let Some(ip) = cluster_ip {
-                out.insert(SocketAddr::new(ip, port), target.clone());
+            for ip in &cluster_ips {
+                out.insert(SocketAddr::new(*ip, port), target.clone());
             }
             for ip in &lbs {
                 out.insert(SocketAddr::new(*ip, port), target.clone());
@@ -137,9 +141,16 @@ async fn forward(
     c: Arc<Cluster>,
     target: Target,
     mut client: TcpStream,
+    v6: bool,
     counter: Arc<AtomicUsize>,
 ) {
-    let eps = ready_endpoints(&c, &target.namespace, &target.service, &target.port_name);
+    let eps = ready_endpoints(
+        &c,
+        &target.namespace,
+        &target.service,
+        &target.port_name,
+        v6,
+    );
     if eps.is_empty() {
         // As kube-proxy: no Ready endpoint, the connection is refused (here: closed at once).
         return;
@@ -188,7 +199,7 @@ impl Controller for Proxy {
             if self.listeners.contains_key(&addr) {
                 continue;
             }
-            let std_listener = match std::net::TcpListener::bind(addr) {
+            let std_listener = match crate::net::ipv6::tcp_listener(addr) {
                 Ok(l) => l,
                 Err(e) => {
                     if self.failed.insert(addr) {
@@ -197,7 +208,6 @@ impl Controller for Proxy {
                     continue;
                 }
             };
-            let _ = std_listener.set_nonblocking(true);
             let Ok(listener) = TcpListener::from_std(std_listener) else {
                 continue;
             };
@@ -209,7 +219,7 @@ impl Controller for Proxy {
                     tokio::select! {
                         accepted = listener.accept() => {
                             if let Ok((stream, _)) = accepted {
-                                tokio::spawn(forward(cluster.clone(), t.clone(), stream, counter.clone()));
+                                tokio::spawn(forward(cluster.clone(), t.clone(), stream, addr.is_ipv6(), counter.clone()));
                             }
                         }
                         _ = shutdown.wait_for(|s| *s) => return,

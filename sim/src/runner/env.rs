@@ -11,6 +11,17 @@ fn s<'a>(v: &'a Value, p: &str) -> &'a str {
     v.pointer(p).and_then(Value::as_str).unwrap_or("")
 }
 
+/// A list of `{ip: ...}` joined by commas, as the downward API gives `status.podIPs`.
+fn ips(v: &Value, p: &str) -> String {
+    v.pointer(p)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.get("ip").and_then(Value::as_str))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn field_ref(pod: &Value, path: &str) -> String {
     match path {
         "metadata.name" => s(pod, "/metadata/name").into(),
@@ -19,7 +30,9 @@ fn field_ref(pod: &Value, path: &str) -> String {
         "spec.nodeName" => s(pod, "/spec/nodeName").into(),
         "spec.serviceAccountName" => s(pod, "/spec/serviceAccountName").into(),
         "status.podIP" => s(pod, "/status/podIP").into(),
+        "status.podIPs" => ips(pod, "/status/podIPs"),
         "status.hostIP" => s(pod, "/status/hostIP").into(),
+        "status.hostIPs" => ips(pod, "/status/hostIPs"),
         other => {
             // metadata.labels['k'] and metadata.annotations['k']
             for (prefix, ptr) in [
@@ -50,6 +63,7 @@ pub fn pod_env(c: &Cluster, pod: &Value) -> Vec<(String, String)> {
         ("POD_NAME".to_string(), s(pod, "/metadata/name").to_string()),
         ("POD_NAMESPACE".to_string(), ns.to_string()),
         ("POD_IP".to_string(), s(pod, "/status/podIP").to_string()),
+        ("POD_IPS".to_string(), ips(pod, "/status/podIPs")),
         (
             "NODE_NAME".to_string(),
             s(pod, "/spec/nodeName").to_string(),
@@ -151,14 +165,17 @@ mod tests {
             "spec": {"nodeName": "node-1", "containers": [{"name": "c", "env": [
                 {"name": "A", "value": "x-$(POD_NAME)"},
                 {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
-                {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+                {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "IPS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIPs"}}}
             ]}]},
-            "status": {"podIP": "127.20.0.9"}});
+            "status": {"podIP": "127.20.0.9", "podIPs": [{"ip": "127.20.0.9"}, {"ip": "fd00:10::7f14:9"}]}});
         let env = pod_env(&c, &pod);
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("A"), Some("x-p"));
         assert_eq!(get("APP"), Some("a"));
         assert_eq!(get("IP"), Some("127.20.0.9"));
+        assert_eq!(get("IPS"), Some("127.20.0.9,fd00:10::7f14:9"));
+        assert_eq!(get("POD_IPS"), Some("127.20.0.9,fd00:10::7f14:9"));
         assert_eq!(
             expand("--listen=$(POD_IP):80 $$(KEEP) $(NOPE)", &env),
             "--listen=127.20.0.9:80 $(KEEP) $(NOPE)"

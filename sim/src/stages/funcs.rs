@@ -12,15 +12,22 @@ pub struct ClusterFuncs<'a> {
     pub cluster: &'a Cluster,
 }
 
-/// A node's InternalIP, if it has one.
+/// A node's first InternalIP, if it has one.
 pub fn internal_ip(node: &Value) -> Option<String> {
+    internal_ips(node).into_iter().next()
+}
+
+/// Every InternalIP of a node (IPv4 first in a dual-stack cluster).
+pub fn internal_ips(node: &Value) -> Vec<String> {
     node.pointer("/status/addresses")
-        .and_then(Value::as_array)?
-        .iter()
-        .find(|a| a["type"] == "InternalIP")
-        .and_then(|a| a.get("address").and_then(Value::as_str))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|a| a["type"] == "InternalIP")
+        .filter_map(|a| a.get("address").and_then(Value::as_str))
         .filter(|s| !s.is_empty())
         .map(String::from)
+        .collect()
 }
 
 impl ClusterFuncs<'_> {
@@ -99,6 +106,16 @@ impl Funcs for ClusterFuncs<'_> {
                     });
                 let probed = dot.pointer("/spec/containers/0/readinessProbe").is_some();
                 Ok(json!(marked && probed))
+            }
+            // IPv6Of <ip>: the IPv6 twin of an address in a dual-stack cluster, else "".
+            "IPv6Of" => {
+                let twin = args
+                    .first()
+                    .and_then(Value::as_str)
+                    .and_then(|s| s.parse::<std::net::Ipv4Addr>().ok())
+                    .filter(|_| self.cluster.alloc().ipv6)
+                    .map(|v4| crate::net::ipv6::twin(v4).to_string());
+                Ok(json!(twin.unwrap_or_default()))
             }
             // kwok's names: NodeIPWith <node>, PodIPWith <node> <hostNetwork> <uid> <name> <ns>.
             "NodeIPOf" | "NodeIPWith" => Ok(json!(

@@ -1,7 +1,8 @@
 //! Real traffic: a DaemonSet on 5 nodes whose pods run as processes (the `kube-sim echo`
 //! stand-in for the agent), reached on each pod address and through the Service's ClusterIP,
 //! a NodePort, the LoadBalancer address and an Ingress; the cluster DNS answers for every
-//! Service and NXDOMAIN otherwise; a deleted pod's process stops.
+//! Service and NXDOMAIN otherwise; a deleted pod's process stops. The same over IPv6 in a
+//! dual-stack cluster.
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube_sim::net::dns;
 use kube_sim::runner::RunnerConfig;
-use kube_sim::{Sim, SimConfig};
+use kube_sim::{Ipv6Mode, Sim, SimConfig};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -34,6 +35,87 @@ async fn http_get(addr: &str, host: &str, path: &str) -> Option<Value> {
     serde_json::from_str(body.trim()).ok()
 }
 
+/// Creates the `agent` DaemonSet (5 process nodes), its LoadBalancer Service (`svc_extra`
+/// merged into the spec) and an Ingress, and waits until all five pods are Ready.
+async fn deploy_agents(client: &kube::Client, svc_extra: Value) -> Vec<Pod> {
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": {"labels": {"app": "agent"}},
+                "spec": {"nodeSelector": {"kube-sim.kdoctor.io/processes": "true"},
+                    "containers": [{"name": "agent", "image": "kdoctor:dev", "ports": [{"name": "http", "containerPort": 8080}],
+                        "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}}}]}}}
+    }))
+    .expect("ds");
+    Api::<DaemonSet>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &ds)
+        .await
+        .expect("create ds");
+    let mut spec = json!({"type": "LoadBalancer", "selector": {"app": "agent"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), svc_extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let svc: Service =
+        serde_json::from_value(json!({"metadata": {"name": "agent"}, "spec": spec})).expect("svc");
+    Api::<Service>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &svc)
+        .await
+        .expect("svc");
+    let ing: Ingress = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {"rules": [{"host": "agent.example", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+            "backend": {"service": {"name": "agent", "port": {"number": 80}}}}]}}]}
+    }))
+    .expect("ingress");
+    Api::<Ingress>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &ing)
+        .await
+        .expect("ingress");
+    // The DaemonSet counts a pod Ready only once its process answers the readiness probe, so
+    // when all five are Ready every process answers at once.
+    let dss: Api<DaemonSet> = Api::namespaced(client.clone(), "default");
+    eventually(20, || {
+        let dss = dss.clone();
+        async move { (dss.get("agent").await.expect("ds").status?.number_ready == 5).then_some(()) }
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    eventually(20, || {
+        let pods = pods.clone();
+        async move {
+            let list = pods
+                .list(&ListParams::default().labels("app=agent"))
+                .await
+                .expect("pods");
+            (list.items.len() == 5
+                && list
+                    .items
+                    .iter()
+                    .all(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some()))
+            .then_some(list.items)
+        }
+    })
+    .await
+}
+
+/// The load-balancer addresses of a Service or Ingress status, once assigned.
+async fn lb_ips<K>(api: &Api<K>, name: &str) -> Vec<String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    eventually(10, || async move {
+        let obj = serde_json::to_value(api.get(name).await.ok()?.clone()).ok()?;
+        let ips: Vec<String> = obj
+            .pointer("/status/loadBalancer/ingress")?
+            .as_array()?
+            .iter()
+            .filter_map(|i| i.get("ip")?.as_str().map(String::from))
+            .collect();
+        (!ips.is_empty()).then_some(ips)
+    })
+    .await
+}
+
 #[tokio::test]
 async fn daemonset_processes_answer_on_every_service_address_and_dns() {
     let work = tempfile::tempdir().expect("work dir");
@@ -52,65 +134,11 @@ async fn daemonset_processes_answer_on_every_service_address_and_dns() {
     .await
     .expect("sim");
     let client = sim.client().await.expect("client");
-    let ds: DaemonSet = serde_json::from_value(json!({
-        "metadata": {"name": "agent"},
-        "spec": {"selector": {"matchLabels": {"app": "agent"}},
-            "template": {"metadata": {"labels": {"app": "agent"}},
-                "spec": {"nodeSelector": {"kube-sim.kdoctor.io/processes": "true"},
-                    "containers": [{"name": "agent", "image": "kdoctor:dev", "ports": [{"name": "http", "containerPort": 8080}],
-                        "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}}}]}}}
-    }))
-    .expect("ds");
-    Api::<DaemonSet>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &ds)
-        .await
-        .expect("create ds");
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": "agent"},
-        "spec": {"type": "LoadBalancer", "selector": {"app": "agent"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}
-    }))
-    .expect("svc");
-    let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
-    svcs.create(&PostParams::default(), &svc)
-        .await
-        .expect("svc");
-    let ing: Ingress = serde_json::from_value(json!({
-        "metadata": {"name": "agent"},
-        "spec": {"rules": [{"host": "agent.example", "http": {"paths": [{"path": "/", "pathType": "Prefix",
-            "backend": {"service": {"name": "agent", "port": {"number": 80}}}}]}}]}
-    }))
-    .expect("ingress");
-    let ings: Api<Ingress> = Api::namespaced(client.clone(), "default");
-    ings.create(&PostParams::default(), &ing)
-        .await
-        .expect("ingress");
-
-    // The DaemonSet counts a pod Ready only once its process answers the readiness probe, so
-    // when all five are Ready every process answers at once.
-    let dss: Api<DaemonSet> = Api::namespaced(client.clone(), "default");
-    eventually(20, || {
-        let dss = dss.clone();
-        async move { (dss.get("agent").await.expect("ds").status?.number_ready == 5).then_some(()) }
-    })
-    .await;
-    // Every pod's process answers on its own address.
+    let pod_list = deploy_agents(&client, json!({})).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let pod_list = eventually(20, || {
-        let pods = pods.clone();
-        async move {
-            let list = pods
-                .list(&ListParams::default().labels("app=agent"))
-                .await
-                .expect("pods");
-            (list.items.len() == 5
-                && list
-                    .items
-                    .iter()
-                    .all(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some()))
-            .then_some(list.items)
-        }
-    })
-    .await;
+    let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
+    let ings: Api<Ingress> = Api::namespaced(client.clone(), "default");
+    // Every pod's process answers on its own address.
     for p in &pod_list {
         let ip = p
             .status
@@ -129,42 +157,14 @@ async fn daemonset_processes_answer_on_every_service_address_and_dns() {
     let spec = svc.spec.expect("spec");
     let cluster_ip = spec.cluster_ip.expect("clusterIP");
     let node_port = spec.ports.expect("ports")[0].node_port.expect("nodePort");
-    let lb_ip = eventually(10, || {
-        let svcs = svcs.clone();
-        async move {
-            svcs.get("agent")
-                .await
-                .expect("svc")
-                .status?
-                .load_balancer?
-                .ingress?
-                .first()?
-                .ip
-                .clone()
-        }
-    })
-    .await;
+    let lb_ip = lb_ips(&svcs, "agent").await[0].clone();
     let node = sim
         .cluster()
         .store
         .get("core/nodes", "", "node-6")
         .expect("node-6");
     let node_ip = kube_sim::stages::funcs::internal_ip(&node).expect("node ip");
-    let ing_ip = eventually(10, || {
-        let ings = ings.clone();
-        async move {
-            ings.get("agent")
-                .await
-                .expect("ing")
-                .status?
-                .load_balancer?
-                .ingress?
-                .first()?
-                .ip
-                .clone()
-        }
-    })
-    .await;
+    let ing_ip = lb_ips(&ings, "agent").await[0].clone();
     // ClusterIP, NodePort (on a node without agents), LoadBalancer: all reach some agent pod.
     for addr in [
         format!("{cluster_ip}:80"),
@@ -290,4 +290,228 @@ async fn daemonset_processes_answer_on_every_service_address_and_dns() {
         async move { http_get(&addr, "x", "/").await.is_none().then_some(()) }
     })
     .await;
+}
+
+/// Sends one DNS query of `qtype` over UDP and returns (rcode, addresses).
+async fn dns_ask(server: std::net::SocketAddr, name: &str, qtype: u16) -> (u8, Vec<String>) {
+    let local = if server.is_ipv6() {
+        "[::]:0"
+    } else {
+        "0.0.0.0:0"
+    };
+    let sock = tokio::net::UdpSocket::bind(local).await.expect("udp");
+    sock.send_to(&dns::query_type(9, name, qtype), server)
+        .await
+        .expect("send");
+    let mut buf = [0u8; 512];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(5), sock.recv_from(&mut buf))
+        .await
+        .expect("dns answer in time")
+        .expect("recv");
+    let (rcode, ips) = dns::parse_response(&buf[..n]).expect("response");
+    (rcode, ips.iter().map(|i| i.to_string()).collect())
+}
+
+fn is_v6(ip: &str) -> bool {
+    ip.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_ipv6())
+}
+
+#[tokio::test]
+async fn a_dual_stack_cluster_carries_ipv6_to_pods_services_node_ports_load_balancers_ingress_and_dns()
+ {
+    let work = tempfile::tempdir().expect("work dir");
+    // On: a machine that cannot route the IPv6 addresses fails here, saying why.
+    let sim = Sim::start(SimConfig {
+        nodes: 6,
+        agent_nodes: 5,
+        traffic: true,
+        ipv6: Ipv6Mode::On,
+        runner: Some(RunnerConfig {
+            program: env!("CARGO_BIN_EXE_kube-sim").into(),
+            args: ["echo", "--ips", "$(POD_IPS)", "--port", "8080"]
+                .map(String::from)
+                .to_vec(),
+            selector: "app=agent".into(),
+            work_dir: work.path().to_path_buf(),
+        }),
+        ..Default::default()
+    })
+    .await
+    .expect("a dual-stack simulated cluster (needs CAP_NET_ADMIN for one route on lo)");
+    assert!(sim.dual_stack());
+    let client = sim.client().await.expect("client");
+    let pod_list = deploy_agents(&client, json!({"ipFamilyPolicy": "RequireDualStack"})).await;
+
+    // Every pod has an IPv4 and an IPv6 address, and its process answers on the IPv6 one.
+    for p in &pod_list {
+        let ips: Vec<String> = p
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ips.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| i.ip)
+            .collect();
+        assert_eq!(ips.len(), 2, "{ips:?}");
+        assert!(!is_v6(&ips[0]) && is_v6(&ips[1]), "{ips:?}");
+        let answer = http_get(&format!("[{}]:8080", ips[1]), "x", "/")
+            .await
+            .expect("the pod's process answers on its IPv6 address");
+        assert_eq!(answer["pod"], json!(p.metadata.name));
+    }
+
+    let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
+    let spec = svcs.get("agent").await.expect("svc").spec.expect("spec");
+    assert_eq!(
+        spec.ip_families,
+        Some(vec!["IPv4".to_string(), "IPv6".to_string()])
+    );
+    let cluster_ips = spec.cluster_ips.expect("clusterIPs");
+    assert_eq!(cluster_ips.len(), 2, "{cluster_ips:?}");
+    let node_port = spec.ports.expect("ports")[0].node_port.expect("nodePort");
+    let node = sim
+        .cluster()
+        .store
+        .get("core/nodes", "", "node-6")
+        .expect("node-6");
+    let node_v6 = kube_sim::stages::funcs::internal_ips(&node)
+        .into_iter()
+        .find(|ip| is_v6(ip))
+        .expect("node-6 has an IPv6 InternalIP");
+    let lb_v6 = lb_ips(&svcs, "agent")
+        .await
+        .into_iter()
+        .find(|ip| is_v6(ip))
+        .expect("the LoadBalancer has an IPv6 address");
+    let ings: Api<Ingress> = Api::namespaced(client.clone(), "default");
+    let ing_v6 = lb_ips(&ings, "agent")
+        .await
+        .into_iter()
+        .find(|ip| is_v6(ip))
+        .expect("the Ingress has an IPv6 address");
+    // IPv6 ClusterIP, NodePort on a node without agents, LoadBalancer, Ingress.
+    for (addr, host) in [
+        (format!("[{}]:80", cluster_ips[1]), "x"),
+        (format!("[{node_v6}]:{node_port}"), "x"),
+        (format!("[{lb_v6}]:80"), "x"),
+        (format!("[{ing_v6}]:80"), "agent.example"),
+    ] {
+        let answer = eventually(20, || {
+            let addr = addr.clone();
+            async move { http_get(&addr, host, "/v6").await }
+        })
+        .await;
+        assert!(
+            answer["pod"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("agent-")),
+            "{addr}: {answer}"
+        );
+    }
+
+    // One EndpointSlice per family.
+    let slices = sim
+        .cluster()
+        .store
+        .list("discovery.k8s.io/endpointslices", Some("default"));
+    let mut families: Vec<(String, usize)> = slices
+        .0
+        .iter()
+        .filter(|s| {
+            s.pointer("/metadata/labels/kubernetes.io~1service-name") == Some(&json!("agent"))
+        })
+        .map(|s| {
+            (
+                s["addressType"].as_str().unwrap_or("").to_string(),
+                s["endpoints"].as_array().map_or(0, Vec::len),
+            )
+        })
+        .collect();
+    families.sort();
+    assert_eq!(families, vec![("IPv4".into(), 5), ("IPv6".into(), 5)]);
+
+    // The cluster DNS has an IPv6 address too, and answers A and AAAA.
+    let dns_svc = Api::<Service>::namespaced(client.clone(), "kube-system")
+        .get("kube-dns")
+        .await
+        .expect("kube-dns");
+    let dns_ips = dns_svc.spec.and_then(|s| s.cluster_ips).expect("dns ips");
+    let dns_v6: std::net::SocketAddr = format!("[{}]:53", dns_ips[1]).parse().expect("addr");
+    let name = "agent.default.svc.cluster.local";
+    assert_eq!(
+        dns_ask(dns_v6, name, dns::TYPE_AAAA).await,
+        (0, vec![cluster_ips[1].clone()])
+    );
+    assert_eq!(
+        dns_ask(dns_v6, name, dns::TYPE_A).await,
+        (0, vec![cluster_ips[0].clone()])
+    );
+    assert_eq!(
+        dns_ask(dns_v6, "nope.default.svc.cluster.local", dns::TYPE_AAAA).await,
+        (3, vec![])
+    );
+
+    // A single-stack IPv6 Service gets only an IPv6 ClusterIP.
+    let v6_only: Service = serde_json::from_value(json!({
+        "metadata": {"name": "agent-v6"},
+        "spec": {"ipFamilies": ["IPv6"], "selector": {"app": "agent"}, "ports": [{"port": 80, "targetPort": 8080}]}
+    }))
+    .expect("svc");
+    let created = svcs
+        .create(&PostParams::default(), &v6_only)
+        .await
+        .expect("create");
+    let ips = created.spec.and_then(|s| s.cluster_ips).expect("ips");
+    assert!(ips.len() == 1 && is_v6(&ips[0]), "{ips:?}");
+    let answer = eventually(20, || {
+        let addr = format!("[{}]:80", ips[0]);
+        async move { http_get(&addr, "x", "/").await }
+    })
+    .await;
+    assert!(
+        answer["pod"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("agent-"))
+    );
+}
+
+#[tokio::test]
+async fn an_ipv4_only_cluster_refuses_ipv6_services_as_kube_apiserver_does() {
+    let sim = Sim::start(SimConfig::default()).await.expect("sim");
+    assert!(!sim.dual_stack());
+    let svcs: Api<Service> = Api::namespaced(sim.client().await.expect("client"), "default");
+    for (spec, message) in [
+        (
+            json!({"ipFamilies": ["IPv6"], "ports": [{"port": 80}]}),
+            "spec.ipFamilies[0]: Invalid value: \"IPv6\": not configured on this cluster",
+        ),
+        (
+            json!({"ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]}),
+            "spec.ipFamilyPolicy: Invalid value: \"RequireDualStack\": this cluster is not configured for dual-stack services",
+        ),
+    ] {
+        let svc: Service =
+            serde_json::from_value(json!({"metadata": {"name": "v6"}, "spec": spec})).expect("svc");
+        let err = svcs
+            .create(&PostParams::default(), &svc)
+            .await
+            .expect_err("refused");
+        let kube::Error::Api(status) = err else {
+            panic!("not a Status: {err}")
+        };
+        assert_eq!(status.code, 422);
+        assert!(status.message.contains(message), "{}", status.message);
+    }
+    // PreferDualStack falls back to IPv4 alone.
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "pref"},
+        "spec": {"ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]}}))
+    .expect("svc");
+    let spec = svcs
+        .create(&PostParams::default(), &svc)
+        .await
+        .expect("created")
+        .spec
+        .expect("spec");
+    assert_eq!(spec.ip_families, Some(vec!["IPv4".to_string()]));
+    assert_eq!(spec.cluster_ips.map(|v| v.len()), Some(1));
 }
