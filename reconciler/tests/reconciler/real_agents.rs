@@ -43,14 +43,29 @@ fn stored_reports(cluster: &Cluster, kind: TaskKind, name: &str) -> Vec<Report> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_net_reach_carrier_of_real_agents_reaches_pods_services_and_the_ingress() {
-    let cluster = Cluster::start(real(2, false)).await;
+    mesh_round(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_dual_stack_cluster_real_agents_reach_every_target_over_ipv4_and_ipv6() {
+    mesh_round(true).await;
+}
+
+/// A NetReach round with every target type on a 2-node DaemonSet carrier of real agents,
+/// over IPv4 (and IPv6 when `ipv6`): every target succeeds with every request.
+async fn mesh_round(ipv6: bool) {
+    let cluster = Cluster::start(ClusterConfig {
+        ipv6,
+        ..real(2, false)
+    })
+    .await;
     let task = net_reach(
         "mesh",
         serde_json::json!({
             "agentSpec": {"kind": "DaemonSet", "terminationGracePeriodMinutes": 0},
             "request": {"durationInSecond": 1, "qps": 5, "perRequestTimeoutInMS": 1000},
             "target": {"endpoint": true, "clusterIP": true, "nodePort": true,
-                       "loadBalancer": true, "ingress": true, "ipv4": true, "ipv6": false},
+                       "loadBalancer": true, "ingress": true, "ipv4": true, "ipv6": ipv6},
         }),
     );
     apply::<NetReach>(&cluster, "mesh", &task).await;
@@ -73,6 +88,7 @@ async fn a_net_reach_carrier_of_real_agents_reaches_pods_services_and_the_ingres
     let uid = cluster.store.find(TaskKind::NetReach, "mesh")[0]
         .uid
         .clone();
+    let families: &[&str] = if ipv6 { &["4", "6"] } else { &["4"] };
     for report in &reports {
         assert_eq!(report.task_uid.as_deref(), Some(uid.as_str()));
         assert!(
@@ -86,27 +102,57 @@ async fn a_net_reach_carrier_of_real_agents_reaches_pods_services_and_the_ingres
             .iter()
             .map(|d| d.name.as_str())
             .collect();
-        // Two pods, then the Service three ways, then the Ingress — upstream's names.
-        assert_eq!(result.target_number, 6, "{names:?}");
+        // Per family: two pods, then the Service three ways; then the Ingress (IPv4 only, as
+        // upstream) — upstream's names.
         assert_eq!(
-            names
-                .iter()
-                .filter(|n| n.starts_with("AgentPodV4IP_kdoctor-netreach-mesh-"))
-                .count(),
-            2,
+            result.target_number,
+            5 * families.len() as i64 + 1,
             "{names:?}"
         );
-        for prefix in [
-            "AgentClusterV4IP_",
-            "AgentNodePortV4IP_",
-            "AgentLoadbalancerV4IP_",
-            "AgentIngress_v4_http://",
-        ] {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(cluster.client.clone());
+        let node = nodes.get(&report.node_name).await.expect("node");
+        let addresses: Vec<String> = node
+            .status
+            .expect("status")
+            .addresses
+            .expect("addresses")
+            .into_iter()
+            .filter(|a| a.type_ == "InternalIP")
+            .map(|a| a.address)
+            .collect();
+        assert_eq!(addresses.len(), families.len(), "{addresses:?}");
+        for (i, v) in families.iter().enumerate() {
+            assert_eq!(
+                names
+                    .iter()
+                    .filter(|n| n.starts_with(&format!("AgentPodV{v}IP_kdoctor-netreach-mesh-")))
+                    .count(),
+                2,
+                "{names:?}"
+            );
+            for prefix in ["AgentClusterV", "AgentNodePortV", "AgentLoadbalancerV"] {
+                let prefix = format!("{prefix}{v}IP_");
+                assert!(
+                    names.iter().any(|n| n.starts_with(&prefix)),
+                    "{prefix} in {names:?}"
+                );
+            }
+            // The NodePort target is this node's own address of that family.
+            let node_port = names
+                .iter()
+                .find(|n| n.starts_with(&format!("AgentNodePortV{v}IP_")))
+                .expect("node port target");
             assert!(
-                names.iter().any(|n| n.starts_with(prefix)),
-                "{prefix} in {names:?}"
+                node_port.contains(&format!("_{}_", addresses[i])),
+                "{node_port} on {addresses:?}"
             );
         }
+        assert!(
+            names
+                .iter()
+                .any(|n| n.starts_with("AgentIngress_v4_http://")),
+            "ingress in {names:?}"
+        );
         for detail in &result.round_task_detail {
             let requests = &detail.request_target_metrics.requests;
             assert!(
@@ -123,18 +169,62 @@ async fn a_net_reach_carrier_of_real_agents_reaches_pods_services_and_the_ingres
                 detail.name
             );
         }
-        // The NodePort target is this node's own address.
-        let node_port = names
+    }
+    if ipv6 {
+        cluster_dns_over_both_families(&cluster).await;
+    }
+}
+
+/// A Netdns round on a per-task carrier asks the cluster DNS at its IPv4 address (A records)
+/// and at its IPv6 one (AAAA records); both answer.
+async fn cluster_dns_over_both_families(cluster: &Cluster) {
+    let dns = serde_json::json!({
+        "apiVersion": "kdoctor.io/v1beta1", "kind": "Netdns",
+        "metadata": {"name": "dns6"},
+        "spec": {
+            "agentSpec": {"kind": "DaemonSet", "terminationGracePeriodMinutes": 0},
+            "target": {"targetDns": {"testIPv4": true, "testIPv6": true}},
+            "request": {"domain": "kubernetes.default.svc.cluster.local", "durationInSecond": 1,
+                        "qps": 4, "protocol": "udp"},
+            "schedule": {"schedule": "0 1", "roundTimeoutMinute": 1, "roundNumber": 1},
+        }
+    });
+    apply::<Netdns>(cluster, "dns6", &dns).await;
+    let status = kind_status_when::<Netdns>(
+        cluster,
+        "dns6",
+        Duration::from_secs(60),
+        "the DNS round",
+        |s| s.finish,
+    )
+    .await;
+    let reports = stored_reports(cluster, TaskKind::Netdns, "dns6");
+    let reasons: Vec<_> = reports.iter().map(|r| &r.failed_reason).collect();
+    assert_eq!(
+        status.last_round_status,
+        Some(LastRoundStatus::Succeed),
+        "{reasons:?}"
+    );
+    assert_eq!(reports.len(), 2);
+    for report in &reports {
+        let result = report.task_net_dns.as_ref().expect("result");
+        let mut names: Vec<&str> = result
+            .round_task_detail
             .iter()
-            .find(|n| n.starts_with("AgentNodePortV4IP_"))
-            .expect("node port target");
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(cluster.client.clone());
-        let node = nodes.get(&report.node_name).await.expect("node");
-        let address = &node.status.expect("status").addresses.expect("addresses")[0].address;
-        assert!(
-            node_port.contains(address.as_str()),
-            "{node_port} on {address}"
-        );
+            .map(|d| d.name.as_str())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(names[0].starts_with("typeAAAA_[fd00:10::"), "{names:?}");
+        assert!(names[1].starts_with("typeA_127."), "{names:?}");
+        for detail in &result.round_task_detail {
+            assert_eq!(
+                detail.request_target_metrics.reply_code.get("NOERROR"),
+                Some(&4),
+                "{}",
+                detail.name
+            );
+        }
     }
 }
 

@@ -266,7 +266,17 @@ impl Agents {
             {
                 continue;
             }
-            let mut args = AgentArgs::ephemeral(vec![agent.ip]);
+            // Every address of the pod, as `--bind=$(POD_IPS)` gives a real agent.
+            let mut ips: Vec<std::net::IpAddr> = pod
+                .status
+                .iter()
+                .flat_map(|s| s.pod_ips.iter().flatten())
+                .filter_map(|p| p.ip.parse().ok())
+                .collect();
+            if ips.is_empty() {
+                ips.push(agent.ip);
+            }
+            let mut args = AgentArgs::ephemeral(ips);
             args.report_dir = Some(dir.join(&agent.name));
             args.report_port = REPORT_PORT;
             args.tls_ca_cert = ca_file.to_path_buf();
@@ -382,6 +392,9 @@ pub struct ClusterConfig {
     pub real_agents: bool,
     /// Report export of the controller.
     pub export: Option<ExportConfig>,
+    /// A dual-stack cluster (the machine must route the simulated IPv6 addresses) and
+    /// `enableIPv6` in the controller's configuration.
+    pub ipv6: bool,
 }
 
 impl Default for ClusterConfig {
@@ -392,6 +405,7 @@ impl Default for ClusterConfig {
             election: false,
             real_agents: false,
             export: None,
+            ipv6: false,
         }
     }
 }
@@ -411,6 +425,11 @@ impl Cluster {
             nodes: settings.nodes,
             subnet: Some(subnet()),
             traffic: settings.real_agents,
+            ipv6: if settings.ipv6 {
+                kube_sim::Ipv6Mode::On
+            } else {
+                kube_sim::Ipv6Mode::Off
+            },
             ..SimConfig::default()
         })
         .await
@@ -476,7 +495,7 @@ impl Cluster {
         options.harvest_timeout = Duration::from_secs(2);
         let config = Config {
             task_poll_interval_in_second: 1,
-            enable_ipv6: false,
+            enable_ipv6: settings.ipv6,
             ..Config::default()
         };
         let mut cluster = Cluster {
