@@ -203,8 +203,9 @@ fn every_kubectl_command_in_the_docs_uses_a_real_verb() {
         "cluster-info",
         "run",
         "plugin",
-        // This project's plugin (`kubectl-kdoctor`).
+        // This project's plugin (`kubectl-kdoctor`), and krew, which installs it.
         "kdoctor",
+        "krew",
     ]
     .into();
     // Global flags that take a value.
