@@ -10,6 +10,7 @@ pub mod document;
 pub mod fixtures;
 pub mod go_duration;
 pub mod labels;
+pub mod matrix;
 pub mod naming;
 pub mod report;
 pub mod schedule;

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::matrix::{Cell, Matrix, Metric};
+use super::matrix::{Cell, CellValue, Matrix, Metric};
 
 /// How to print.
 #[derive(Clone, Copy, Debug)]

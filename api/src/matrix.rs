@@ -1,0 +1,359 @@
+//! The connectivity matrix of a NetReach round: one row per source node, one column per target
+//! — a node (through its agent pod) or, for Service and Ingress targets, the target kind and
+//! family — and in each cell what the source measured towards that target. The report store
+//! keeps a [`ProbeRow`] per agent report so that the API server can answer a matrix without
+//! reading report bodies; `kubectl kdoctor matrix` renders it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::Report;
+
+/// `kind` of the matrix view of a KdoctorReport.
+pub const KIND: &str = "KdoctorReportMatrix";
+
+/// What one source node measured towards each target: the part of an agent report a matrix
+/// needs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProbeRow {
+    /// The source node.
+    pub node: String,
+    /// Its agent pod (target names name pods).
+    pub pod: String,
+    /// One entry per target, in the report's order.
+    pub probes: Vec<Probe>,
+}
+
+/// One target of a source.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Probe {
+    /// Upstream's target name (`AgentPodV4IP_<pod>_<ip>`, `AgentClusterV4IP_<addr>`, …).
+    pub target: String,
+    /// Requests sent.
+    pub requests: i64,
+    /// Requests that succeeded.
+    pub successes: i64,
+    /// 99th percentile latency in milliseconds.
+    pub p99_ms: f32,
+}
+
+impl ProbeRow {
+    /// The row of a NetReach report; None for other kinds.
+    pub fn of(report: &Report) -> Option<ProbeRow> {
+        let result = report.task_net_reach.as_ref()?;
+        Some(ProbeRow {
+            node: report.node_name.clone(),
+            pod: report.pod_name.clone(),
+            probes: result
+                .round_task_detail
+                .iter()
+                .map(|d| {
+                    let requests = &d.request_target_metrics.requests;
+                    Probe {
+                        target: d.name.clone(),
+                        requests: requests.request_counts,
+                        successes: requests.success_counts,
+                        p99_ms: requests.latencies.p99,
+                    }
+                })
+                .collect(),
+        })
+    }
+}
+
+/// One source → target measurement (several targets of one column are summed); on the wire
+/// `[requests, successes, p99Ms]`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "(i64, i64, f64)", into = "(i64, i64, f64)")]
+pub struct Cell {
+    /// Requests sent.
+    pub requests: i64,
+    /// Requests that succeeded.
+    pub successes: i64,
+    /// Worst p99 among the column's targets, in milliseconds.
+    pub p99_ms: f64,
+}
+
+impl From<(i64, i64, f64)> for Cell {
+    fn from((requests, successes, p99_ms): (i64, i64, f64)) -> Cell {
+        Cell {
+            requests,
+            successes,
+            p99_ms,
+        }
+    }
+}
+
+impl From<Cell> for (i64, i64, f64) {
+    fn from(c: Cell) -> (i64, i64, f64) {
+        (c.requests, c.successes, c.p99_ms)
+    }
+}
+
+impl Cell {
+    /// Succeeded requests over sent ones (0 when none were sent).
+    pub fn success(&self) -> f64 {
+        if self.requests > 0 {
+            self.successes as f64 / self.requests as f64
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A column: a node reached through its agent pod, or a kind of target.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Column {
+    /// The agent pod on this node.
+    Node(String),
+    /// Service or Ingress targets, e.g. `ClusterIP v4`.
+    Kind(String),
+}
+
+/// The matrix of one round.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Matrix {
+    /// Source nodes, grouped by zone when zones are known.
+    pub rows: Vec<String>,
+    /// Target nodes (same order as rows), then target kinds.
+    pub columns: Vec<Column>,
+    /// `cells[row][column]`; `None`: not probed.
+    pub cells: Vec<Vec<Option<Cell>>>,
+    /// Zone of each node that has one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub zones: BTreeMap<String, String>,
+}
+
+impl Matrix {
+    /// A node with its zone, when known: `node-1 (zone-a)`.
+    pub fn node_label(&self, node: &str) -> String {
+        match self.zones.get(node) {
+            Some(zone) => format!("{node} ({zone})"),
+            None => node.to_string(),
+        }
+    }
+
+    /// What a column is: `node-1 (zone-a) (pod)` or `ClusterIP v4`.
+    pub fn column_name(&self, column: &Column) -> String {
+        match column {
+            Column::Node(node) => format!("{} (pod)", self.node_label(node)),
+            Column::Kind(kind) => kind.clone(),
+        }
+    }
+
+    /// The same matrix with `zones` known: rows and node columns ordered by zone, then name
+    /// (nodes without a zone first); kind columns stay last.
+    pub fn grouped(self, zones: &BTreeMap<String, String>) -> Matrix {
+        let key = |node: &str| {
+            (
+                zones.get(node).cloned().unwrap_or_default(),
+                node.to_string(),
+            )
+        };
+        let mut row_order: Vec<usize> = (0..self.rows.len()).collect();
+        row_order.sort_by_key(|&i| key(&self.rows[i]));
+        let mut column_order: Vec<usize> = (0..self.columns.len()).collect();
+        column_order.sort_by_key(|&i| match &self.columns[i] {
+            Column::Node(node) => (0, key(node)),
+            Column::Kind(kind) => (1, (String::new(), kind.clone())),
+        });
+        let mut cells = self.cells;
+        Matrix {
+            rows: row_order.iter().map(|&i| self.rows[i].clone()).collect(),
+            columns: column_order
+                .iter()
+                .map(|&i| self.columns[i].clone())
+                .collect(),
+            cells: row_order
+                .iter()
+                .map(|&r| {
+                    let row = std::mem::take(&mut cells[r]);
+                    column_order
+                        .iter()
+                        .map(|&c| row.get(c).copied().flatten())
+                        .collect()
+                })
+                .collect(),
+            zones: zones.clone(),
+        }
+    }
+}
+
+/// The column of a target name (upstream's names: `AgentPodV4IP_<pod>_<ip>`,
+/// `AgentClusterV6IP_<ip>:<port>`, `AgentIngress_v4_<url>`, …) given which node runs each pod.
+pub fn column_of(name: &str, pod_nodes: &HashMap<&str, &str>) -> Column {
+    let (prefix, rest) = name.split_once('_').unwrap_or((name, ""));
+    let family = if prefix.contains("V6") || rest.starts_with("v6") {
+        "v6"
+    } else {
+        "v4"
+    };
+    let kind = match prefix {
+        p if p.starts_with("AgentPod") => {
+            let pod = rest.rsplit_once('_').map_or(rest, |(pod, _)| pod);
+            return match pod_nodes.get(pod) {
+                Some(node) => Column::Node((*node).to_string()),
+                None => Column::Kind(format!("pod {pod}")),
+            };
+        }
+        p if p.starts_with("AgentCluster") => "ClusterIP",
+        p if p.starts_with("AgentNodePort") => "NodePort",
+        p if p.starts_with("AgentLoadbalancer") => "LoadBalancer",
+        p if p.starts_with("AgentIngress") => "Ingress",
+        p if p.starts_with("AgentMultus") => "Multus",
+        other => other,
+    };
+    Column::Kind(format!("{kind} {family}"))
+}
+
+/// Builds the matrix of a round's rows, nodes in name order (see [`Matrix::grouped`]).
+pub fn build(rows: &[ProbeRow]) -> Matrix {
+    let pod_nodes: HashMap<&str, &str> = rows
+        .iter()
+        .map(|r| (r.pod.as_str(), r.node.as_str()))
+        .collect();
+    let mut nodes: Vec<String> = rows.iter().map(|r| r.node.clone()).collect();
+    nodes.sort();
+    nodes.dedup();
+    // One pass: each probe's column, interned by name so a million probes cost a lookup each.
+    let mut columns_of_probe: Vec<Vec<usize>> = Vec::with_capacity(rows.len());
+    let mut interned: HashMap<Column, usize> = HashMap::new();
+    let mut by_target: HashMap<&str, usize> = HashMap::new();
+    for row in rows {
+        let mut ids = Vec::with_capacity(row.probes.len());
+        for probe in &row.probes {
+            let id = match by_target.get(probe.target.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let column = column_of(&probe.target, &pod_nodes);
+                    let next = interned.len();
+                    let id = *interned.entry(column).or_insert(next);
+                    by_target.insert(probe.target.as_str(), id);
+                    id
+                }
+            };
+            ids.push(id);
+        }
+        columns_of_probe.push(ids);
+    }
+    // Node columns in name order, then kinds by name.
+    let ordered: BTreeSet<&Column> = interned.keys().collect();
+    let columns: Vec<Column> = ordered.into_iter().cloned().collect();
+    let position: HashMap<usize, usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (interned[c], i))
+        .collect();
+    let row_of: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i))
+        .collect();
+    let mut cells = vec![vec![None::<Cell>; columns.len()]; nodes.len()];
+    for (row, ids) in rows.iter().zip(&columns_of_probe) {
+        let r = row_of[row.node.as_str()];
+        for (probe, id) in row.probes.iter().zip(ids) {
+            let cell = cells[r][position[id]].get_or_insert_with(Cell::default);
+            cell.requests += probe.requests;
+            cell.successes += probe.successes;
+            cell.p99_ms = cell.p99_ms.max(f64::from(probe.p99_ms));
+        }
+    }
+    Matrix {
+        rows: nodes,
+        columns,
+        cells,
+        zones: BTreeMap::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(node: &str, targets: &[(&str, i64)]) -> ProbeRow {
+        ProbeRow {
+            node: node.into(),
+            pod: format!("agent-{node}"),
+            probes: targets
+                .iter()
+                .map(|(t, ok)| Probe {
+                    target: (*t).into(),
+                    requests: 10,
+                    successes: *ok,
+                    p99_ms: 1.5,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn targets_become_node_and_kind_columns() {
+        let pods = HashMap::from([("kdoctor-agent-x", "node-x")]);
+        assert_eq!(
+            column_of("AgentPodV4IP_kdoctor-agent-x_10.0.0.1", &pods),
+            Column::Node("node-x".into())
+        );
+        assert_eq!(
+            column_of("AgentPodV6IP_other_fd00::1", &pods),
+            Column::Kind("pod other".into())
+        );
+        assert_eq!(
+            column_of("AgentClusterV6IP_[fd00::10]:80", &pods),
+            Column::Kind("ClusterIP v6".into())
+        );
+        assert_eq!(
+            column_of("AgentIngress_v4_http://1.2.3.4/kdoctoragent", &pods),
+            Column::Kind("Ingress v4".into())
+        );
+        assert_eq!(
+            column_of("AgentNodePortV4IP_172.18.0.2_31000", &pods),
+            Column::Kind("NodePort v4".into())
+        );
+    }
+
+    #[test]
+    fn cells_sum_a_columns_targets_and_zones_regroup_rows_and_node_columns() {
+        let rows = [
+            row(
+                "b",
+                &[
+                    ("AgentPodV4IP_agent-a_1", 10),
+                    ("AgentPodV6IP_agent-a_2", 5),
+                    ("AgentClusterV4IP_x", 10),
+                ],
+            ),
+            row("a", &[("AgentPodV4IP_agent-b_3", 0)]),
+        ];
+        let m = build(&rows);
+        assert_eq!(m.rows, ["a", "b"]);
+        assert_eq!(
+            m.columns,
+            [
+                Column::Node("a".into()),
+                Column::Node("b".into()),
+                Column::Kind("ClusterIP v4".into())
+            ]
+        );
+        let both_families = m.cells[1][0].expect("b → a");
+        assert_eq!((both_families.requests, both_families.successes), (20, 15));
+        assert_eq!(m.cells[0][1].map(|c| c.success()), Some(0.0));
+        assert_eq!(m.cells[0][0], None);
+        let zones = BTreeMap::from([
+            ("a".to_string(), "z2".to_string()),
+            ("b".into(), "z1".into()),
+        ]);
+        let g = m.clone().grouped(&zones);
+        assert_eq!(g.rows, ["b", "a"]);
+        assert_eq!(g.columns[0], Column::Node("b".into()));
+        assert_eq!(g.columns[2], Column::Kind("ClusterIP v4".into()));
+        assert_eq!(g.cells[0][1], m.cells[1][0]);
+        assert_eq!(g.cells[1][0], m.cells[0][1]);
+        // On the wire a cell is [requests, successes, p99].
+        let wire = serde_json::to_string(&g).expect("json");
+        assert!(wire.contains("[20,15,1.5]"), "{wire}");
+        assert_eq!(serde_json::from_str::<Matrix>(&wire).expect("back"), g);
+    }
+}
