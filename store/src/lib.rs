@@ -16,6 +16,7 @@ mod lock;
 mod metrics;
 mod migrate;
 mod model;
+mod probes;
 mod retention;
 mod store;
 mod transfer;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use jiff::Timestamp;
+use kdoctor_api::matrix::ProbeRow;
 use kdoctor_api::report::Report;
 use kdoctor_api::task::TaskKind;
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,7 @@ use crate::model::{
     Event, EventType, IncarnationId, NodeCounts, Outcome, Progress, ReportMeta, RoundResult,
     RoundSummary, TaskRecord, TaskSummary,
 };
+use crate::probes;
 
 /// Layout version written by this build.
 pub const FORMAT_VERSION: u32 = 1;
@@ -473,7 +475,12 @@ impl Store {
                 outcomes.push(Outcome::Unchanged);
                 continue;
             }
-            let stored = changes.framed(&body_key, &json, old_frame.as_ref())?;
+            let mut stored = changes.framed(&body_key, &json, old_frame.as_ref())?;
+            if let Some(row) = ProbeRow::of(report) {
+                let probe_key = keys::by_node(keys::PROBES, new.task, round, node);
+                let old_probes = self.frame(&probe_key)?;
+                stored += changes.framed(&probe_key, &probes::encode(&row), old_probes.as_ref())?;
+            }
             let meta = ReportMeta {
                 node: node.to_string(),
                 result: RoundResult::from_report(&report.round_result),
@@ -615,12 +622,14 @@ impl Store {
         {
             let (header_key, _) = item?;
             changes.remove(header_key.to_vec());
-            let mut body_key = header_key.to_vec();
-            body_key[0] = keys::BODY;
-            if let Some(frame) = self.frame(&body_key)? {
-                codec::keys_of(&body_key, &frame)
-                    .into_iter()
-                    .for_each(|k| changes.remove(k));
+            for prefix in [keys::BODY, keys::PROBES] {
+                let mut key = header_key.to_vec();
+                key[0] = prefix;
+                if let Some(frame) = self.frame(&key)? {
+                    codec::keys_of(&key, &frame)
+                        .into_iter()
+                        .for_each(|k| changes.remove(k));
+                }
             }
         }
         Ok(())
@@ -919,6 +928,29 @@ impl Store {
             Some(frame) => codec::read_all(self.tree(), &key, frame).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The probe rows of a NetReach round, one per stored report, in node order: what a
+    /// connectivity matrix needs, without parsing report bodies (a report stored before rows
+    /// were kept is parsed instead).
+    pub fn probe_rows(&self, id: IncarnationId, round: u64) -> Result<Vec<ProbeRow>> {
+        let mut rows = Vec::new();
+        for meta in self.reports(id, round)? {
+            let key = keys::by_node(keys::PROBES, id, round, &meta.node);
+            let stored = match self.frame(&key)? {
+                Some(frame) => probes::decode(&codec::read_all(self.tree(), &key, frame)?),
+                None => None,
+            };
+            let row = match stored {
+                Some(row) => Some(row),
+                None => self
+                    .report(id, round, &meta.node)?
+                    .as_ref()
+                    .and_then(ProbeRow::of),
+            };
+            rows.extend(row);
+        }
+        Ok(rows)
     }
 
     /// One report.

@@ -137,9 +137,30 @@ fn overwriting_a_chunked_report_with_a_small_one_leaves_no_chunks() {
     let leftovers: Vec<_> = db
         .iter()
         .map(|kv| kv.expect("readable").0)
-        .filter(|k| matches!(k[0], b'x' | b'b' | b'h' | b'r' | b'o'))
+        .filter(|k| matches!(k[0], b'x' | b'b' | b'h' | b'p' | b'r' | b'o'))
         .collect();
     assert!(leftovers.is_empty(), "{} keys left", leftovers.len());
+}
+
+#[test]
+fn a_rounds_probe_rows_are_what_its_reports_measured_without_reading_bodies() {
+    let (store, _dir) = open("probes");
+    let (id, _) = store.record_task(&task("t", "uid-p")).expect("recorded");
+    let reports = [
+        net_reach_report("n2", 1, 3000, 1),
+        net_reach_report("n1", 1, 4, 2),
+    ];
+    for r in &reports {
+        store.put_report(id, r).expect("stored");
+    }
+    let rows = store.probe_rows(id, 1).expect("rows");
+    let want: Vec<_> = [&reports[1], &reports[0]]
+        .iter()
+        .map(|r| kdoctor_api::matrix::ProbeRow::of(r).expect("NetReach"))
+        .collect();
+    assert_eq!(rows, want);
+    assert_eq!(rows[1].probes.len(), 3000);
+    assert!(store.probe_rows(id, 2).expect("none").is_empty());
 }
 
 #[test]
