@@ -1,4 +1,5 @@
-//! Content negotiation: JSON objects, or a `meta.k8s.io` Table.
+//! Content negotiation: JSON objects, a `meta.k8s.io` Table, or (for one report) its
+//! connectivity matrix.
 
 use axum::http::{HeaderMap, header};
 
@@ -13,14 +14,39 @@ pub enum Wanted {
     Table,
 }
 
+/// What the client asked for of one KdoctorReport.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectView {
+    /// The object or its Table row.
+    Plain(Wanted),
+    /// The connectivity matrix of its round
+    /// (`as=KdoctorReportMatrix;g=system.kdoctor.io;v=v1beta1`).
+    Matrix,
+}
+
 /// Picks the first acceptable representation in the client's order.
 pub fn negotiate(headers: &HeaderMap) -> Result<Wanted, ApiError> {
+    match choose(headers, false)? {
+        ObjectView::Plain(wanted) => Ok(wanted),
+        ObjectView::Matrix => Err(ApiError::not_acceptable(MATRIX_ONLY_ON_GET.to_string())),
+    }
+}
+
+/// As [`negotiate`], for a GET of one report, which may also be asked for as a matrix.
+pub fn negotiate_object(headers: &HeaderMap) -> Result<ObjectView, ApiError> {
+    choose(headers, true)
+}
+
+const MATRIX_ONLY_ON_GET: &str =
+    "the KdoctorReportMatrix view is served for a GET of one kdoctorreport only";
+
+fn choose(headers: &HeaderMap, matrix: bool) -> Result<ObjectView, ApiError> {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     if accept.trim().is_empty() {
-        return Ok(Wanted::Json);
+        return Ok(ObjectView::Plain(Wanted::Json));
     }
     for entry in accept.split(',') {
         let mut parts = entry.split(';').map(str::trim);
@@ -39,19 +65,32 @@ pub fn negotiate(headers: &HeaderMap) -> Result<Wanted, ApiError> {
             continue;
         }
         match param("as") {
-            None => return Ok(Wanted::Json),
+            None => return Ok(ObjectView::Plain(Wanted::Json)),
             Some("Table")
                 if param("g") == Some("meta.k8s.io")
                     && matches!(param("v"), Some("v1" | "v1beta1")) =>
             {
-                return Ok(Wanted::Table);
+                return Ok(ObjectView::Plain(Wanted::Table));
+            }
+            Some(kind)
+                if matrix
+                    && kind == kdoctor_api::matrix::KIND
+                    && param("g") == Some(crate::GROUP)
+                    && param("v") == Some(crate::VERSION) =>
+            {
+                return Ok(ObjectView::Matrix);
             }
             // Another kind of view (e.g. PartialObjectMetadataList): try the next entry.
             Some(_) => continue,
         }
     }
+    let matrix_too = if matrix {
+        ", application/json;as=KdoctorReportMatrix;v=v1beta1;g=system.kdoctor.io"
+    } else {
+        ""
+    };
     Err(ApiError::not_acceptable(format!(
-        "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (got {accept:?})"
+        "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io{matrix_too} (got {accept:?})"
     )))
 }
 
@@ -87,6 +126,37 @@ mod tests {
             HeaderValue::from_str(value).expect("header"),
         );
         headers
+    }
+
+    fn accepting(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_str(value).expect("header"),
+        );
+        headers
+    }
+
+    #[test]
+    fn the_matrix_view_is_chosen_only_for_one_object_and_only_when_named_fully() {
+        let matrix = "application/json;as=KdoctorReportMatrix;g=system.kdoctor.io;v=v1beta1";
+        assert_eq!(
+            negotiate_object(&accepting(matrix)).expect("ok"),
+            ObjectView::Matrix
+        );
+        assert_eq!(
+            negotiate_object(&accepting(&format!("{matrix}, application/json"))).expect("ok"),
+            ObjectView::Matrix
+        );
+        // A list or watch cannot be a matrix: a client that offers JSON too gets JSON.
+        assert_eq!(
+            negotiate(&accepting(&format!("{matrix}, application/json"))).expect("ok"),
+            Wanted::Json
+        );
+        assert!(negotiate(&accepting(matrix)).is_err());
+        // The wrong group is another view.
+        let other = "application/json;as=KdoctorReportMatrix;g=example.com;v=v1beta1";
+        assert!(negotiate_object(&accepting(other)).is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The `kdoctorreports` resource: list, get, watch and delete.
 
 pub mod cache;
+pub mod matrix;
 pub mod names;
 pub mod object;
 pub mod selectors;
@@ -24,7 +25,7 @@ use self::cache::{ObjectCache, ObjectKey};
 use self::names::{Target, listed, resolve};
 use self::selectors::{FieldSelector, LabelSelector};
 use self::table::Include;
-use crate::negotiate::{Wanted, accepts_gzip, negotiate};
+use crate::negotiate::{ObjectView, Wanted, accepts_gzip, negotiate, negotiate_object};
 use crate::query::Query;
 use crate::state::AppState;
 use crate::status::ApiError;
@@ -207,7 +208,20 @@ pub async fn get(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let query = Query::parse(raw.as_deref())?;
-    let wanted = negotiate(&headers)?;
+    let wanted = match negotiate_object(&headers)? {
+        ObjectView::Plain(wanted) => wanted,
+        ObjectView::Matrix => {
+            let store = state.store()?;
+            return tokio::task::spawn_blocking(move || -> Result<Response, ApiError> {
+                let target = resolve(&store, &name).ok_or_else(|| ApiError::not_found(&name))?;
+                Ok(json_response(Body::from(matrix::matrix_json(
+                    &store, &target,
+                )?)))
+            })
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        }
+    };
     let include = Include::parse(query.get("includeObject"))?;
     let store = state.store()?;
     let objects = state.objects.clone();

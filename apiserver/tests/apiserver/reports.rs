@@ -438,3 +438,75 @@ async fn the_store_not_open_is_503_and_not_ready() {
         StatusCode::OK
     );
 }
+
+const MATRIX: &str = "application/json;as=KdoctorReportMatrix;g=system.kdoctor.io;v=v1beta1";
+
+/// The matrix built from the object's own reports, as a client would.
+fn matrix_of_object(object: &serde_json::Value) -> serde_json::Value {
+    let rows: Vec<kdoctor_api::matrix::ProbeRow> = object["report"]["latestRoundReport"]
+        .as_array()
+        .expect("reports")
+        .iter()
+        .map(|r| serde_json::from_value::<kdoctor_api::report::Report>(r.clone()).expect("report"))
+        .filter_map(|r| kdoctor_api::matrix::ProbeRow::of(&r))
+        .collect();
+    serde_json::to_value(kdoctor_api::matrix::build(&rows)).expect("json")
+}
+
+#[tokio::test]
+async fn the_matrix_view_is_the_rounds_matrix_from_stored_probe_rows() {
+    let s = server("matrix-view");
+    fill(&s.store);
+    for (name, round) in [("netreach-task", 2), ("netreach-task.round-1", 1)] {
+        let uri = format!("{BASE}/{name}");
+        let view = send(
+            &s.router,
+            Method::GET,
+            &uri,
+            Some("admin-token"),
+            Some(MATRIX),
+        )
+        .await;
+        assert_eq!(view.status, StatusCode::OK, "{}", view.text());
+        let view = view.json();
+        assert_eq!(view["kind"], "KdoctorReportMatrix");
+        assert_eq!(view["apiVersion"], "system.kdoctor.io/v1beta1");
+        assert_eq!(view["metadata"]["name"], name);
+        assert_eq!(
+            view["task"],
+            serde_json::json!({"kind": "NetReach", "name": "task"})
+        );
+        assert_eq!(view["roundNumber"], round);
+        assert_eq!(
+            view["matrix"]["rows"],
+            serde_json::json!(["node-a", "node-b"])
+        );
+        let object = get(&s.router, &uri).await.json();
+        assert_eq!(view["matrix"], matrix_of_object(&object), "{name}");
+    }
+    // Only NetReach reports have a matrix; a list has no matrix view.
+    let dns = send(
+        &s.router,
+        Method::GET,
+        &format!("{BASE}/netdns-dns"),
+        Some("admin-token"),
+        Some(MATRIX),
+    )
+    .await;
+    assert_eq!(dns.status, StatusCode::BAD_REQUEST);
+    assert!(
+        dns.text()
+            .contains("the matrix view is for NetReach reports"),
+        "{}",
+        dns.text()
+    );
+    let list = send(
+        &s.router,
+        Method::GET,
+        BASE,
+        Some("admin-token"),
+        Some(MATRIX),
+    )
+    .await;
+    assert_eq!(list.status, StatusCode::NOT_ACCEPTABLE, "{}", list.text());
+}
