@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::ApiResource;
 
-use crate::plugin::matrix::{Metric, SourceReport, build};
+use crate::plugin::matrix::{Matrix, Metric, SourceReport, build};
 use crate::plugin::rounds::{Round, nodes, table_rows};
 use crate::plugin::terminal::{Layout, render};
 
@@ -196,11 +196,43 @@ fn refusal(name: &str, code: u16, message: &str) -> anyhow::Error {
         404 => anyhow::anyhow!(
             "kdoctorreport {name:?} not found (kubectl get kdoctorreport lists them)"
         ),
+        400 if !message.is_empty() => anyhow::anyhow!("{message}"),
         503 => anyhow::anyhow!(
             "the kdoctorreport API is unavailable: {message} (is the APIService v1beta1.system.kdoctor.io Available?)"
         ),
         _ => anyhow::anyhow!("cannot get kdoctorreport {name:?}: {code} {message}"),
     }
+}
+
+/// A GET of one KdoctorReport as `accept`: the response, or the refusal's code and message.
+async fn get_report(
+    client: &kube::Client,
+    name: &str,
+    accept: &str,
+) -> Result<Result<http::Response<kube::client::Body>, (u16, String)>> {
+    use http_body_util::BodyExt;
+    let path = format!(
+        "/apis/{}/{}/{name}",
+        kdoctor_api::report::API_VERSION,
+        kdoctor_api::report::PLURAL
+    );
+    let request = http::Request::get(&path)
+        .header(http::header::ACCEPT, accept)
+        .body(kube::client::Body::empty())?;
+    let response = client
+        .send(request)
+        .await
+        .with_context(|| format!("cannot get kdoctorreport {name:?}"))?;
+    let code = response.status().as_u16();
+    if response.status().is_success() {
+        return Ok(Ok(response));
+    }
+    let body = response.into_body().collect().await?.to_bytes();
+    let message = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    Ok(Err((code, message)))
 }
 
 /// One KdoctorReport object parsed as it streams in (a large round is hundreds of megabytes of
@@ -209,28 +241,9 @@ async fn read_object<T: serde::de::DeserializeOwned + Send + 'static>(
     client: &kube::Client,
     name: &str,
 ) -> Result<T> {
-    use http_body_util::BodyExt;
-    let path = format!(
-        "/apis/{}/{}/{name}",
-        kdoctor_api::report::API_VERSION,
-        kdoctor_api::report::PLURAL
-    );
-    let request = http::Request::get(&path)
-        .header(http::header::ACCEPT, "application/json")
-        .body(kube::client::Body::empty())?;
-    let response = client
-        .send(request)
-        .await
-        .with_context(|| format!("cannot get kdoctorreport {name:?}"))?;
-    let code = response.status().as_u16();
-    if !response.status().is_success() {
-        let body = response.into_body().collect().await?.to_bytes();
-        let message = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v["message"].as_str().map(str::to_string))
-            .unwrap_or_default();
-        return Err(refusal(name, code, &message));
-    }
+    let response = get_report(client, name, "application/json")
+        .await?
+        .map_err(|(code, message)| refusal(name, code, &message))?;
     let chunks =
         http_body_util::BodyDataStream::new(response.into_body()).map_err(std::io::Error::other);
     let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(chunks));
@@ -240,6 +253,57 @@ async fn read_object<T: serde::de::DeserializeOwned + Send + 'static>(
             .with_context(|| format!("kdoctorreport {name:?} is not a report this kdoctor reads"))
     })
     .await?
+}
+
+/// The server's matrix view of a report (see `kdoctor_api::matrix`).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MatrixView {
+    task: MatrixTask,
+    round_number: i64,
+    matrix: Matrix,
+}
+
+/// The `Accept` of the matrix view.
+const MATRIX_VIEW: &str = "application/json;as=KdoctorReportMatrix;g=system.kdoctor.io;v=v1beta1";
+
+/// The matrix of a report's round: the server's view, or built here from the whole object when
+/// the server has no view (zones not yet applied).
+async fn load_matrix(client: &kube::Client, name: &str) -> Result<MatrixView> {
+    if let Some(view) = read_matrix_view(client, name).await? {
+        return Ok(view);
+    }
+    let object: MatrixObject = read_object(client, name).await?;
+    if object.task.kind != "NetReach" {
+        bail!(
+            "kdoctorreport {name:?} is a {} report: the matrix shows NetReach rounds",
+            object.task.kind
+        );
+    }
+    let reports = object.report.latest_round_report.unwrap_or_default();
+    Ok(MatrixView {
+        task: object.task,
+        round_number: object.status.round_number,
+        matrix: build(&reports, &BTreeMap::new()),
+    })
+}
+
+/// The matrix view of a report, computed by the server from its probe rows; None from a server
+/// that has no such view (406), whose whole object is read instead.
+async fn read_matrix_view(client: &kube::Client, name: &str) -> Result<Option<MatrixView>> {
+    use http_body_util::BodyExt;
+    let response = match get_report(client, name, MATRIX_VIEW).await? {
+        Ok(response) => response,
+        Err((406, _)) => return Ok(None),
+        Err((code, message)) => return Err(refusal(name, code, &message)),
+    };
+    let body = response.into_body().collect().await?.to_bytes();
+    let view = tokio::task::spawn_blocking(move || serde_json::from_slice::<MatrixView>(&body))
+        .await?
+        .with_context(|| {
+            format!("the matrix of kdoctorreport {name:?} is not one this kdoctor reads")
+        })?;
+    Ok(Some(view))
 }
 
 /// Node zones, when the caller may list Nodes (the matrix groups by zone); none otherwise.
@@ -270,18 +334,11 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
         Some(round) => format!("{}.round-{round}", args.name),
         None => args.name.clone(),
     };
-    let object: MatrixObject = read_object(&client, &name).await?;
-    if object.task.kind != "NetReach" {
-        bail!(
-            "kdoctorreport {name:?} is a {} report: the matrix shows NetReach rounds",
-            object.task.kind
-        );
-    }
-    let reports = object.report.latest_round_report.unwrap_or_default();
-    if reports.is_empty() {
+    let view = load_matrix(&client, &name).await?;
+    if view.matrix.rows.is_empty() {
         bail!("kdoctorreport {name:?} has no node reports yet");
     }
-    let matrix = build(&reports, &zones(client).await);
+    let matrix = view.matrix.grouped(&zones(client).await);
     let columns_per_page = args.columns_per_page.unwrap_or_else(|| {
         std::env::var("COLUMNS")
             .ok()
@@ -294,7 +351,7 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Output::Html => {
-            let title = format!("{name}: round {}", object.status.round_number);
+            let title = format!("{name}: round {}", view.round_number);
             print!(
                 "{}",
                 crate::plugin::heatmap::html(&matrix, args.metric, &title)
@@ -307,9 +364,9 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
         !args.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal();
     println!(
         "{name}: round {} of {} {}, {} nodes",
-        object.status.round_number,
-        object.task.kind,
-        object.task.name,
+        view.round_number,
+        view.task.kind,
+        view.task.name,
         matrix.rows.len()
     );
     print!(
@@ -481,5 +538,67 @@ async fn run_tasks(client: kube::Client, args: &RunArgs) -> Result<ExitCode> {
             return Ok(super::exit_usage());
         }
         tokio::time::sleep(std::time::Duration::from_secs(args.poll_seconds.max(1))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::matrix::tests::mesh;
+
+    /// A Kubernetes API answering GETs of one report: its matrix view only when `with_view`.
+    fn server(with_view: bool) -> kube::Client {
+        let reports = mesh(3);
+        let object = serde_json::json!({
+            "apiVersion": "system.kdoctor.io/v1beta1", "kind": "KdoctorReport",
+            "metadata": {"name": "netreach-mesh"},
+            "task": {"kind": "NetReach", "name": "mesh"},
+            "status": {"roundNumber": 4},
+            "report": {"latestRoundReport": reports},
+        });
+        let rows: Vec<_> = reports
+            .iter()
+            .filter_map(kdoctor_api::matrix::ProbeRow::of)
+            .collect();
+        let view = serde_json::json!({
+            "apiVersion": "system.kdoctor.io/v1beta1", "kind": "KdoctorReportMatrix",
+            "task": {"kind": "NetReach", "name": "mesh"}, "roundNumber": 4,
+            "matrix": kdoctor_api::matrix::build(&rows),
+        });
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let asks_view = request
+                .headers()
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|a| a.contains("KdoctorReportMatrix"));
+            let (code, body) = match (asks_view, with_view) {
+                (true, true) => (200, view.clone()),
+                (true, false) => (406, serde_json::json!({"kind": "Status", "code": 406})),
+                (false, _) => (200, object.clone()),
+            };
+            let response = http::Response::builder()
+                .status(code)
+                .body(kube::client::Body::from(
+                    serde_json::to_vec(&body).unwrap_or_default(),
+                ))
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
+            async move { response }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn the_matrix_is_the_servers_view_or_built_from_the_object_of_a_server_without_one() {
+        let with_view = load_matrix(&server(true), "netreach-mesh")
+            .await
+            .expect("view");
+        let without = load_matrix(&server(false), "netreach-mesh")
+            .await
+            .expect("object");
+        assert_eq!(with_view.round_number, 4);
+        assert_eq!(without.round_number, 4);
+        assert_eq!(without.task.name, "mesh");
+        assert_eq!(with_view.matrix.rows.len(), 3);
+        assert_eq!(with_view.matrix, without.matrix);
     }
 }

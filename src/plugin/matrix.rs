@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-pub use kdoctor_api::matrix::{Cell, Column, Matrix};
+pub use kdoctor_api::matrix::{Cell, Matrix};
 use kdoctor_api::matrix::{Probe, ProbeRow};
 use kdoctor_api::report::Report;
 use serde::Deserialize;
@@ -194,7 +194,10 @@ pub mod tests {
         // Grouped by zone: a (node-1, node-2), then b (node-0).
         assert_eq!(m.rows, ["node-1", "node-2", "node-0"]);
         assert_eq!(m.columns.len(), 4);
-        assert_eq!(m.columns[3], Column::Kind("ClusterIP v4".into()));
+        assert_eq!(
+            m.columns[3],
+            kdoctor_api::matrix::Column::Kind("ClusterIP v4".into())
+        );
         let failing = m.cells[0][1].expect("node-1 → node-2");
         assert_eq!(failing.value(Metric::Success), 0.5);
         assert_eq!(failing.value(Metric::Loss), 0.5);
