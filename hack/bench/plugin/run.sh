@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `kubectl kdoctor matrix` on N × N rounds (issue 10): wall time and peak RSS of the plugin,
 # against, in the same run and on the same object, `kubectl get kdoctorreport -o json` (what a
-# user would otherwise run) and a raw HTTPS read of the object's bytes (curl: the server's part).
+# user would otherwise run) and raw HTTPS reads by curl of the object's bytes and of its
+# KdoctorReportMatrix view (the server's part of the plugin's time); the API server's peak RSS.
 # Each round: N nodes, each report probing every node's pod (hack/bench/plugin/fixture.py),
 # imported into a store and served by `kdoctor apiserver`.
 #
@@ -29,8 +30,8 @@ measure() {
   awk '{printf "%.2f s, %.0f MiB", $1, $2 / 1024}' "$WORK/time"
 }
 
-echo "| round | report object | kubectl kdoctor matrix | kubectl get -o json | curl (raw read) |"
-echo "|---|---|---|---|---|"
+echo "| round | report object | matrix view | kubectl kdoctor matrix | kubectl get -o json | curl: object | curl: matrix view | API server peak RSS |"
+echo "|---|---|---|---|---|---|---|---|"
 for n in "${SIZES[@]}"; do
   data="$WORK/data-$n"
   python3 hack/bench/plugin/fixture.py "$n" >"$WORK/backup-$n.jsonl"
@@ -57,7 +58,12 @@ PY
   plugin="$(measure env PATH="$WORK/bin:$PATH" "$KUBECTL" kdoctor matrix "$name" --kubeconfig "$WORK/kubeconfig" --no-color --columns-per-page "$((n + 8))")"
   get="$(measure "$KUBECTL" --kubeconfig "$WORK/kubeconfig" --cache-dir "$WORK/cache" get kdoctorreport "$name" -o json)"
   raw="$(measure curl -s "${certs[@]}" --cert "$WORK/client.crt" --key "$WORK/client.key" -o /dev/null "$url")"
-  printf '| %d × %d | %d MB | %s | %s | %s |\n' "$n" "$n" "$((bytes / 1000000))" "$plugin" "$get" "$raw"
+  view_accept="Accept: application/json;as=KdoctorReportMatrix;g=system.kdoctor.io;v=v1beta1"
+  view_bytes="$(curl -s "${certs[@]}" --cert "$WORK/client.crt" --key "$WORK/client.key" -H "$view_accept" -o /dev/null -w '%{size_download}' "$url")"
+  view="$(measure curl -s "${certs[@]}" --cert "$WORK/client.crt" --key "$WORK/client.key" -H "$view_accept" -o /dev/null "$url")"
+  server_rss="$(awk '/VmHWM/ {printf "%.0f MiB", $2 / 1024}' "/proc/$SERVER/status")"
+  view_mb="$(awk -v b="$view_bytes" 'BEGIN { printf "%.1f", b / 1e6 }')"
+  printf '| %d × %d | %d MB | %s MB | %s | %s | %s | %s | %s |\n' "$n" "$n" "$((bytes / 1000000))" "$view_mb" "$plugin" "$get" "$raw" "$view" "$server_rss"
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""
   rm -rf "$data"
 done
