@@ -4,7 +4,7 @@
 //! keeps a [`ProbeRow`] per agent report so that the API server can answer a matrix without
 //! reading report bodies; `kubectl kdoctor matrix` renders it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -183,7 +183,7 @@ impl Matrix {
 
 /// The column of a target name (upstream's names: `AgentPodV4IP_<pod>_<ip>`,
 /// `AgentClusterV6IP_<ip>:<port>`, `AgentIngress_v4_<url>`, …) given which node runs each pod.
-pub fn column_of(name: &str, pod_nodes: &HashMap<&str, &str>) -> Column {
+pub fn column_of(name: &str, pod_nodes: &HashMap<String, String>) -> Column {
     let (prefix, rest) = name.split_once('_').unwrap_or((name, ""));
     let family = if prefix.contains("V6") || rest.starts_with("v6") {
         "v6"
@@ -194,7 +194,7 @@ pub fn column_of(name: &str, pod_nodes: &HashMap<&str, &str>) -> Column {
         p if p.starts_with("AgentPod") => {
             let pod = rest.rsplit_once('_').map_or(rest, |(pod, _)| pod);
             return match pod_nodes.get(pod) {
-                Some(node) => Column::Node((*node).to_string()),
+                Some(node) => Column::Node(node.clone()),
                 None => Column::Kind(format!("pod {pod}")),
             };
         }
@@ -208,65 +208,109 @@ pub fn column_of(name: &str, pod_nodes: &HashMap<&str, &str>) -> Column {
     Column::Kind(format!("{kind} {family}"))
 }
 
-/// Builds the matrix of a round's rows, nodes in name order (see [`Matrix::grouped`]).
-pub fn build(rows: &[ProbeRow]) -> Matrix {
-    let pod_nodes: HashMap<&str, &str> = rows
-        .iter()
-        .map(|r| (r.pod.as_str(), r.node.as_str()))
-        .collect();
-    let mut nodes: Vec<String> = rows.iter().map(|r| r.node.clone()).collect();
-    nodes.sort();
-    nodes.dedup();
-    // One pass: each probe's column, interned by name so a million probes cost a lookup each.
-    let mut columns_of_probe: Vec<Vec<usize>> = Vec::with_capacity(rows.len());
-    let mut interned: HashMap<Column, usize> = HashMap::new();
-    let mut by_target: HashMap<&str, usize> = HashMap::new();
-    for row in rows {
-        let mut ids = Vec::with_capacity(row.probes.len());
+/// Builds a matrix one row at a time, so that a round's rows need not all be in memory at once
+/// (a thousand rows of a thousand probes are a hundred megabytes as [`ProbeRow`]s).
+#[derive(Debug, Default)]
+pub struct Builder {
+    pod_nodes: HashMap<String, String>,
+    nodes: Vec<String>,
+    row_of: HashMap<String, usize>,
+    columns: Vec<Column>,
+    column_ids: HashMap<Column, usize>,
+    by_target: HashMap<String, usize>,
+    /// `cells[row][column id]`, columns in the order they were first seen.
+    cells: Vec<Vec<Option<Cell>>>,
+}
+
+impl Builder {
+    /// A builder for the rows of these sources: (node, its agent pod).
+    pub fn new(sources: impl IntoIterator<Item = (String, String)>) -> Builder {
+        let mut pod_nodes = HashMap::new();
+        let mut nodes = Vec::new();
+        for (node, pod) in sources {
+            nodes.push(node.clone());
+            pod_nodes.insert(pod, node);
+        }
+        nodes.sort();
+        nodes.dedup();
+        let row_of = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
+        Builder {
+            pod_nodes,
+            cells: vec![Vec::new(); nodes.len()],
+            nodes,
+            row_of,
+            ..Builder::default()
+        }
+    }
+
+    /// Adds what one source measured (a source not given to [`Builder::new`] is skipped).
+    pub fn add(&mut self, row: &ProbeRow) {
+        let Some(&r) = self.row_of.get(&row.node) else {
+            return;
+        };
         for probe in &row.probes {
-            let id = match by_target.get(probe.target.as_str()) {
+            // Each distinct target name is mapped once; a million probes cost a lookup each.
+            let id = match self.by_target.get(probe.target.as_str()) {
                 Some(&id) => id,
                 None => {
-                    let column = column_of(&probe.target, &pod_nodes);
-                    let next = interned.len();
-                    let id = *interned.entry(column).or_insert(next);
-                    by_target.insert(probe.target.as_str(), id);
+                    let column = column_of(&probe.target, &self.pod_nodes);
+                    let id = match self.column_ids.get(&column) {
+                        Some(&id) => id,
+                        None => {
+                            self.columns.push(column.clone());
+                            self.column_ids.insert(column, self.columns.len() - 1);
+                            self.columns.len() - 1
+                        }
+                    };
+                    self.by_target.insert(probe.target.clone(), id);
                     id
                 }
             };
-            ids.push(id);
-        }
-        columns_of_probe.push(ids);
-    }
-    // Node columns in name order, then kinds by name.
-    let ordered: BTreeSet<&Column> = interned.keys().collect();
-    let columns: Vec<Column> = ordered.into_iter().cloned().collect();
-    let position: HashMap<usize, usize> = columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (interned[c], i))
-        .collect();
-    let row_of: HashMap<&str, usize> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.as_str(), i))
-        .collect();
-    let mut cells = vec![vec![None::<Cell>; columns.len()]; nodes.len()];
-    for (row, ids) in rows.iter().zip(&columns_of_probe) {
-        let r = row_of[row.node.as_str()];
-        for (probe, id) in row.probes.iter().zip(ids) {
-            let cell = cells[r][position[id]].get_or_insert_with(Cell::default);
+            let cells = &mut self.cells[r];
+            if cells.len() <= id {
+                cells.resize(self.columns.len(), None);
+            }
+            let cell = cells[id].get_or_insert_with(Cell::default);
             cell.requests += probe.requests;
             cell.successes += probe.successes;
             cell.p99_ms = cell.p99_ms.max(f64::from(probe.p99_ms));
         }
     }
-    Matrix {
-        rows: nodes,
-        columns,
-        cells,
-        zones: BTreeMap::new(),
+
+    /// The matrix: nodes in name order, node columns in name order, then kinds by name (see
+    /// [`Matrix::grouped`]).
+    pub fn finish(self) -> Matrix {
+        let mut order: Vec<usize> = (0..self.columns.len()).collect();
+        order.sort_by(|&a, &b| self.columns[a].cmp(&self.columns[b]));
+        Matrix {
+            columns: order.iter().map(|&i| self.columns[i].clone()).collect(),
+            cells: self
+                .cells
+                .into_iter()
+                .map(|row| {
+                    order
+                        .iter()
+                        .map(|&i| row.get(i).copied().flatten())
+                        .collect()
+                })
+                .collect(),
+            rows: self.nodes,
+            zones: BTreeMap::new(),
+        }
     }
+}
+
+/// Builds the matrix of a round's rows (see [`Builder`]).
+pub fn build(rows: &[ProbeRow]) -> Matrix {
+    let mut builder = Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone())));
+    for row in rows {
+        builder.add(row);
+    }
+    builder.finish()
 }
 
 #[cfg(test)]
@@ -291,7 +335,7 @@ mod tests {
 
     #[test]
     fn targets_become_node_and_kind_columns() {
-        let pods = HashMap::from([("kdoctor-agent-x", "node-x")]);
+        let pods = HashMap::from([("kdoctor-agent-x".to_string(), "node-x".to_string())]);
         assert_eq!(
             column_of("AgentPodV4IP_kdoctor-agent-x_10.0.0.1", &pods),
             Column::Node("node-x".into())

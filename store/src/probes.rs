@@ -53,6 +53,15 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The source of a row (node, pod) from its bytes, without decoding its probes.
+pub fn decode_source(bytes: &[u8]) -> Option<(String, String)> {
+    let mut r = Reader(bytes);
+    if r.take(1)? != [FORMAT] {
+        return None;
+    }
+    Some((r.string()?, r.string()?))
+}
+
 /// A row from its bytes; None when they are not a row of a known format.
 pub fn decode(bytes: &[u8]) -> Option<ProbeRow> {
     let mut r = Reader(bytes);
@@ -98,14 +107,15 @@ mod tests {
         fn rows_round_trip_and_truncations_are_refused(row in row(), cut in any::<prop::sample::Index>()) {
             let bytes = encode(&row);
             let back = decode(&bytes).expect("decodes");
-            prop_assert_eq!(back.node, row.node);
-            prop_assert_eq!(back.pod, row.pod);
+            prop_assert_eq!(&back.node, &row.node);
+            prop_assert_eq!(&back.pod, &row.pod);
             prop_assert_eq!(back.probes.len(), row.probes.len());
             for (a, b) in back.probes.iter().zip(&row.probes) {
                 prop_assert_eq!(&a.target, &b.target);
                 prop_assert_eq!((a.requests, a.successes), (b.requests, b.successes));
                 prop_assert_eq!(a.p99_ms.to_bits(), b.p99_ms.to_bits());
             }
+            prop_assert_eq!(decode_source(&bytes), Some((row.node.clone(), row.pod.clone())));
             let n = cut.index(bytes.len());
             prop_assert!(decode(&bytes[..n]).is_none());
         }

@@ -935,22 +935,75 @@ impl Store {
     /// were kept is parsed instead).
     pub fn probe_rows(&self, id: IncarnationId, round: u64) -> Result<Vec<ProbeRow>> {
         let mut rows = Vec::new();
+        self.for_each_probe_row(id, round, |row| rows.push(row))?;
+        Ok(rows)
+    }
+
+    /// Calls `f` with each probe row of a round, in node order, one row in memory at a time.
+    pub fn for_each_probe_row(
+        &self,
+        id: IncarnationId,
+        round: u64,
+        mut f: impl FnMut(ProbeRow),
+    ) -> Result<()> {
         for meta in self.reports(id, round)? {
-            let key = keys::by_node(keys::PROBES, id, round, &meta.node);
-            let stored = match self.frame(&key)? {
-                Some(frame) => probes::decode(&codec::read_all(self.tree(), &key, frame)?),
+            let row = match self.probe_bytes(id, round, &meta.node)? {
+                Some(bytes) => probes::decode(&bytes),
                 None => None,
             };
-            let row = match stored {
+            let row = match row {
                 Some(row) => Some(row),
-                None => self
-                    .report(id, round, &meta.node)?
-                    .as_ref()
-                    .and_then(ProbeRow::of),
+                None => self.parsed_probe_row(id, round, &meta.node)?,
             };
-            rows.extend(row);
+            if let Some(row) = row {
+                f(row);
+            }
         }
-        Ok(rows)
+        Ok(())
+    }
+
+    /// The source (node, agent pod) of each probe row of a round, in node order.
+    pub fn probe_row_sources(
+        &self,
+        id: IncarnationId,
+        round: u64,
+    ) -> Result<Vec<(String, String)>> {
+        let mut sources = Vec::new();
+        for meta in self.reports(id, round)? {
+            let source = match self.probe_bytes(id, round, &meta.node)? {
+                Some(bytes) => probes::decode_source(&bytes),
+                None => None,
+            };
+            let source = match source {
+                Some(source) => Some(source),
+                None => self
+                    .parsed_probe_row(id, round, &meta.node)?
+                    .map(|row| (row.node, row.pod)),
+            };
+            sources.extend(source);
+        }
+        Ok(sources)
+    }
+
+    fn probe_bytes(&self, id: IncarnationId, round: u64, node: &str) -> Result<Option<Vec<u8>>> {
+        let key = keys::by_node(keys::PROBES, id, round, node);
+        match self.frame(&key)? {
+            Some(frame) => codec::read_all(self.tree(), &key, frame).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The probe row of a report stored without one (by an earlier version).
+    fn parsed_probe_row(
+        &self,
+        id: IncarnationId,
+        round: u64,
+        node: &str,
+    ) -> Result<Option<ProbeRow>> {
+        Ok(self
+            .report(id, round, node)?
+            .as_ref()
+            .and_then(ProbeRow::of))
     }
 
     /// One report.

@@ -3,7 +3,7 @@
 //! the round the object shows, built from the store's probe rows — a few megabytes for a
 //! thousand nodes instead of the object's hundreds.
 
-use kdoctor_api::matrix::{KIND, Matrix, build};
+use kdoctor_api::matrix::{Builder, KIND, Matrix};
 use kdoctor_api::report::API_VERSION;
 use kdoctor_api::task::TaskKind;
 use kdoctor_store::Store;
@@ -54,7 +54,10 @@ pub fn matrix_json(store: &Store, target: &Target) -> Result<Vec<u8>, ApiError> 
             target.name
         ))
     })?;
-    let rows = store.probe_rows(task.id, round)?;
+    // Two passes over the rows, so that only one is in memory at a time: their sources first
+    // (which pod is on which node names the node columns), then their probes.
+    let mut builder = Builder::new(store.probe_row_sources(task.id, round)?);
+    store.for_each_probe_row(task.id, round, |row| builder.add(&row))?;
     let object = MatrixObject {
         api_version: API_VERSION,
         kind: KIND,
@@ -67,7 +70,7 @@ pub fn matrix_json(store: &Store, target: &Target) -> Result<Vec<u8>, ApiError> 
             name: &task.name,
         },
         round_number: round,
-        matrix: build(&rows),
+        matrix: builder.finish(),
     };
     serde_json::to_vec(&object).map_err(|e| ApiError::internal(e.to_string()))
 }
