@@ -171,17 +171,7 @@ async fn daemonset_processes_answer_on_every_service_address_and_dns() {
         format!("{node_ip}:{node_port}"),
         format!("{lb_ip}:80"),
     ] {
-        let answer = eventually(20, || {
-            let addr = addr.clone();
-            async move { http_get(&addr, "x", "/").await }
-        })
-        .await;
-        assert!(
-            answer["pod"]
-                .as_str()
-                .is_some_and(|p| p.starts_with("agent-")),
-            "{addr}: {answer}"
-        );
+        reaches_an_agent(&addr, "x").await;
     }
     let via_ingress = eventually(20, || {
         let addr = format!("{ing_ip}:80");
@@ -275,6 +265,17 @@ async fn daemonset_processes_answer_on_every_service_address_and_dns() {
         async move { http_get(&addr, "x", "/").await.is_none().then_some(()) }
     })
     .await;
+}
+
+/// Waits until `addr` answers an HTTP GET (with `host`) from one of the agent pods.
+async fn reaches_an_agent(addr: &str, host: &str) {
+    let answer = eventually(20, || async move { http_get(addr, host, "/").await }).await;
+    assert!(
+        answer["pod"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("agent-")),
+        "{addr}: {answer}"
+    );
 }
 
 /// Sends one DNS query of `qtype` over UDP and returns (rcode, addresses).
@@ -381,17 +382,7 @@ async fn a_dual_stack_cluster_carries_ipv6_to_pods_services_node_ports_load_bala
         (format!("[{lb_v6}]:80"), "x"),
         (format!("[{ing_v6}]:80"), "agent.example"),
     ] {
-        let answer = eventually(20, || {
-            let addr = addr.clone();
-            async move { http_get(&addr, host, "/v6").await }
-        })
-        .await;
-        assert!(
-            answer["pod"]
-                .as_str()
-                .is_some_and(|p| p.starts_with("agent-")),
-            "{addr}: {answer}"
-        );
+        reaches_an_agent(&addr, host).await;
     }
 
     // One EndpointSlice per family.
@@ -448,16 +439,7 @@ async fn a_dual_stack_cluster_carries_ipv6_to_pods_services_node_ports_load_bala
         .expect("create");
     let ips = created.spec.and_then(|s| s.cluster_ips).expect("ips");
     assert!(ips.len() == 1 && is_v6(&ips[0]), "{ips:?}");
-    let answer = eventually(20, || {
-        let addr = format!("[{}]:80", ips[0]);
-        async move { http_get(&addr, "x", "/").await }
-    })
-    .await;
-    assert!(
-        answer["pod"]
-            .as_str()
-            .is_some_and(|p| p.starts_with("agent-"))
-    );
+    reaches_an_agent(&format!("[{}]:80", ips[0]), "x").await;
 }
 
 #[tokio::test]
