@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 cargo build --release -q
-exec ./target/release/kdoctor-bench-store "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/kdoctor-bench-store" "$@"
