@@ -11,8 +11,7 @@
 //! | `r` | id, round | round record (JSON) |
 //! | `o` | id, round | round summary (framed) |
 //! | `h` | id, round, node | report header (JSON) |
-//! | `b` | id, round, node | report body (framed JSON) |
-//! | `p` | id, round, node | the report's probe row for matrices (framed, `probes.rs`) |
+//! | `b` | id, round, node | report body (framed: probe row and JSON, `body.rs`) |
 //! | `x` | key of a framed value, chunk | one chunk of a large framed value |
 //! | `e` | resourceVersion | change event (JSON) |
 //!
@@ -43,8 +42,6 @@ pub const SUMMARY_OF_ROUND: u8 = b'o';
 pub const HEADER: u8 = b'h';
 /// Prefix of report bodies.
 pub const BODY: u8 = b'b';
-/// Prefix of the probe rows of NetReach reports.
-pub const PROBES: u8 = b'p';
 /// Prefix of chunks of large values.
 pub const CHUNK: u8 = b'x';
 /// Prefix of change events.

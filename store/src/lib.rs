@@ -7,6 +7,7 @@
 //! explicitly, index and data change in one atomic batch, writes return after a flush, one
 //! process holds the store, and a store that fails to open is never wiped.
 
+mod body;
 mod codec;
 mod config;
 mod error;

@@ -17,6 +17,7 @@ use kdoctor_api::task::TaskKind;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
+use crate::body;
 use crate::codec::{self, Frame};
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
@@ -466,7 +467,8 @@ impl Store {
             if let (Some(h), Some(frame)) = (&old_header, &old_frame)
                 && h.json_crc == json_crc
                 && h.meta.json_bytes == json.len() as u64
-                && codec::read_all(self.tree(), &body_key, frame.clone())? == json
+                && body::json_of(&codec::read_all(self.tree(), &body_key, frame.clone())?)
+                    == json.as_slice()
             {
                 self.metrics
                     .reports_written
@@ -475,12 +477,9 @@ impl Store {
                 outcomes.push(Outcome::Unchanged);
                 continue;
             }
-            let mut stored = changes.framed(&body_key, &json, old_frame.as_ref())?;
-            if let Some(row) = ProbeRow::of(report) {
-                let probe_key = keys::by_node(keys::PROBES, new.task, round, node);
-                let old_probes = self.frame(&probe_key)?;
-                stored += changes.framed(&probe_key, &probes::encode(&row), old_probes.as_ref())?;
-            }
+            let row = ProbeRow::of(report).map(|r| probes::encode(&r));
+            let plain = body::compose(&json, row.as_deref());
+            let stored = changes.framed(&body_key, &plain, old_frame.as_ref())?;
             let meta = ReportMeta {
                 node: node.to_string(),
                 result: RoundResult::from_report(&report.round_result),
@@ -622,14 +621,12 @@ impl Store {
         {
             let (header_key, _) = item?;
             changes.remove(header_key.to_vec());
-            for prefix in [keys::BODY, keys::PROBES] {
-                let mut key = header_key.to_vec();
-                key[0] = prefix;
-                if let Some(frame) = self.frame(&key)? {
-                    codec::keys_of(&key, &frame)
-                        .into_iter()
-                        .for_each(|k| changes.remove(k));
-                }
+            let mut body_key = header_key.to_vec();
+            body_key[0] = keys::BODY;
+            if let Some(frame) = self.frame(&body_key)? {
+                codec::keys_of(&body_key, &frame)
+                    .into_iter()
+                    .for_each(|k| changes.remove(k));
             }
         }
         Ok(())
@@ -911,7 +908,7 @@ impl Store {
     ) -> Result<Option<Box<dyn Read + '_>>> {
         let key = keys::by_node(keys::BODY, id, round, node);
         match self.frame(&key)? {
-            Some(frame) => codec::reader(self.tree(), &key, frame).map(Some),
+            Some(frame) => Ok(Some(self.split_body(&key, frame)?.1)),
             None => Ok(None),
         }
     }
@@ -925,7 +922,10 @@ impl Store {
     ) -> Result<Option<Vec<u8>>> {
         let key = keys::by_node(keys::BODY, id, round, node);
         match self.frame(&key)? {
-            Some(frame) => codec::read_all(self.tree(), &key, frame).map(Some),
+            Some(frame) => {
+                let plain = codec::read_all(self.tree(), &key, frame)?;
+                Ok(Some(body::json_of(&plain).to_vec()))
+            }
             None => Ok(None),
         }
     }
@@ -947,15 +947,7 @@ impl Store {
         mut f: impl FnMut(ProbeRow),
     ) -> Result<()> {
         for meta in self.reports(id, round)? {
-            let row = match self.probe_bytes(id, round, &meta.node)? {
-                Some(bytes) => probes::decode(&bytes),
-                None => None,
-            };
-            let row = match row {
-                Some(row) => Some(row),
-                None => self.parsed_probe_row(id, round, &meta.node)?,
-            };
-            if let Some(row) = row {
+            if let Some(row) = self.probe_row(id, round, &meta.node, probes::decode, |r| r)? {
                 f(row);
             }
         }
@@ -970,40 +962,47 @@ impl Store {
     ) -> Result<Vec<(String, String)>> {
         let mut sources = Vec::new();
         for meta in self.reports(id, round)? {
-            let source = match self.probe_bytes(id, round, &meta.node)? {
-                Some(bytes) => probes::decode_source(&bytes),
-                None => None,
-            };
-            let source = match source {
-                Some(source) => Some(source),
-                None => self
-                    .parsed_probe_row(id, round, &meta.node)?
-                    .map(|row| (row.node, row.pod)),
-            };
-            sources.extend(source);
+            sources.extend(
+                self.probe_row(id, round, &meta.node, probes::decode_source, |r| {
+                    (r.node, r.pod)
+                })?,
+            );
         }
         Ok(sources)
     }
 
-    fn probe_bytes(&self, id: IncarnationId, round: u64, node: &str) -> Result<Option<Vec<u8>>> {
-        let key = keys::by_node(keys::PROBES, id, round, node);
-        match self.frame(&key)? {
-            Some(frame) => codec::read_all(self.tree(), &key, frame).map(Some),
-            None => Ok(None),
-        }
+    /// A body's probe row (if any) and a reader of its JSON.
+    fn split_body(
+        &self,
+        key: &[u8],
+        frame: Frame,
+    ) -> Result<(Option<Vec<u8>>, Box<dyn Read + '_>)> {
+        body::split(codec::reader(self.tree(), key, frame)?).map_err(|e| StoreError::Corrupt {
+            key: String::from_utf8_lossy(key).into_owned(),
+            reason: format!("the front of a report body: {e}"),
+        })
     }
 
-    /// The probe row of a report stored without one (by an earlier version).
-    fn parsed_probe_row(
+    /// Reads the front of a report body: its probe row decoded by `decode`, or, for a report
+    /// stored without one (by an earlier version), `convert` of the parsed JSON's row.
+    fn probe_row<T>(
         &self,
         id: IncarnationId,
         round: u64,
         node: &str,
-    ) -> Result<Option<ProbeRow>> {
-        Ok(self
-            .report(id, round, node)?
-            .as_ref()
-            .and_then(ProbeRow::of))
+        decode: impl Fn(&[u8]) -> Option<T>,
+        convert: impl Fn(ProbeRow) -> T,
+    ) -> Result<Option<T>> {
+        let key = keys::by_node(keys::BODY, id, round, node);
+        let Some(frame) = self.frame(&key)? else {
+            return Ok(None);
+        };
+        let (row, json) = self.split_body(&key, frame)?;
+        if let Some(decoded) = row.as_deref().and_then(&decode) {
+            return Ok(Some(decoded));
+        }
+        let report: Report = serde_json::from_reader(std::io::BufReader::new(json))?;
+        Ok(ProbeRow::of(&report).map(convert))
     }
 
     /// One report.
