@@ -33,8 +33,11 @@ pub fn json_of(plain: &[u8]) -> &[u8] {
     }
 }
 
-/// Reads a body's front: its probe row (None when it has none), and a reader of its JSON.
-pub fn split<'a>(mut reader: impl Read + 'a) -> io::Result<(Option<Vec<u8>>, Box<dyn Read + 'a>)> {
+/// A body taken apart: its probe row (None when it has none), and a reader of its JSON.
+pub type Split<'a> = (Option<Vec<u8>>, Box<dyn Read + 'a>);
+
+/// Reads a body's front: its probe row, and a reader of its JSON.
+pub fn split<'a>(mut reader: impl Read + 'a) -> io::Result<Split<'a>> {
     let mut first = [0u8; 1];
     if reader.read(&mut first)? == 0 {
         return Ok((None, Box::new(io::empty())));

@@ -972,11 +972,7 @@ impl Store {
     }
 
     /// A body's probe row (if any) and a reader of its JSON.
-    fn split_body(
-        &self,
-        key: &[u8],
-        frame: Frame,
-    ) -> Result<(Option<Vec<u8>>, Box<dyn Read + '_>)> {
+    fn split_body(&self, key: &[u8], frame: Frame) -> Result<body::Split<'_>> {
         body::split(codec::reader(self.tree(), key, frame)?).map_err(|e| StoreError::Corrupt {
             key: String::from_utf8_lossy(key).into_owned(),
             reason: format!("the front of a report body: {e}"),
