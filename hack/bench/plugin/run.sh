@@ -2,7 +2,8 @@
 # `kubectl kdoctor matrix` on N × N rounds (issue 10): wall time and peak RSS of the plugin,
 # against, in the same run and on the same object, `kubectl get kdoctorreport -o json` (what a
 # user would otherwise run) and raw HTTPS reads by curl of the object's bytes and of its
-# KdoctorReportMatrix view (the server's part of the plugin's time); the API server's peak RSS.
+# KdoctorReportMatrix view (the server's part of the plugin's time); the API server's peak RSS
+# after serving the view, and after everything (the whole-object reads included).
 # Each round: N nodes, each report probing every node's pod (hack/bench/plugin/fixture.py),
 # imported into a store and served by `kdoctor apiserver`.
 #
@@ -30,7 +31,7 @@ measure() {
   awk '{printf "%.2f s, %.0f MiB", $1, $2 / 1024}' "$WORK/time"
 }
 
-echo "| round | report object | matrix view | kubectl kdoctor matrix | kubectl get -o json | curl: object | curl: matrix view | API server peak RSS |"
+echo "| round | report object | matrix view | kubectl kdoctor matrix | kubectl get -o json | curl: object | curl: matrix view | API server peak RSS: view / all |"
 echo "|---|---|---|---|---|---|---|---|"
 for n in "${SIZES[@]}"; do
   data="$WORK/data-$n"
@@ -45,6 +46,8 @@ for n in "${SIZES[@]}"; do
   k() { PATH="$WORK/bin:$PATH" "$KUBECTL" "$@"; }
   # Warm the server's reading path once (the first read opens the store pages).
   k kdoctor matrix "$name" --kubeconfig "$WORK/kubeconfig" >/dev/null
+  # The server's peak so far: serving the matrix view (before any whole-object read).
+  view_rss="$(awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$SERVER/status")"
   url="$(awk '/server:/ {print $2; exit}' "$WORK/kubeconfig")/apis/system.kdoctor.io/v1beta1/kdoctorreports/$name"
   certs=(--cacert "$WORK/ca.crt")
   python3 - "$WORK/kubeconfig" "$WORK" <<'PY'
@@ -61,7 +64,7 @@ PY
   view_accept="Accept: application/json;as=KdoctorReportMatrix;g=system.kdoctor.io;v=v1beta1"
   view_bytes="$(curl -s "${certs[@]}" --cert "$WORK/client.crt" --key "$WORK/client.key" -H "$view_accept" -o /dev/null -w '%{size_download}' "$url")"
   view="$(measure curl -s "${certs[@]}" --cert "$WORK/client.crt" --key "$WORK/client.key" -H "$view_accept" -o /dev/null "$url")"
-  server_rss="$(awk '/VmHWM/ {printf "%.0f MiB", $2 / 1024}' "/proc/$SERVER/status")"
+  server_rss="$view_rss / $(awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$SERVER/status") MiB"
   view_mb="$(awk -v b="$view_bytes" 'BEGIN { printf "%.1f", b / 1e6 }')"
   printf '| %d × %d | %d MB | %s MB | %s | %s | %s | %s | %s |\n' "$n" "$n" "$((bytes / 1000000))" "$view_mb" "$plugin" "$get" "$raw" "$view" "$server_rss"
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""
