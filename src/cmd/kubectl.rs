@@ -284,7 +284,7 @@ async fn load_matrix(client: &kube::Client, name: &str) -> Result<MatrixView> {
     Ok(MatrixView {
         task: object.task,
         round_number: object.status.round_number,
-        matrix: build(&reports, &BTreeMap::new()),
+        matrix: build(reports),
     })
 }
 

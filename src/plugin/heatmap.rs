@@ -108,7 +108,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::plugin::matrix::{build, tests::mesh, tests::sources};
+    use crate::plugin::matrix::tests::{matrix, mesh};
     use crate::plugin::terminal::tests::golden;
 
     #[test]
@@ -116,7 +116,7 @@ mod tests {
         let zones: BTreeMap<String, String> = (0..4)
             .map(|i| (format!("node-{i}"), ["zone-a", "zone-b"][i % 2].to_string()))
             .collect();
-        let m = build(&sources(&mesh(4)), &zones);
+        let m = matrix(&mesh(4), &zones);
         golden("matrix-success.svg", &svg(&m, Metric::Success));
         golden(
             "matrix-p99.html",

@@ -1,11 +1,8 @@
 //! The plugin's side of the connectivity matrix (`kdoctor_api::matrix`): reading it out of
 //! whole report objects when the server offers no matrix view, and what a cell shows.
 
-use std::collections::BTreeMap;
-
+use kdoctor_api::matrix::{Builder, Probe, ProbeRow};
 pub use kdoctor_api::matrix::{Cell, Matrix};
-use kdoctor_api::matrix::{Probe, ProbeRow};
-use kdoctor_api::report::Report;
 use serde::Deserialize;
 
 /// What the matrix needs of one node's report: read straight from the report's JSON (every
@@ -61,45 +58,17 @@ pub struct P99 {
     pub p99: f32,
 }
 
-impl From<&Report> for SourceReport {
-    fn from(report: &Report) -> SourceReport {
-        SourceReport {
-            node_name: report.node_name.clone(),
-            pod_name: report.pod_name.clone(),
-            task_net_reach: report.task_net_reach.as_ref().map(|r| SourceResult {
-                round_task_detail: r
-                    .round_task_detail
-                    .iter()
-                    .map(|d| {
-                        let requests = &d.request_target_metrics.requests;
-                        TargetMeasure {
-                            name: d.name.clone(),
-                            request_target_metrics: Measured {
-                                request_counts: requests.request_counts,
-                                success_counts: requests.success_counts,
-                                latencies: P99 {
-                                    p99: requests.latencies.p99,
-                                },
-                            },
-                        }
-                    })
-                    .collect(),
-            }),
-        }
-    }
-}
-
-impl From<&SourceReport> for ProbeRow {
-    fn from(report: &SourceReport) -> ProbeRow {
+impl From<SourceReport> for ProbeRow {
+    fn from(report: SourceReport) -> ProbeRow {
         ProbeRow {
-            node: report.node_name.clone(),
-            pod: report.pod_name.clone(),
+            node: report.node_name,
+            pod: report.pod_name,
             probes: report
                 .task_net_reach
-                .iter()
-                .flat_map(|t| &t.round_task_detail)
+                .into_iter()
+                .flat_map(|t| t.round_task_detail)
                 .map(|d| Probe {
-                    target: d.name.clone(),
+                    target: d.name,
                     requests: d.request_target_metrics.request_counts,
                     successes: d.request_target_metrics.success_counts,
                     p99_ms: d.request_target_metrics.latencies.p99,
@@ -137,16 +106,26 @@ impl CellValue for Cell {
 }
 
 /// Builds the matrix of a round's reports (parsed client-side, when the server has no matrix
-/// view); `zones` maps node names to zones (may be empty).
-pub fn build(reports: &[SourceReport], zones: &BTreeMap<String, String>) -> Matrix {
-    let rows: Vec<ProbeRow> = reports.iter().map(ProbeRow::from).collect();
-    kdoctor_api::matrix::build(&rows).grouped(zones)
+/// view), one report at a time.
+pub fn build(reports: Vec<SourceReport>) -> Matrix {
+    let mut builder = Builder::new(
+        reports
+            .iter()
+            .map(|r| (r.node_name.clone(), r.pod_name.clone())),
+    );
+    for report in reports {
+        builder.add(&ProbeRow::from(report));
+    }
+    builder.finish()
 }
 
 #[cfg(test)]
 pub mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use kdoctor_api::fixtures::net_reach_report;
+    use kdoctor_api::report::Report;
 
     /// `n` nodes whose agents probe each other's pods and the ClusterIP; `node-1`'s requests to
     /// `node-2` fail half the time, and latency grows with the distance between node numbers.
@@ -178,9 +157,10 @@ pub mod tests {
             .collect()
     }
 
-    /// The matrix's view of reports.
-    pub fn sources(reports: &[Report]) -> Vec<SourceReport> {
-        reports.iter().map(SourceReport::from).collect()
+    /// The matrix of reports, grouped by `zones`.
+    pub fn matrix(reports: &[Report], zones: &BTreeMap<String, String>) -> Matrix {
+        let rows: Vec<ProbeRow> = reports.iter().filter_map(ProbeRow::of).collect();
+        kdoctor_api::matrix::build(&rows).grouped(zones)
     }
 
     #[test]
@@ -190,7 +170,7 @@ pub mod tests {
             ("node-1".to_string(), "a".to_string()),
             ("node-2".to_string(), "a".to_string()),
         ]);
-        let m = build(&sources(&mesh(3)), &zones);
+        let m = matrix(&mesh(3), &zones);
         // Grouped by zone: a (node-1, node-2), then b (node-0).
         assert_eq!(m.rows, ["node-1", "node-2", "node-0"]);
         assert_eq!(m.columns.len(), 4);

@@ -130,7 +130,7 @@ pub mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::plugin::matrix::{build, tests::mesh, tests::sources};
+    use crate::plugin::matrix::tests::{matrix, mesh};
 
     /// Compares with `src/plugin/testdata/<name>`; `UPDATE_GOLDEN=1` rewrites it.
     pub fn golden(name: &str, actual: &str) {
@@ -156,7 +156,7 @@ pub mod tests {
 
     #[test]
     fn success_without_colour() {
-        let m = build(&sources(&mesh(4)), &zones());
+        let m = matrix(&mesh(4), &zones());
         let layout = Layout {
             colour: false,
             columns_per_page: 40,
@@ -167,7 +167,7 @@ pub mod tests {
 
     #[test]
     fn p99_in_colour_first_of_two_pages() {
-        let m = build(&sources(&mesh(4)), &BTreeMap::new());
+        let m = matrix(&mesh(4), &BTreeMap::new());
         let layout = Layout {
             colour: true,
             columns_per_page: 3,

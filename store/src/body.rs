@@ -23,14 +23,19 @@ pub fn compose(json: &[u8], row: Option<&[u8]>) -> Vec<u8> {
     }
 }
 
-/// The JSON part of a body's plain bytes.
-pub fn json_of(plain: &[u8]) -> &[u8] {
+/// Where a body's JSON starts in its plain bytes.
+pub fn json_start(plain: &[u8]) -> usize {
     if plain.first() == Some(&ROW_AHEAD) && plain.len() >= 5 {
         let len = u32::from_le_bytes([plain[1], plain[2], plain[3], plain[4]]) as usize;
-        plain.get(5 + len..).unwrap_or_default()
+        (5 + len).min(plain.len())
     } else {
-        plain
+        0
     }
+}
+
+/// The JSON part of a body's plain bytes.
+pub fn json_of(plain: &[u8]) -> &[u8] {
+    &plain[json_start(plain)..]
 }
 
 /// A body taken apart: its probe row (None when it has none), and a reader of its JSON.

@@ -1,6 +1,6 @@
 //! The compact encoding of a report's [`ProbeRow`] (what a connectivity matrix needs of it),
-//! stored beside the report so that a matrix of a thousand nodes reads a few megabytes instead
-//! of parsing hundreds of megabytes of report JSON. Little-endian; strings are a u32 length and
+//! stored at the front of the report's value (`body.rs`) so that a matrix of a thousand nodes
+//! reads a few megabytes instead of parsing hundreds of megabytes of report JSON. Little-endian; strings are a u32 length and
 //! UTF-8 bytes:
 //!
 //! `1 (format) | node | pod | u32 count | count × (target | i64 requests | i64 successes | f32 p99 ms)`

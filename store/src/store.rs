@@ -923,23 +923,17 @@ impl Store {
         let key = keys::by_node(keys::BODY, id, round, node);
         match self.frame(&key)? {
             Some(frame) => {
-                let plain = codec::read_all(self.tree(), &key, frame)?;
-                Ok(Some(body::json_of(&plain).to_vec()))
+                let mut plain = codec::read_all(self.tree(), &key, frame)?;
+                plain.drain(..body::json_start(&plain));
+                Ok(Some(plain))
             }
             None => Ok(None),
         }
     }
 
-    /// The probe rows of a NetReach round, one per stored report, in node order: what a
-    /// connectivity matrix needs, without parsing report bodies (a report stored before rows
-    /// were kept is parsed instead).
-    pub fn probe_rows(&self, id: IncarnationId, round: u64) -> Result<Vec<ProbeRow>> {
-        let mut rows = Vec::new();
-        self.for_each_probe_row(id, round, |row| rows.push(row))?;
-        Ok(rows)
-    }
-
-    /// Calls `f` with each probe row of a round, in node order, one row in memory at a time.
+    /// Calls `f` with each probe row of a NetReach round (what a connectivity matrix needs of
+    /// each report), in node order, one row in memory at a time, without parsing report JSON (a
+    /// report stored before rows were kept is parsed instead).
     pub fn for_each_probe_row(
         &self,
         id: IncarnationId,

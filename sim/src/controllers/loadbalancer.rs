@@ -65,10 +65,7 @@ fn process(c: &Cluster, e: &StoreEvent) {
         let entries: Vec<Value> = families
             .into_iter()
             .map(|f| {
-                let ip: std::net::IpAddr = match f {
-                    "IPv6" => crate::net::ipv6::twin(slot).into(),
-                    _ => slot.into(),
-                };
+                let ip = crate::net::ipv6::in_family(slot, f);
                 let mut entry = json!({"ip": ip.to_string()});
                 if kind == "Service" {
                     entry["ipMode"] = json!("VIP");

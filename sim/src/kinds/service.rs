@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
 use crate::error::{ApiError, ApiResult};
+use crate::net::ipv6;
 use crate::resources::ResourceInfo;
 
 fn svc_type(obj: &Value) -> String {
@@ -62,10 +63,7 @@ pub fn families(svc: &Value) -> Vec<&'static str> {
 }
 
 fn family_of(ip: &str) -> Option<&'static str> {
-    match ip.parse::<IpAddr>().ok()? {
-        IpAddr::V4(_) => Some("IPv4"),
-        IpAddr::V6(_) => Some("IPv6"),
-    }
+    ip.parse().ok().map(ipv6::family)
 }
 
 /// Fills `ipFamilies` as kube-apiserver does: from the requested ClusterIPs, else IPv4, plus
@@ -252,14 +250,6 @@ fn check_families(info: &ResourceInfo, obj: &Value, dual: bool) -> ApiResult<()>
     Ok(())
 }
 
-/// The address of a pool slot in a family.
-fn in_family(slot: Ipv4Addr, family: &str) -> IpAddr {
-    match family {
-        "IPv6" => crate::net::ipv6::twin(slot).into(),
-        _ => slot.into(),
-    }
-}
-
 /// Allocates a new Service's ClusterIPs (one per family) and NodePorts.
 pub fn prepare_create(c: &Cluster, info: &ResourceInfo, obj: &mut Value) -> ApiResult<()> {
     let dual = c.alloc().ipv6;
@@ -301,8 +291,8 @@ pub fn prepare_create(c: &Cluster, info: &ResourceInfo, obj: &mut Value) -> ApiR
                     .map(|(ip, family)| {
                         ip.parse::<IpAddr>()
                             .ok()
-                            .filter(|a| family_of(&a.to_string()) == Some(*family))
-                            .and_then(crate::net::ipv6::slot)
+                            .filter(|a| ipv6::family(*a) == *family)
+                            .and_then(ipv6::slot)
                     })
                     .collect();
                 let first = slots.first().copied().flatten();
@@ -330,7 +320,7 @@ pub fn prepare_create(c: &Cluster, info: &ResourceInfo, obj: &mut Value) -> ApiR
             allocated = Some(slot);
             let ips: Vec<String> = families
                 .iter()
-                .map(|f| in_family(slot, f).to_string())
+                .map(|f| ipv6::in_family(slot, f).to_string())
                 .collect();
             obj["spec"]["clusterIP"] = json!(ips.first());
             obj["spec"]["clusterIPs"] = json!(ips);
@@ -460,6 +450,6 @@ pub fn addresses(obj: &Value, pointer: &str) -> Vec<Ipv4Addr> {
         .into_iter()
         .flatten()
         .filter_map(|v| v.as_str().or_else(|| v.get("ip")?.as_str()))
-        .filter_map(|s| crate::net::ipv6::slot(s.parse().ok()?))
+        .filter_map(|s| ipv6::slot(s.parse().ok()?))
         .collect()
 }

@@ -20,6 +20,19 @@ pub fn twin(v4: Ipv4Addr) -> Ipv6Addr {
     Ipv6Addr::from(u128::from(PREFIX) | u128::from(u32::from(v4)))
 }
 
+/// The address of a pool slot in an IP family (`"IPv4"` or `"IPv6"`, as Kubernetes names them).
+pub fn in_family(slot: Ipv4Addr, family: &str) -> IpAddr {
+    match family {
+        "IPv6" => twin(slot).into(),
+        _ => slot.into(),
+    }
+}
+
+/// The Kubernetes name of an address's family.
+pub fn family(ip: IpAddr) -> &'static str {
+    if ip.is_ipv6() { "IPv6" } else { "IPv4" }
+}
+
 /// The IPv4 pool slot an address occupies: itself, or the IPv4 twin of an address in
 /// [`PREFIX`]; None for any other IPv6 address.
 pub fn slot(ip: IpAddr) -> Option<Ipv4Addr> {

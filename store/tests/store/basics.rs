@@ -153,14 +153,21 @@ fn a_rounds_probe_rows_are_what_its_reports_measured_without_reading_bodies() {
     for r in &reports {
         store.put_report(id, r).expect("stored");
     }
-    let rows = store.probe_rows(id, 1).expect("rows");
+    let mut rows = Vec::new();
+    store
+        .for_each_probe_row(id, 1, |row| rows.push(row))
+        .expect("rows");
     let want: Vec<_> = [&reports[1], &reports[0]]
         .iter()
         .map(|r| kdoctor_api::matrix::ProbeRow::of(r).expect("NetReach"))
         .collect();
     assert_eq!(rows, want);
     assert_eq!(rows[1].probes.len(), 3000);
-    assert!(store.probe_rows(id, 2).expect("none").is_empty());
+    let mut none = Vec::new();
+    store
+        .for_each_probe_row(id, 2, |row| none.push(row))
+        .expect("none");
+    assert!(none.is_empty());
 }
 
 #[test]
