@@ -48,6 +48,9 @@ async fn a_net_reach_carrier_of_real_agents_reaches_pods_services_and_the_ingres
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_dual_stack_cluster_real_agents_reach_every_target_over_ipv4_and_ipv6() {
+    if kube_sim::net::ipv6::reported_missing().is_some() {
+        return;
+    }
     mesh_round(true).await;
 }
 
