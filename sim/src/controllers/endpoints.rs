@@ -184,6 +184,21 @@ pub fn reconcile(c: &Cluster, ns: &str, name: &str) {
     slice_labels["kubernetes.io/service-name"] = json!(name);
     slice_labels["endpointslice.kubernetes.io/managed-by"] =
         json!("endpointslice-controller.k8s.io");
+    // A Service that went back to one family loses the other family's slice.
+    if let Ok(info) = c.builtin("discovery.k8s.io", "EndpointSlice") {
+        for gone in ["IPv4", "IPv6"]
+            .into_iter()
+            .filter(|f| !families.contains(f))
+        {
+            let slice = slice_name(name, gone);
+            if c.store
+                .get("discovery.k8s.io/endpointslices", ns, &slice)
+                .is_some()
+            {
+                let _ = c.delete(&info, ns, &slice, &DeleteOptions::default());
+            }
+        }
+    }
     for family in families {
         let slice_endpoints: Vec<Value> = members
             .iter()

@@ -66,8 +66,9 @@ fn family_of(ip: &str) -> Option<&'static str> {
     ip.parse().ok().map(ipv6::family)
 }
 
-/// Fills `ipFamilies` as kube-apiserver does: from the requested ClusterIPs, else IPv4, plus
-/// the other family when the policy asks for dual stack and the cluster has it.
+/// Fills `ipFamilies` as kube-apiserver does: as listed, else from the requested ClusterIPs,
+/// else IPv4; plus the other family when the policy asks for dual stack and the cluster has it
+/// (also on update: a dual-stack policy upgrades a single-stack Service).
 fn default_families(spec: &mut serde_json::Map<String, Value>, dual: bool) {
     let policy = spec
         .get("ipFamilyPolicy")
@@ -75,28 +76,64 @@ fn default_families(spec: &mut serde_json::Map<String, Value>, dual: bool) {
         .unwrap_or("SingleStack")
         .to_string();
     spec.entry("ipFamilyPolicy").or_insert(json!(policy));
-    if spec
+    let listed: Vec<Value> = spec
         .get("ipFamilies")
         .and_then(Value::as_array)
-        .is_none_or(Vec::is_empty)
-    {
-        let from_ips: Vec<&str> = spec
+        .cloned()
+        .unwrap_or_default();
+    let mut fams = if listed.is_empty() {
+        let from_ips: Vec<Value> = spec
             .get("clusterIPs")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_else(|| spec.get("clusterIP").cloned().into_iter().collect())
             .iter()
             .filter_map(|ip| family_of(ip.as_str()?))
+            .map(|f| json!(f))
             .collect();
-        let mut fams = if from_ips.is_empty() {
-            vec!["IPv4"]
+        if from_ips.is_empty() {
+            vec![json!("IPv4")]
         } else {
             from_ips
-        };
-        if policy != "SingleStack" && dual && fams.len() == 1 {
-            fams.push(if fams[0] == "IPv4" { "IPv6" } else { "IPv4" });
         }
-        spec.insert("ipFamilies".into(), json!(fams));
+    } else {
+        listed
+    };
+    if policy != "SingleStack" && dual && fams.len() == 1 {
+        // An unknown family is check_families' to report.
+        if let Some(f @ ("IPv4" | "IPv6")) = fams[0].as_str() {
+            let other = other_family(f);
+            fams.push(json!(other));
+        }
+    }
+    spec.insert("ipFamilies".into(), json!(fams));
+}
+
+fn other_family(family: &str) -> &'static str {
+    if family == "IPv4" { "IPv6" } else { "IPv4" }
+}
+
+/// On update, as kube-apiserver does: SingleStack on a dual-stack Service whose families were
+/// left as they were keeps the primary family, and `clusterIPs` follow the families (the
+/// second ClusterIP is the twin of the first, as at creation).
+fn restack(old: &Value, new: &mut Value) {
+    let mut fams = families(new);
+    let single = new.pointer("/spec/ipFamilyPolicy").and_then(Value::as_str) == Some("SingleStack");
+    if single && fams.len() == 2 && fams == families(old) {
+        fams.truncate(1);
+        new["spec"]["ipFamilies"] = json!(fams);
+    }
+    let slot = new
+        .pointer("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .and_then(|ip| ip.parse().ok())
+        .and_then(ipv6::slot);
+    if let Some(slot) = slot {
+        let ips: Vec<String> = fams
+            .iter()
+            .map(|f| ipv6::in_family(slot, f).to_string())
+            .collect();
+        new["spec"]["clusterIPs"] = json!(ips);
     }
 }
 
@@ -376,7 +413,8 @@ pub fn prepare_update(
             spec.insert(field.into(), v.clone());
         }
     }
-    default_spec(new, c.alloc().ipv6);
+    let dual = c.alloc().ipv6;
+    default_spec(new, dual);
     let name = name_of(new);
     let old_ip = old.pointer("/spec/clusterIP").cloned();
     match (
@@ -398,6 +436,10 @@ pub fn prepare_update(
             ));
         }
         _ => {}
+    }
+    if svc_type(new) != "ExternalName" {
+        restack(old, new);
+        check_families(info, new, dual)?;
     }
     let old_ports = node_ports(old);
     let mut taken = Vec::new();

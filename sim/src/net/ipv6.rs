@@ -52,7 +52,9 @@ pub const MISSING_ENV: &str = "KUBE_SIM_IPV6_MISSING";
 /// Why dual-stack tests cannot run here, when CI said so through [`MISSING_ENV`]; the test
 /// prints it and stops. Unset, as on a developer's machine, a machine without IPv6 fails them.
 pub fn reported_missing() -> Option<String> {
-    let why = std::env::var(MISSING_ENV).ok().filter(|why| !why.trim().is_empty())?;
+    let why = std::env::var(MISSING_ENV)
+        .ok()
+        .filter(|why| !why.trim().is_empty())?;
     eprintln!("MISSING: dual-stack test not run: {why}");
     Some(why)
 }

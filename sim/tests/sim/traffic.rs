@@ -8,18 +8,20 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_sim::net::dns;
 use kube_sim::runner::RunnerConfig;
 use kube_sim::{Ipv6Mode, Sim, SimConfig};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::support::eventually;
 
 async fn http_get(addr: &str, host: &str, path: &str) -> Option<Value> {
-    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
+    let mut s = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr))
         .await
         .ok()?
         .ok()?;
@@ -201,9 +203,7 @@ async fn daemonset_processes_answer_on_every_service_address_and_dns() {
             assert_eq!(ips, want, "{name}");
         }
     }
-    let mut tcp = tokio::net::TcpStream::connect(dns_addr)
-        .await
-        .expect("dns tcp");
+    let mut tcp = TcpStream::connect(dns_addr).await.expect("dns tcp");
     let q = dns::query(7, "agent.default.svc.cluster.local");
     let mut framed = (q.len() as u16).to_be_bytes().to_vec();
     framed.extend_from_slice(&q);
@@ -443,6 +443,80 @@ async fn a_dual_stack_cluster_carries_ipv6_to_pods_services_node_ports_load_bala
     let ips = created.spec.and_then(|s| s.cluster_ips).expect("ips");
     assert!(ips.len() == 1 && is_v6(&ips[0]), "{ips:?}");
     reaches_an_agent(&format!("[{}]:80", ips[0]), "x").await;
+
+    // The policy moves a Service between one family and two, as kube-apiserver does; its
+    // second ClusterIP, EndpointSlice and listener come and go with it.
+    let restack: Service = serde_json::from_value(json!({
+        "metadata": {"name": "agent-restack"},
+        "spec": {"selector": {"app": "agent"}, "ports": [{"port": 80, "targetPort": 8080}]}
+    }))
+    .expect("svc");
+    let v4 = svcs
+        .create(&PostParams::default(), &restack)
+        .await
+        .expect("create")
+        .spec
+        .and_then(|s| s.cluster_ips)
+        .expect("ips");
+    assert!(v4.len() == 1 && !is_v6(&v4[0]), "{v4:?}");
+    let set_policy = |policy: &str| {
+        let svcs = svcs.clone();
+        let patch = Patch::Merge(json!({"spec": {"ipFamilyPolicy": policy}}));
+        async move {
+            svcs.patch("agent-restack", &PatchParams::default(), &patch)
+                .await
+                .expect("policy patched")
+                .spec
+                .expect("spec")
+        }
+    };
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+    let slice_families = || {
+        let slices = slices.clone();
+        async move {
+            let lp = ListParams::default().labels("kubernetes.io/service-name=agent-restack");
+            let mut fams: Vec<String> = slices
+                .list(&lp)
+                .await
+                .expect("slices")
+                .items
+                .into_iter()
+                .map(|s| s.address_type)
+                .collect();
+            fams.sort();
+            fams
+        }
+    };
+    let up = set_policy("PreferDualStack").await;
+    assert_eq!(
+        up.ip_families,
+        Some(vec!["IPv4".to_string(), "IPv6".to_string()])
+    );
+    let both = up.cluster_ips.expect("ips");
+    assert!(
+        both.len() == 2 && both[0] == v4[0] && is_v6(&both[1]),
+        "{both:?}"
+    );
+    reaches_an_agent(&format!("[{}]:80", both[1]), "x").await;
+    eventually(20, || async {
+        (slice_families().await == ["IPv4", "IPv6"]).then_some(())
+    })
+    .await;
+
+    let down = set_policy("SingleStack").await;
+    assert_eq!(down.ip_families, Some(vec!["IPv4".to_string()]));
+    assert_eq!(down.cluster_ips, Some(v4.clone()));
+    eventually(20, || async {
+        (slice_families().await == ["IPv4"]).then_some(())
+    })
+    .await;
+    let gone = format!("[{}]:80", both[1]);
+    eventually(20, || {
+        let gone = gone.clone();
+        async move { TcpStream::connect(&gone).await.is_err().then_some(()) }
+    })
+    .await;
+    reaches_an_agent(&format!("{}:80", v4[0]), "x").await;
 }
 
 #[tokio::test]
@@ -484,4 +558,26 @@ async fn an_ipv4_only_cluster_refuses_ipv6_services_as_kube_apiserver_does() {
         .expect("spec");
     assert_eq!(spec.ip_families, Some(vec!["IPv4".to_string()]));
     assert_eq!(spec.cluster_ips.map(|v| v.len()), Some(1));
+    // And an update cannot ask for what the cluster lacks; the Service stays as it was.
+    let err = svcs
+        .patch(
+            "pref",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"ipFamilyPolicy": "RequireDualStack"}})),
+        )
+        .await
+        .expect_err("refused");
+    let kube::Error::Api(status) = err else {
+        panic!("not a Status: {err}")
+    };
+    assert_eq!(status.code, 422);
+    assert!(
+        status
+            .message
+            .contains("this cluster is not configured for dual-stack services"),
+        "{}",
+        status.message
+    );
+    let kept = svcs.get("pref").await.expect("svc").spec.expect("spec");
+    assert_eq!(kept.ip_family_policy.as_deref(), Some("PreferDualStack"));
 }
