@@ -12,7 +12,7 @@ use kube::api::{
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
-use crate::support::{eventually, repo_root, start};
+use crate::support::{api_error, eventually, repo_root, start};
 
 fn cm(name: &str, labels: Value) -> ConfigMap {
     serde_json::from_value(json!({
@@ -20,13 +20,6 @@ fn cm(name: &str, labels: Value) -> ConfigMap {
         "data": {"k": "v"}
     }))
     .expect("configmap")
-}
-
-fn api_error(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other}"),
-    }
 }
 
 fn deployment(name: &str, replicas: i32) -> Deployment {

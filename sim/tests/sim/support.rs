@@ -103,3 +103,18 @@ where
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// The Status of an API error; panics on any other error.
+pub fn api_error(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other}"),
+    }
+}
+
+/// Asserts a 422 Invalid whose message holds `message`.
+pub fn assert_invalid(e: kube::Error, message: &str) {
+    let status = api_error(e);
+    assert_eq!(status.code, 422, "{}", status.message);
+    assert!(status.message.contains(message), "{}", status.message);
+}

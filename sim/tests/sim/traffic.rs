@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::eventually;
+use crate::support::{assert_invalid, eventually};
 
 async fn http_get(addr: &str, host: &str, path: &str) -> Option<Value> {
     let mut s = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr))
@@ -540,11 +540,7 @@ async fn an_ipv4_only_cluster_refuses_ipv6_services_as_kube_apiserver_does() {
             .create(&PostParams::default(), &svc)
             .await
             .expect_err("refused");
-        let kube::Error::Api(status) = err else {
-            panic!("not a Status: {err}")
-        };
-        assert_eq!(status.code, 422);
-        assert!(status.message.contains(message), "{}", status.message);
+        assert_invalid(err, message);
     }
     // PreferDualStack falls back to IPv4 alone.
     let svc: Service = serde_json::from_value(json!({"metadata": {"name": "pref"},
@@ -567,16 +563,9 @@ async fn an_ipv4_only_cluster_refuses_ipv6_services_as_kube_apiserver_does() {
         )
         .await
         .expect_err("refused");
-    let kube::Error::Api(status) = err else {
-        panic!("not a Status: {err}")
-    };
-    assert_eq!(status.code, 422);
-    assert!(
-        status
-            .message
-            .contains("this cluster is not configured for dual-stack services"),
-        "{}",
-        status.message
+    assert_invalid(
+        err,
+        "this cluster is not configured for dual-stack services",
     );
     let kept = svcs.get("pref").await.expect("svc").spec.expect("spec");
     assert_eq!(kept.ip_family_policy.as_deref(), Some("PreferDualStack"));
