@@ -9,4 +9,5 @@ mod markers;
 mod real_agents;
 mod robustness;
 mod rounds;
+mod scale;
 mod support;

@@ -90,9 +90,40 @@ impl Drop for StandIn {
 pub struct Agents {
     behaviour: Arc<Mutex<Behaviour>>,
     running: Arc<Mutex<BTreeMap<String, StandIn>>>,
-    /// Real agents: every pod serves the echo targets on its address and runs the agent's
-    /// task loop (watch, discover, probe through the simulated network, spool).
-    real: bool,
+    /// Which agents are real: they serve the echo targets on their pod address and run the
+    /// agent's task loop (watch, discover, probe through the simulated network, spool).
+    real: RealAgents,
+    /// The identity real agents talk to the API with (the agent ServiceAccount's user), so
+    /// their requests can be counted apart from the test's own.
+    agent_client: Client,
+}
+
+/// The user name of real agents (the agent ServiceAccount, as in a cluster).
+pub const AGENT_USER: &str = "system:serviceaccount:kdoctor:kdoctor-agent";
+
+/// Which agents of a cluster are real.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RealAgents {
+    /// Every agent is a stand-in that spools fixture reports.
+    None,
+    /// Every agent is real.
+    All,
+    /// The agents on node-1 … node-N are real, the others stand-ins that still serve the
+    /// echo targets (so that real agents' probes of them succeed).
+    FirstNodes(usize),
+}
+
+impl RealAgents {
+    fn on(self, node: &str) -> bool {
+        match self {
+            RealAgents::None => false,
+            RealAgents::All => true,
+            RealAgents::FirstNodes(n) => node
+                .strip_prefix("node-")
+                .and_then(|i| i.parse::<usize>().ok())
+                .is_some_and(|i| (1..=n).contains(&i)),
+        }
+    }
 }
 
 impl Agents {
@@ -117,6 +148,11 @@ impl Agents {
             .unwrap()
             .failing
             .insert(node.to_string());
+    }
+
+    /// How many agents serve (stand-ins and real ones).
+    pub fn serving(&self) -> usize {
+        self.running.lock().unwrap().len()
     }
 }
 
@@ -262,8 +298,8 @@ impl Agents {
             // Real agents start as soon as their pod has an address, as a real agent process
             // would be serving by the time its pod turns Ready: a round that starts at once
             // must not find a peer's echo server missing.
-            if self.running.lock().unwrap().contains_key(&agent.name) || !(agent.ready || self.real)
-            {
+            let real = self.real.on(&agent.node);
+            if self.running.lock().unwrap().contains_key(&agent.name) || !(agent.ready || real) {
                 continue;
             }
             // Every address of the pod, as `--bind=$(POD_IPS)` gives a real agent.
@@ -282,7 +318,7 @@ impl Agents {
             args.tls_ca_cert = ca_file.to_path_buf();
             args.node_name = Some(agent.node.clone());
             args.pod_name = Some(agent.name.clone());
-            if self.real {
+            if self.real != RealAgents::None {
                 // The ports the carrier's Services and probes name (upstream's defaults).
                 let ports = ControllerOptions::new(NAMESPACE).ports;
                 args.app_http_port = ports.http;
@@ -293,7 +329,7 @@ impl Agents {
             let Ok(running) = start(&args).await else {
                 continue;
             };
-            let rounds = if self.real {
+            let rounds = if real {
                 let labels = pod.labels();
                 let tasks = TaskArgs {
                     default_agent: !labels.contains_key(kdoctor_api::labels::TASK_KIND),
@@ -308,14 +344,15 @@ impl Agents {
                     ..TaskArgs::default()
                 };
                 let runner = Runner::new(
-                    client.clone(),
+                    self.agent_client.clone(),
                     &args,
                     &tasks,
                     running.spool.clone(),
                     running.registry.clone(),
                 )
                 .expect("agent task loop");
-                runner.map(|r| tokio::spawn(Arc::new(r).run(client.clone())))
+                let agent_client = self.agent_client.clone();
+                runner.map(|r| tokio::spawn(Arc::new(r).run(agent_client)))
             } else {
                 None
             };
@@ -390,6 +427,8 @@ pub struct ClusterConfig {
     pub election: bool,
     /// Real agents probing through the simulated network instead of fixture reports.
     pub real_agents: bool,
+    /// Real agents on node-1 … node-N only (the rest stand-ins); 0: as `real_agents` says.
+    pub real_agent_nodes: usize,
     /// Report export of the controller.
     pub export: Option<ExportConfig>,
     /// A dual-stack cluster (the machine must route the simulated IPv6 addresses) and
@@ -404,6 +443,7 @@ impl Default for ClusterConfig {
             default_agent: true,
             election: false,
             real_agents: false,
+            real_agent_nodes: 0,
             export: None,
             ipv6: false,
         }
@@ -466,10 +506,21 @@ impl Cluster {
         let ca_file = dir.0.join("ca.crt");
         std::fs::write(&ca_file, &ca.pem.cert).expect("CA file");
         let store = Arc::new(Store::open(StoreConfig::new(dir.0.join("store"))).expect("store"));
+        let agent_cert = sim
+            .client_cert(AGENT_USER, &["system:serviceaccounts"])
+            .expect("agent certificate");
         let agents = Agents {
             behaviour: Arc::default(),
             running: Arc::default(),
-            real: settings.real_agents,
+            real: match (settings.real_agents, settings.real_agent_nodes) {
+                (true, _) => RealAgents::All,
+                (false, 0) => RealAgents::None,
+                (false, n) => RealAgents::FirstNodes(n),
+            },
+            agent_client: sim
+                .client_with(&sim.kubeconfig_for(&agent_cert))
+                .await
+                .expect("agent client"),
         };
         let runner = {
             let agents = agents.clone();
@@ -477,8 +528,11 @@ impl Cluster {
             let spool_dir = dir.0.join("agents");
             tokio::spawn(async move {
                 loop {
+                    // No faster than a tick takes: on a large cluster the lists are slow, and
+                    // the controller under test needs the cores more.
+                    let started = tokio::time::Instant::now();
                     agents.tick(&client, &spool_dir, &ca_file).await;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(started.elapsed().max(Duration::from_millis(100))).await;
                 }
             })
         };

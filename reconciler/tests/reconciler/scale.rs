@@ -1,0 +1,163 @@
+//! What a NetReach round costs the Kubernetes API on 1,000 nodes: the controller's requests
+//! and status writes, and the real agents' requests, per round — counted by the simulated
+//! API server per user and bounded by constants that do not grow with the node count.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kdoctor_api::task::{LastRoundStatus, NetReach, TaskKind};
+use kdoctor_store::RoundResult;
+
+use crate::flow::{apply, net_reach, status_when};
+use crate::support::{AGENT_USER, Cluster, ClusterConfig, eventually};
+
+const NODES: usize = 1000;
+const REAL_AGENTS: usize = 3;
+const CONTROLLER_USER: &str = "kdoctor-controller";
+
+/// Requests so far by (user, resource), for the controller and the agents.
+fn requests(cluster: &Cluster) -> BTreeMap<(String, String), u64> {
+    let mut out = BTreeMap::new();
+    for (key, n) in cluster.sim.cluster().requests.snapshot() {
+        if key.user == CONTROLLER_USER || key.user == AGENT_USER {
+            *out.entry((key.user, format!("{} {}", key.verb, key.resource)))
+                .or_default() += n;
+        }
+    }
+    out
+}
+
+/// The requests of `user` between two snapshots, by verb and resource.
+fn between(
+    before: &BTreeMap<(String, String), u64>,
+    after: &BTreeMap<(String, String), u64>,
+    user: &str,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .filter(|((u, _), _)| u == user)
+        .filter_map(|((_, what), n)| {
+            let earlier = before.get(&(user.to_string(), what.clone())).copied();
+            let grew = n - earlier.unwrap_or(0);
+            (grew > 0).then(|| (what.clone(), grew))
+        })
+        .collect()
+}
+
+/// The failed reports of a round of the task: (node, reason).
+fn failures(cluster: &Cluster, round: u64) -> Vec<(String, Option<String>)> {
+    let id = cluster.store.find(TaskKind::NetReach, "scale")[0].id;
+    cluster
+        .store
+        .reports(id, round)
+        .expect("reports")
+        .into_iter()
+        .filter(|r| r.result != RoundResult::Succeed)
+        .map(|r| {
+            let report = cluster.store.report(id, round, &r.node).ok().flatten();
+            (r.node, report.and_then(|r| r.failed_reason))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_1000_nodes_a_round_costs_the_api_the_same_few_requests_as_on_three() {
+    let cluster = Cluster::start(ClusterConfig {
+        nodes: NODES,
+        real_agent_nodes: REAL_AGENTS,
+        ..ClusterConfig::default()
+    })
+    .await;
+    // Two rounds a minute apart; real agents probe two peers each (stand-ins serve the echo
+    // targets), stand-ins spool fixture reports.
+    let task = net_reach(
+        "scale",
+        serde_json::json!({
+            "schedule": {"schedule": "0 1", "roundTimeoutMinute": 1, "roundNumber": 2},
+            "request": {"durationInSecond": 1, "qps": 2, "perRequestTimeoutInMS": 1000},
+            "target": {"endpoint": true, "clusterIP": false, "nodePort": false,
+                       "ipv4": true, "ipv6": false, "maxPeers": 2},
+        }),
+    );
+    // In a cluster a Ready pod serves; here the harness starts each pod's agent after the
+    // sim made it Ready, so wait until all serve before the round probes them.
+    eventually(Duration::from_secs(120), "every agent serving", || async {
+        (cluster.agents.serving() == NODES).then_some(())
+    })
+    .await;
+    let start = requests(&cluster);
+    apply::<NetReach>(&cluster, "scale", &task).await;
+    let first = status_when(
+        &cluster,
+        "scale",
+        Duration::from_secs(120),
+        "round 1 to end",
+        |s| s.done_round == Some(1),
+    )
+    .await;
+    assert_eq!(
+        first.last_round_status,
+        Some(LastRoundStatus::Succeed),
+        "round 1 failed: {:?}",
+        failures(&cluster, 1)
+    );
+    let after_first = requests(&cluster);
+    let status = status_when(
+        &cluster,
+        "scale",
+        Duration::from_secs(150),
+        "round 2 to end",
+        |s| s.finish,
+    )
+    .await;
+    let end = requests(&cluster);
+    assert_eq!(
+        status.last_round_status,
+        Some(LastRoundStatus::Succeed),
+        "round 2 failed: {:?}",
+        failures(&cluster, 2)
+    );
+
+    // Every node's report of the second round is stored, three of them from real agents.
+    let id = cluster.store.find(TaskKind::NetReach, "scale")[0].id;
+    let reports = cluster.store.reports(id, 2).expect("reports");
+    assert_eq!(reports.len(), NODES);
+
+    let controller_first = between(&start, &after_first, CONTROLLER_USER);
+    let controller_second = between(&after_first, &end, CONTROLLER_USER);
+    let agents_first = between(&start, &after_first, AGENT_USER);
+    let agents_second = between(&after_first, &end, AGENT_USER);
+    let total = |m: &BTreeMap<String, u64>| m.values().sum::<u64>();
+    let status_writes = |m: &BTreeMap<String, u64>| -> u64 {
+        m.iter()
+            .filter(|(what, _)| what.ends_with(" netreaches/status"))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    eprintln!(
+        "{NODES} nodes: controller requests {controller_first:?} (first round), \
+         {controller_second:?} (second); {REAL_AGENTS} real agents: {agents_first:?} (first), \
+         {agents_second:?} (second)"
+    );
+    // The controller: status writes and Events, a handful per round whatever the node count
+    // (harvesting goes to the agents' report API, not through the Kubernetes API).
+    assert!(
+        (1..=4).contains(&status_writes(&controller_first)),
+        "{controller_first:?}"
+    );
+    assert!(
+        (1..=3).contains(&status_writes(&controller_second)),
+        "{controller_second:?}"
+    );
+    assert!(total(&controller_first) <= 12, "{controller_first:?}");
+    assert!(total(&controller_second) <= 8, "{controller_second:?}");
+    // The agents, at their first round: the carrier's selector, their node's zone, and one
+    // watch of the carrier's pods (its first list paged by 500, as kube-rs pages); nothing
+    // after that — no periodic lists.
+    let per_agent_first = 3 + NODES.div_ceil(500) as u64;
+    assert!(
+        total(&agents_first) <= REAL_AGENTS as u64 * per_agent_first,
+        "{agents_first:?}"
+    );
+    assert_eq!(total(&agents_second), 0, "{agents_second:?}");
+}
