@@ -9,7 +9,7 @@ use kdoctor_api::task::{LastRoundStatus, NetReach, TaskKind};
 use kdoctor_store::RoundResult;
 
 use crate::flow::{apply, net_reach, status_when};
-use crate::support::{AGENT_USER, Cluster, ClusterConfig, eventually};
+use crate::support::{AGENT_USER, Cluster, ClusterConfig, eventually, raise_open_files};
 
 const NODES: usize = 1000;
 const REAL_AGENTS: usize = 3;
@@ -62,6 +62,14 @@ fn failures(cluster: &Cluster, round: u64) -> Vec<(String, Option<String>)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_1000_nodes_a_round_costs_the_api_the_same_few_requests_as_on_three() {
+    // About five sockets per in-process agent (report API, echo HTTP and HTTPS, health,
+    // metrics) and their connections: 5,200 open files at the peak, measured.
+    let open_files = raise_open_files();
+    assert!(
+        open_files >= 8 * NODES as u64,
+        "this test needs about {} open files; this machine allows {open_files} (ulimit -Hn)",
+        8 * NODES
+    );
     let cluster = Cluster::start(ClusterConfig {
         nodes: NODES,
         real_agent_nodes: REAL_AGENTS,

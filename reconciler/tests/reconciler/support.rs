@@ -228,6 +228,32 @@ fn default_agent() -> DaemonSet {
     }
 }
 
+/// Raises this process's open-file limit to its hard limit and returns it: a cluster of a
+/// thousand in-process agents holds thousands of sockets, more than a default soft limit of
+/// 1,024 allows.
+pub fn raise_open_files() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return raised.rlim_cur;
+            }
+        }
+    }
+    limit.rlim_cur
+}
+
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `limit` with `what`.
 pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
 where
