@@ -156,18 +156,7 @@ pub async fn probe_http(
             ..TotalRunningLoad::default()
         },
     );
-    let result = task_result(
-        TARGET_TYPE_APP_HTTP_HEALTHY,
-        vec![detail],
-        |d| {
-            (
-                d.name.as_str(),
-                d.request_succeed,
-                d.failure_reason.as_deref(),
-            )
-        },
-        &context,
-    );
+    let result = task_result(TARGET_TYPE_APP_HTTP_HEALTHY, vec![detail], &context);
     let succeed = result.round_succeed;
     let mut report = round_report(&context, succeed, result.failure_reason.clone());
     report.task_app_http_healthy = Some(result);
@@ -218,18 +207,7 @@ pub async fn probe_dns(
             ..TotalRunningLoad::default()
         },
     );
-    let result = task_result(
-        TARGET_TYPE_NETDNS,
-        vec![detail],
-        |d| {
-            (
-                d.name.as_str(),
-                d.request_succeed,
-                d.failure_reason.as_deref(),
-            )
-        },
-        &context,
-    );
+    let result = task_result(TARGET_TYPE_NETDNS, vec![detail], &context);
     let succeed = result.round_succeed;
     let mut report = round_report(&context, succeed, result.failure_reason.clone());
     report.task_net_dns = Some(result);

@@ -8,7 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kdoctor_api::go_duration;
 use kdoctor_api::report::{
     AppHttpHealthyTaskDetail, DnsMetrics, EncodedHistogram, HttpMetrics, LatencyDistribution,
-    NetDnsTaskDetail, Report, RequestMetrics, SystemResource, TaskResult, TotalRunningLoad,
+    NetDnsTaskDetail, Report, RequestMetrics, SystemResource, TargetOutcome, TaskResult,
+    TotalRunningLoad,
 };
 use kdoctor_api::task::NetSuccessCondition;
 
@@ -225,16 +226,15 @@ pub struct RoundContext {
 
 /// A task result from target details: the round succeeds when every target did; the failure
 /// reason is `test <name>: <reason>` of the last failing target (upstream's wording).
-pub fn task_result<D>(
+pub fn task_result<D: TargetOutcome>(
     target_type: &str,
     details: Vec<D>,
-    outcome: impl Fn(&D) -> (&str, bool, Option<&str>),
     context: &RoundContext,
 ) -> TaskResult<D> {
     let mut reason = None;
     let mut all = true;
     for d in &details {
-        let (name, succeed, why) = outcome(d);
+        let (name, succeed, why) = d.outcome();
         if !succeed {
             all = false;
             reason = Some(format!("test {name}: {}", why.unwrap_or("failed")));
@@ -399,12 +399,18 @@ mod tests {
             resources: SystemResource::default(),
             load: TotalRunningLoad::default(),
         };
+        struct Target(&'static str, bool, Option<&'static str>);
+        impl TargetOutcome for Target {
+            fn outcome(&self) -> (&str, bool, Option<&str>) {
+                (self.0, self.1, self.2)
+            }
+        }
         let details = vec![
-            ("a", true, None),
-            ("b", false, Some("x")),
-            ("c", false, Some("y")),
+            Target("a", true, None),
+            Target("b", false, Some("x")),
+            Target("c", false, Some("y")),
         ];
-        let t = task_result("kdoctor agent", details, |d| (d.0, d.1, d.2), &context);
+        let t = task_result("kdoctor agent", details, &context);
         assert!(!t.round_succeed);
         assert_eq!(t.failure_reason.as_deref(), Some("test c: y"));
         assert_eq!(t.target_number, 3);

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kdoctor_api::report::{Report, TotalRunningLoad};
+use kdoctor_api::report::{Report, TargetOutcome, TaskResult, TotalRunningLoad};
 use kdoctor_api::task::{NetSuccessCondition, TaskKind};
 use rustls::ClientConfig;
 use tokio::task::JoinSet;
@@ -202,67 +202,28 @@ pub async fn execute_with(
         Done::Dns(t, _) => position(&t.name),
     });
     let expect = plan.expect.as_ref();
-    let method = |t: &HttpTarget| t.spec.method.to_string();
     let mut report = round_report(&context, true, None);
     let (succeed, reason) = match plan.kind {
         TaskKind::NetReach => {
-            let details = done
-                .iter()
-                .filter_map(|d| match d {
-                    Done::Http(t, m) => {
-                        Some(netreach_detail(&t.name, &t.spec.url, &method(t), m, expect))
-                    }
-                    Done::Dns(..) => None,
-                })
-                .collect();
-            let mut result = task_result(
+            let mut result = result_of(
                 TARGET_TYPE_NETREACH,
-                details,
-                |d| {
-                    (
-                        d.name.as_str(),
-                        d.request_succeed,
-                        d.failure_reason.as_deref(),
-                    )
-                },
+                http_details(&done, expect, netreach_detail),
                 &context,
-            );
-            result.target_number = target_count;
-            let verdict = finish(
-                &mut result.round_succeed,
-                &mut result.failure_reason,
                 &failures,
             );
+            result.target_number = target_count;
+            let verdict = verdict_of(&result);
             report.task_net_reach = Some(result);
             verdict
         }
         TaskKind::AppHttpHealthy => {
-            let details = done
-                .iter()
-                .filter_map(|d| match d {
-                    Done::Http(t, m) => {
-                        Some(app_http_detail(&t.name, &t.spec.url, &method(t), m, expect))
-                    }
-                    Done::Dns(..) => None,
-                })
-                .collect();
-            let mut result = task_result(
+            let result = result_of(
                 TARGET_TYPE_APP_HTTP_HEALTHY,
-                details,
-                |d| {
-                    (
-                        d.name.as_str(),
-                        d.request_succeed,
-                        d.failure_reason.as_deref(),
-                    )
-                },
+                http_details(&done, expect, app_http_detail),
                 &context,
-            );
-            let verdict = finish(
-                &mut result.round_succeed,
-                &mut result.failure_reason,
                 &failures,
             );
+            let verdict = verdict_of(&result);
             report.task_app_http_healthy = Some(result);
             verdict
         }
@@ -281,23 +242,8 @@ pub async fn execute_with(
                     Done::Http(..) => None,
                 })
                 .collect();
-            let mut result = task_result(
-                TARGET_TYPE_NETDNS,
-                details,
-                |d| {
-                    (
-                        d.name.as_str(),
-                        d.request_succeed,
-                        d.failure_reason.as_deref(),
-                    )
-                },
-                &context,
-            );
-            let verdict = finish(
-                &mut result.round_succeed,
-                &mut result.failure_reason,
-                &failures,
-            );
+            let result = result_of(TARGET_TYPE_NETDNS, details, &context, &failures);
+            let verdict = verdict_of(&result);
             report.task_net_dns = Some(result);
             verdict
         }
@@ -313,15 +259,46 @@ pub async fn execute_with(
     report
 }
 
-/// Folds setup failures and timeouts into a task result; the last reason wins (as upstream).
-fn finish(
-    succeed: &mut bool,
-    reason: &mut Option<String>,
+/// The task result of `details` with the round's setup failures and timeouts folded in; the
+/// last reason wins (as upstream).
+fn result_of<D: TargetOutcome>(
+    target_type: &str,
+    details: Vec<D>,
+    context: &RoundContext,
     failures: &[String],
-) -> (bool, Option<String>) {
+) -> TaskResult<D> {
+    let mut result = task_result(target_type, details, context);
     if let Some(last) = failures.last() {
-        *succeed = false;
-        *reason = Some(last.clone());
+        result.round_succeed = false;
+        result.failure_reason = Some(last.clone());
     }
-    (*succeed, reason.clone())
+    result
+}
+
+/// Makes the report's detail of one HTTP target (name, URL, method, measurement, expect).
+type HttpDetail<D> = fn(&str, &str, &str, &Measurement, Option<&NetSuccessCondition>) -> D;
+
+/// The details of the HTTP targets probed, made by `detail`.
+fn http_details<D>(
+    done: &[Done],
+    expect: Option<&NetSuccessCondition>,
+    detail: HttpDetail<D>,
+) -> Vec<D> {
+    done.iter()
+        .filter_map(|d| match d {
+            Done::Http(t, m) => Some(detail(
+                &t.name,
+                &t.spec.url,
+                t.spec.method.as_ref(),
+                m,
+                expect,
+            )),
+            Done::Dns(..) => None,
+        })
+        .collect()
+}
+
+/// What the report says of the round: succeeded, and why not.
+fn verdict_of<D>(result: &TaskResult<D>) -> (bool, Option<String>) {
+    (result.round_succeed, result.failure_reason.clone())
 }

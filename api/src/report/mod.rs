@@ -263,6 +263,27 @@ pub struct TotalRunningLoad {
     pub net_dns_qps: i64,
 }
 
+/// What every per-target detail says, whatever the task kind.
+pub trait TargetOutcome {
+    /// The target's name, whether it met `expect`, and why not.
+    fn outcome(&self) -> (&str, bool, Option<&str>);
+}
+
+macro_rules! target_outcome {
+    ($($detail:ty),*) => {$(
+        impl TargetOutcome for $detail {
+            fn outcome(&self) -> (&str, bool, Option<&str>) {
+                (&self.name, self.request_succeed, self.failure_reason.as_deref())
+            }
+        }
+    )*};
+}
+target_outcome!(
+    NetReachTaskDetail,
+    AppHttpHealthyTaskDetail,
+    NetDnsTaskDetail
+);
+
 /// Result for one NetReach target.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
