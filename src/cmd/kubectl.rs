@@ -363,11 +363,11 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
     let colour =
         !args.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal();
     println!(
-        "{name}: round {} of {} {}, {} nodes",
+        "{name}: round {} of {} {}, {}",
         view.round_number,
         view.task.kind,
         view.task.name,
-        matrix.rows.len()
+        super::output::count(matrix.rows.len(), "node")
     );
     print!(
         "{}",

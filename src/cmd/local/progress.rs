@@ -5,6 +5,8 @@ use jiff::Timestamp;
 use kdoctor_api::report::Report;
 use kdoctor_api::task::{StatusHistoryRecord, TaskKind};
 
+use crate::cmd::output::count;
+
 /// What a round's report adds up to.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Totals {
@@ -82,8 +84,9 @@ pub fn started(
     seconds: u64,
 ) -> String {
     format!(
-        "{kind} {name:?}: round {round}/{} started ({targets} targets, {qps} requests/s each for {seconds}s)",
-        rounds(expected)
+        "{kind} {name:?}: round {round}/{} started ({}, {qps} requests/s each for {seconds}s)",
+        rounds(expected),
+        count(targets, "target")
     )
 }
 
@@ -115,8 +118,10 @@ pub fn ended(
     if let Some(report) = report.filter(|r| r.round_number == record.round_number) {
         let t = totals(report);
         line.push_str(&format!(
-            ": {} targets, {} requests, {} failed",
-            t.targets, t.requests, t.failed
+            ": {}, {}, {} failed",
+            count(t.targets, "target"),
+            count(t.requests, "request"),
+            t.failed
         ));
         if let Some(mean) = t.mean_ms {
             line.push_str(&format!(", mean {mean:.3} ms"));
