@@ -8,6 +8,9 @@
 #   hack/e2e.sh              # 3 nodes
 #   E2E_NODES=5 hack/e2e.sh
 #   E2E_KEEP=1 hack/e2e.sh   # keep the work directory (logs of every pod process)
+#   E2E_FROM=chart hack/e2e.sh             # install charts/kdoctor (Helm's engine) instead
+#   E2E_FROM=chart E2E_IPV6=1 hack/e2e.sh  # dual stack: feature.enableIPv6=true, and a task
+#                                          # probing every target over IPv4 and IPv6
 #
 # Needs: cargo, and kubectl (the pinned 1.32 client when installed).
 set -euo pipefail
@@ -15,6 +18,14 @@ cd "$(dirname "$0")/.."
 
 NODES="${E2E_NODES:-3}"
 TIMEOUT="${E2E_TIMEOUT_SECONDS:-240}"
+SIM_FROM="${E2E_FROM:-manifests}"
+SIM_IPV6="${E2E_IPV6:-0}"
+HELM_SET=""
+if [ "$SIM_IPV6" = 1 ]; then
+  # manifests/ are IPv4 (their comments say what to add); the chart has the switch.
+  [ "$SIM_FROM" = chart ] || { echo "E2E_IPV6=1 needs E2E_FROM=chart" >&2; exit 2; }
+  HELM_SET="feature.enableIPv6=true"
+fi
 # shellcheck source=hack/lib/sim-install.sh
 . hack/lib/sim-install.sh
 sim_prepare
@@ -55,6 +66,7 @@ CLUSTER_IP="$(k -n kdoctor get service kdoctor-agent-ipv4 -o jsonpath='{.spec.cl
 k apply -f examples/netreach.yaml
 k apply -f hack/e2e/netreach-carrier.yaml -f hack/e2e/netdns.yaml
 sed "s|CLUSTER_IP|$CLUSTER_IP|" hack/e2e/apphttphealthy.yaml | k apply -f -
+if [ "$SIM_IPV6" = 1 ]; then k apply -f hack/e2e/netreach-dual-stack.yaml; fi
 
 step "waiting up to ${TIMEOUT}s for every round"
 deadline=$((SECONDS + TIMEOUT))
@@ -86,6 +98,23 @@ if [ "$targets" != "$expected" ]; then
   exit 1
 fi
 
+if [ "$SIM_IPV6" = 1 ]; then
+  echo "netreach-e2e-dual-stack, targets probed by each node:"
+  k get kdoctorreport netreach-e2e-dual-stack -o jsonpath='{range .report.latestRoundReport[*]}{"  "}{.nodeName}{":"}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestSucceedRate}{end}{"\n"}{end}'
+  # Per family: every carrier pod and the Service three ways; and the Ingress (IPv4).
+  targets="$(k get kdoctorreport netreach-e2e-dual-stack -o jsonpath='{range .report.latestRoundReport[*]}{.taskNetReach.targetNumber}{" "}{end}')"
+  expected="$(for _ in $(seq "$NODES"); do printf '%s ' "$((2 * (NODES + 3) + 1))"; done)"
+  if [ "$targets" != "$expected" ]; then
+    echo "e2e: expected $((2 * (NODES + 3) + 1)) targets per node on netreach-e2e-dual-stack, got: $targets" >&2
+    exit 1
+  fi
+  v6="$(k get kdoctorreport netreach-e2e-dual-stack -o jsonpath='{range .report.latestRoundReport[*]}{range .taskNetReach.roundTaskDetail[*]}{.name}{"\n"}{end}{end}' | grep -c 'V6IP' || true)"
+  if [ "$v6" -ne "$((NODES * (NODES + 3)))" ]; then
+    echo "e2e: expected $((NODES * (NODES + 3))) IPv6 targets on netreach-e2e-dual-stack, got $v6" >&2
+    exit 1
+  fi
+fi
+
 failed="$(k get netreach,apphttphealthy,netdns -o jsonpath='{range .items[?(@.status.lastRoundStatus!="succeed")]}{.kind}/{.metadata.name} {end}')"
 if [ -n "$failed" ]; then
   echo "e2e: rounds did not succeed: $failed" >&2
@@ -100,4 +129,4 @@ if [ "$reports" -lt 4 ]; then
   exit 1
 fi
 echo
-echo "e2e: every round succeeded"
+echo "e2e: every round succeeded (installed from $SIM_FROM${HELM_SET:+ with $HELM_SET})"

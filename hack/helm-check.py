@@ -3,6 +3,7 @@
 Helm's Go SDK): lint, render, and compare the rendered objects with manifests/.
 
     hack/helm-check.py --kdoctor target/debug/kdoctor
+    hack/helm-check.py --template --set feature.enableIPv6=true   # what helm template prints
 
 Exits 1 with a diff on the first class of mismatch found, after running every check. Nothing is
 skipped: a missing module or binary is a failure. hack/helm-check.sh installs the modules.
@@ -69,11 +70,16 @@ def manifests() -> list[dict]:
     return out
 
 
-def render(values: dict | None = None, namespace: str = NAMESPACE) -> list[dict]:
+def rendered_files(values: dict | None = None, namespace: str = NAMESPACE) -> dict[str, str]:
+    """The chart's templates rendered for an install of release "kdoctor", by file."""
     with helm.Chart.load(CHART) as chart:
-        rendered = chart.render(
+        return chart.render(
             values=values or {}, name="kdoctor", namespace=namespace, is_install=True
         )
+
+
+def render(values: dict | None = None, namespace: str = NAMESPACE) -> list[dict]:
+    rendered = rendered_files(values, namespace)
     out: list[dict] = []
     for path in sorted(rendered):
         try:
@@ -600,10 +606,47 @@ def check_values_reach_objects(binary: str) -> None:
     ok("non-default values reach conf.yml, arguments, Services, Ingress, PVC, images and certificates")
 
 
+def values_of(settings: list[str]) -> dict:
+    """Values from `--set a.b=c` arguments, as helm --set reads them (c parsed as YAML)."""
+    values: dict = {}
+    for setting in settings:
+        path, sep, text = setting.partition("=")
+        if not sep or not path:
+            raise SystemExit(f"--set {setting}: expected KEY=VALUE")
+        node = values
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(text)
+    return values
+
+
+def template(settings: list[str]) -> int:
+    """Prints the chart's objects as `helm template` does (CRDs apart: they are crds/)."""
+    rendered = rendered_files(values_of(settings))
+    for path in sorted(rendered):
+        text = rendered[path].strip()
+        if text:
+            print(f"---\n# Source: {path}\n{text}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kdoctor", required=True, help="the kdoctor binary (cargo build -p kdoctor)")
+    parser.add_argument("--kdoctor", help="the kdoctor binary (cargo build -p kdoctor)")
+    parser.add_argument(
+        "--template",
+        action="store_true",
+        help="print the chart's objects, as `helm template kdoctor charts/kdoctor -n kdoctor`, and stop",
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a value for --template"
+    )
     args = parser.parse_args()
+    if args.template:
+        return template(args.set)
+    if not args.kdoctor:
+        parser.error("--kdoctor is required for the checks")
     binary = str(Path(args.kdoctor).resolve())
     if not os.access(binary, os.X_OK):
         print(f"FAIL: {binary} is not an executable kdoctor binary", file=sys.stderr)

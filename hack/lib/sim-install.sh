@@ -2,7 +2,8 @@
 # kdoctor pods run as real processes, with manifests/ installed as a user would. Source it from
 # the repository root; `sim_prepare` picks kubectl and builds (sets KUBECTL_BIN, BIN); then, with
 # WORK and NODES set, `sim_start` starts the cluster (sets SIM_PID: the caller's cleanup stops
-# it) and `sim_install` installs manifests/ and waits until the APIService is available.
+# it) and `sim_install` installs kdoctor (manifests/, or the chart) and waits until the
+# APIService is available.
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -20,7 +21,11 @@ k() { "$KUBECTL_BIN" --kubeconfig "$WORK/kubeconfig" --cache-dir "$WORK/kube-cac
 sim_start() {
   step "starting a simulated cluster of $NODES nodes (pods of kdoctor run as real processes)"
   # Any free port: another simulated cluster (a second run, a developer's) may hold 6443.
+  # SIM_IPV6=1: dual stack or nothing (the sim says why it cannot); else as the machine allows.
+  local ipv6=auto
+  [ "${SIM_IPV6:-0}" = 1 ] && ipv6=on
   "$BIN/kube-sim" --listen 127.0.0.1:0 --nodes "$NODES" --agent-nodes "$NODES" --traffic --rbac \
+    --ipv6 "$ipv6" \
     --agent-program "$BIN/kdoctor" \
     --agent-selector 'app.kubernetes.io/component in (agent,controller)' \
     --work-dir "$WORK/pods" --kubeconfig-out "$WORK/kubeconfig" >"$WORK/sim.log" 2>&1 &
@@ -33,23 +38,52 @@ sim_start() {
   k get nodes
 }
 
+# The pods of the simulated cluster share one network namespace, so each kdoctor process must
+# bind its own pod address: `--bind=$(POD_IP)` for agents (`$(POD_IPS)`, both families, when
+# SIM_IPV6=1), the controller's listeners on `$(POD_IP)`, and carriers told the same through
+# --agent-extra-arg (`$$(…)` stays `$(…)` in the controller's own arguments, as Kubernetes
+# expands `$(VAR)`, so that each carrier pod expands it to its own address).
+sim_adapt() {
+  local bind='$(POD_IP)'
+  [ "${SIM_IPV6:-0}" = 1 ] && bind='$(POD_IPS)'
+  sed -e "s|        - --service-ipv4-name=kdoctor-agent-ipv4|&\n        - --bind=$bind|" \
+    -e 's|--listen=0.0.0.0:6443|--listen=$(POD_IP):6443|' \
+    -e "s|--metrics-listen=0.0.0.0:5721|--metrics-listen=\$(POD_IP):5721\n        - --agent-extra-arg=--bind=\$$bind\n        - --poll-seconds=1|" \
+    "$1" >"$2"
+  grep -qF -- "--bind=$bind" "$2" || { echo "cannot adapt the agent's arguments in $1" >&2; exit 2; }
+  grep -q -- '--agent-extra-arg' "$2" || { echo "cannot adapt the controller's arguments in $1" >&2; exit 2; }
+}
+
+# Installs kdoctor as a user would: SIM_FROM=manifests (default) applies manifests/;
+# SIM_FROM=chart renders charts/kdoctor with Helm's engine (hack/helm-check.py --template, with
+# HELM_SET="a=b c=d" as --set values) and applies it, as `helm install --create-namespace` does.
 sim_install() {
-  step "installing manifests/ (the simulated cluster's processes share one network namespace: each binds its pod address)"
-  k apply -f manifests/namespace.yaml
-  k apply -f manifests/crds/ -f manifests/config.yaml -f manifests/rbac.yaml -f manifests/apiserver-rbac.yaml
-  mkdir -p "$WORK/manifests"
-  sed -e 's|        - --service-ipv4-name=kdoctor-agent-ipv4|&\n        - --bind=$(POD_IP)|' \
-    manifests/agent.yaml >"$WORK/manifests/agent.yaml"
-  # `$$(POD_IP)` stays `$(POD_IP)` in the controller's own arguments (Kubernetes expands
-  # `$(VAR)`), so that each carrier pod expands it to its own address.
-  sed -e 's|--listen=0.0.0.0:6443|--listen=$(POD_IP):6443|' \
-    -e 's|--metrics-listen=0.0.0.0:5721|--metrics-listen=$(POD_IP):5721\n        - --agent-extra-arg=--bind=$$(POD_IP)\n        - --poll-seconds=1|' \
-    manifests/controller.yaml >"$WORK/manifests/controller.yaml"
-  grep -q -- '--bind=$(POD_IP)' "$WORK/manifests/agent.yaml" || { echo "cannot adapt agent.yaml" >&2; exit 2; }
-  grep -q -- '--agent-extra-arg' "$WORK/manifests/controller.yaml" || { echo "cannot adapt controller.yaml" >&2; exit 2; }
-  k apply -f "$WORK/manifests/agent.yaml" -f "$WORK/manifests/controller.yaml"
-  # Its caBundle is empty: the controller bootstraps the CA and sets it.
-  k apply -f manifests/apiservice.yaml
+  mkdir -p "$WORK/install"
+  case "${SIM_FROM:-manifests}" in
+    manifests)
+      step "installing manifests/"
+      k apply -f manifests/namespace.yaml
+      k apply -f manifests/crds/ -f manifests/config.yaml -f manifests/rbac.yaml -f manifests/apiserver-rbac.yaml
+      # A document separator between the files: a file's last object must not run into the next's.
+      { cat manifests/agent.yaml; echo '---'; cat manifests/controller.yaml; } >"$WORK/install/workloads.yaml"
+      sim_adapt "$WORK/install/workloads.yaml" "$WORK/install/workloads.sim.yaml"
+      k apply -f "$WORK/install/workloads.sim.yaml"
+      # Its caBundle is empty: the controller bootstraps the CA and sets it.
+      k apply -f manifests/apiservice.yaml
+      ;;
+    chart)
+      step "installing charts/kdoctor (rendered by Helm's engine${HELM_SET:+, --set $HELM_SET})"
+      local sets=()
+      for s in ${HELM_SET:-}; do sets+=(--set "$s"); done
+      python3 hack/helm-check.py --template "${sets[@]}" >"$WORK/install/chart.yaml"
+      k create namespace kdoctor
+      # The chart's crds/ equal manifests/crds/ byte for byte (hack/helm-check.sh checks).
+      k apply -f manifests/crds/
+      sim_adapt "$WORK/install/chart.yaml" "$WORK/install/chart.sim.yaml"
+      k apply -f "$WORK/install/chart.sim.yaml"
+      ;;
+    *) echo "SIM_FROM=${SIM_FROM}: expected manifests or chart" >&2; exit 2 ;;
+  esac
 
   step "waiting for the agents, the controller and the APIService"
   k -n kdoctor rollout status daemonset/kdoctor-agent --timeout=90s
