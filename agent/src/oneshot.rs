@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kdoctor_api::report::{Report, TotalRunningLoad};
+use kdoctor_api::report::{Report, TargetOutcome, TaskResult, TotalRunningLoad};
 use kdoctor_api::task::NetSuccessCondition;
 
 use crate::config::host_name;
@@ -121,6 +121,26 @@ fn context(
     }
 }
 
+/// The one-target report of a probe and its verdict; `place` puts the task result where its
+/// kind goes in the report.
+fn outcome<D: TargetOutcome>(
+    context: &RoundContext,
+    target_type: &str,
+    detail: D,
+    measurement: Measurement,
+    place: fn(&mut Report, TaskResult<D>),
+) -> Outcome {
+    let result = task_result(target_type, vec![detail], context);
+    let succeed = result.round_succeed;
+    let mut report = round_report(context, succeed, result.failure_reason.clone());
+    place(&mut report, result);
+    Outcome {
+        report,
+        measurement,
+        succeed,
+    }
+}
+
 /// Probes one HTTP target.
 pub async fn probe_http(
     spec: HttpRequestSpec,
@@ -156,15 +176,13 @@ pub async fn probe_http(
             ..TotalRunningLoad::default()
         },
     );
-    let result = task_result(TARGET_TYPE_APP_HTTP_HEALTHY, vec![detail], &context);
-    let succeed = result.round_succeed;
-    let mut report = round_report(&context, succeed, result.failure_reason.clone());
-    report.task_app_http_healthy = Some(result);
-    Ok(Outcome {
-        report,
+    Ok(outcome(
+        &context,
+        TARGET_TYPE_APP_HTTP_HEALTHY,
+        detail,
         measurement,
-        succeed,
-    })
+        |report, result| report.task_app_http_healthy = Some(result),
+    ))
 }
 
 /// Upstream's DNS target name: `typeA_<server:port>_<domain>` / `typeAAAA_…`.
@@ -207,13 +225,11 @@ pub async fn probe_dns(
             ..TotalRunningLoad::default()
         },
     );
-    let result = task_result(TARGET_TYPE_NETDNS, vec![detail], &context);
-    let succeed = result.round_succeed;
-    let mut report = round_report(&context, succeed, result.failure_reason.clone());
-    report.task_net_dns = Some(result);
-    Ok(Outcome {
-        report,
+    Ok(outcome(
+        &context,
+        TARGET_TYPE_NETDNS,
+        detail,
         measurement,
-        succeed,
-    })
+        |report, result| report.task_net_dns = Some(result),
+    ))
 }
