@@ -123,6 +123,24 @@ if [ -n "$failed" ]; then
   k get kdoctorreport -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{range .report.latestRoundReport[*]}{"  "}{.nodeName}{": "}{.reasonsForFailure}{"\n"}{end}{end}' >&2
   exit 1
 fi
+step "kubectl kdoctor (the plugin, through the aggregation layer)"
+plugin() { "$BIN/kdoctor" kubectl "$@" --kubeconfig "$WORK/kubeconfig"; }
+plugin summary
+plugin matrix netreach-e2e-carrier --no-color | tee "$WORK/matrix.txt"
+# Every source node has a row, and every cell is 100% (every probe succeeded).
+rows="$(grep -cE '^node-[0-9]+ ' "$WORK/matrix.txt" || true)"
+if [ "$rows" -ne "$NODES" ] || grep -E '^node-[0-9]+ ' "$WORK/matrix.txt" | grep -qvE '^node-[0-9]+( +100%)+ *$'; then
+  echo "e2e: expected $NODES rows of 100% cells from kubectl kdoctor matrix" >&2
+  exit 1
+fi
+plugin history netreach-task
+# A task's own name is not a report's: the error says which report was meant.
+hint="$(plugin history task 2>&1 >/dev/null || true)"
+case "$hint" in
+  *"did you mean netreach-task?"*) ;;
+  *) echo "e2e: kubectl kdoctor history task should point at netreach-task, said: $hint" >&2; exit 1 ;;
+esac
+
 reports="$(k get kdoctorreport -o name | wc -l)"
 if [ "$reports" -lt 4 ]; then
   echo "e2e: expected a KdoctorReport per task, got $reports" >&2

@@ -4,6 +4,7 @@
 mod cmd;
 mod logging;
 mod plugin;
+mod plural;
 
 use std::process::ExitCode;
 

@@ -134,11 +134,15 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     }
     runtime.block_on(async {
         let client = client(args).await?;
-        match &args.command {
-            View::Matrix(m) => matrix(client, m).await,
-            View::Summary => summary(client).await,
-            View::History(h) => history(client, &h.name).await,
-            View::Run(r) => run_tasks(client, r).await,
+        let done = match &args.command {
+            View::Matrix(m) => matrix(client.clone(), m).await,
+            View::Summary => summary(client.clone()).await,
+            View::History(h) => history(client.clone(), &h.name).await,
+            View::Run(r) => run_tasks(client.clone(), r).await,
+        };
+        match done {
+            Ok(code) => Ok(code),
+            Err(error) => Err(with_hint(&client, error).await),
         }
     })
 }
@@ -190,12 +194,37 @@ struct MatrixReports {
     latest_round_report: Option<Vec<SourceReport>>,
 }
 
+/// A report that does not exist, so that the caller can say which ones do.
+#[derive(Debug)]
+struct NotFound(String);
+
+impl std::fmt::Display for NotFound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "kdoctorreport {:?} not found", self.0)
+    }
+}
+
+impl std::error::Error for NotFound {}
+
+/// `error`, with the reports a missing one may have meant.
+async fn with_hint(client: &kube::Client, error: anyhow::Error) -> anyhow::Error {
+    let Some(NotFound(asked)) = error.downcast_ref::<NotFound>() else {
+        return error;
+    };
+    let names: Vec<String> = match table(client, None, "").await {
+        Ok(list) => table_rows(&list)
+            .into_iter()
+            .filter_map(|(row, _)| row.get("Name").cloned())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    anyhow::anyhow!("{error} ({})", crate::plugin::names::hint(asked, &names))
+}
+
 /// Says why the report API refused, in kubectl's words.
 fn refusal(name: &str, code: u16, message: &str) -> anyhow::Error {
     match code {
-        404 => anyhow::anyhow!(
-            "kdoctorreport {name:?} not found (kubectl get kdoctorreport lists them)"
-        ),
+        404 => NotFound(name.to_string()).into(),
         400 if !message.is_empty() => anyhow::anyhow!("{message}"),
         503 => anyhow::anyhow!(
             "the kdoctorreport API is unavailable: {message} (is the APIService v1beta1.system.kdoctor.io Available?)"
@@ -367,7 +396,7 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
         view.round_number,
         view.task.kind,
         view.task.name,
-        super::output::count(matrix.rows.len(), "node")
+        crate::plural::count(matrix.rows.len(), "node")
     );
     print!(
         "{}",
@@ -435,7 +464,7 @@ async fn summary(client: kube::Client) -> Result<ExitCode> {
 async fn history(client: kube::Client, name: &str) -> Result<ExitCode> {
     let head = table_rows(&table(&client, Some(name), "?includeObject=Object").await?);
     let Some((_, object)) = head.first() else {
-        bail!("kdoctorreport {name:?} not found");
+        return Err(NotFound(name.to_string()).into());
     };
     let retained: Vec<u64> = object["status"]["retainedRounds"]
         .as_array()

@@ -120,7 +120,10 @@ pub struct Round {
 
 /// The rounds of a task, oldest first, with a sparkline of the share of nodes that succeeded.
 pub fn history(name: &str, rounds: &[Round]) -> String {
-    let mut out = format!("{name}: {} retained rounds\n", rounds.len());
+    let mut out = format!(
+        "{name}: {}\n",
+        crate::plural::count(rounds.len(), "retained round")
+    );
     let share = |r: &Round| {
         r.nodes.map_or(0.0, |(ok, failed, silent)| {
             let all = ok + failed + silent;

@@ -178,6 +178,14 @@ fn kubectl_kdoctor_matrix_shows_the_round_and_names_what_is_wrong() {
         "{error}"
     );
     assert_eq!(error.lines().count(), 1, "{error}");
+    // The task's own name is what people remember: the error names the report.
+    let by_task = plugin(&dir, &["matrix", "mesh"]);
+    assert!(!by_task.status.success());
+    let error = stderr(&by_task);
+    assert!(
+        error.trim_end().ends_with("(did you mean netreach-mesh?)"),
+        "{error}"
+    );
 }
 
 #[test]

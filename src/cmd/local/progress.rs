@@ -5,7 +5,7 @@ use jiff::Timestamp;
 use kdoctor_api::report::Report;
 use kdoctor_api::task::{StatusHistoryRecord, TaskKind};
 
-use crate::cmd::output::count;
+use crate::plural::count;
 
 /// What a round's report adds up to.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
