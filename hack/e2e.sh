@@ -66,7 +66,7 @@ CLUSTER_IP="$(k -n kdoctor get service kdoctor-agent-ipv4 -o jsonpath='{.spec.cl
 k apply -f examples/netreach.yaml
 k apply -f hack/e2e/netreach-carrier.yaml -f hack/e2e/netdns.yaml
 sed "s|CLUSTER_IP|$CLUSTER_IP|" hack/e2e/apphttphealthy.yaml | k apply -f -
-if [ "$SIM_IPV6" = 1 ]; then k apply -f hack/e2e/netreach-dual-stack.yaml; fi
+if [ "$SIM_IPV6" = 1 ]; then k apply -f hack/e2e/dual-stack.yaml; fi
 
 step "waiting up to ${TIMEOUT}s for every round"
 deadline=$((SECONDS + TIMEOUT))
@@ -111,6 +111,15 @@ if [ "$SIM_IPV6" = 1 ]; then
   v6="$(k get kdoctorreport netreach-e2e-dual-stack -o jsonpath='{range .report.latestRoundReport[*]}{range .taskNetReach.roundTaskDetail[*]}{.name}{"\n"}{end}{end}' | grep -c 'V6IP' || true)"
   if [ "$v6" -ne "$((NODES * (NODES + 3)))" ]; then
     echo "e2e: expected $((NODES * (NODES + 3))) IPv6 targets on netreach-e2e-dual-stack, got $v6" >&2
+    exit 1
+  fi
+  echo "netdns-e2e-dns-dual-stack, queries of each node:"
+  k get kdoctorreport netdns-e2e-dns-dual-stack -o jsonpath='{range .report.latestRoundReport[*]}{"  "}{.nodeName}{":"}{range .taskNetDns.roundTaskDetail[*]}{" "}{.name}{"="}{.requestSucceedRate}{end}{"\n"}{end}'
+  # testIPv4: A at the cluster DNS's IPv4 address; testIPv6: AAAA at its IPv6 address.
+  queries="$(k get kdoctorreport netdns-e2e-dns-dual-stack -o jsonpath='{range .report.latestRoundReport[*]}{range .taskNetDns.roundTaskDetail[*]}{.name}{"\n"}{end}{end}')"
+  aaaa_v6="$(printf '%s\n' "$queries" | grep -c '^typeAAAA_\[fd00:' || true)"
+  if [ "$(printf '%s\n' "$queries" | grep -c '^type')" -ne "$((2 * NODES))" ] || [ "$aaaa_v6" -ne "$NODES" ]; then
+    echo "e2e: expected an A query and an AAAA query at the IPv6 DNS address from every node, got: $queries" >&2
     exit 1
   fi
 fi
