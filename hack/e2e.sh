@@ -3,7 +3,9 @@
 # as a user would, with the real `kdoctor controller` and `kdoctor agent` running as the pods'
 # processes, applies examples/netreach.yaml and the tasks in hack/e2e/, waits for their rounds,
 # prints `kubectl get netreach,apphttphealthy,netdns` and `kubectl get kdoctorreport` (through
-# the simulated aggregation layer), and exits non-zero when any round did not succeed.
+# the simulated aggregation layer), reads them with `kubectl kdoctor`, runs one passing and one
+# failing task with `kubectl kdoctor run --wait`, and exits non-zero when any round did not end
+# as it should.
 #
 #   hack/e2e.sh              # 3 nodes
 #   E2E_NODES=5 hack/e2e.sh
@@ -155,5 +157,14 @@ if [ "$reports" -lt 4 ]; then
   echo "e2e: expected a KdoctorReport per task, got $reports" >&2
   exit 1
 fi
+step "kubectl kdoctor run --wait (as a CI pipeline runs a check)"
+plugin run -f hack/e2e/run-wait.yaml --wait --timeout-seconds 120
+code=0
+plugin run -f hack/e2e/run-wait-failing.yaml --wait --timeout-seconds 120 || code=$?
+if [ "$code" -ne 1 ]; then
+  echo "e2e: kubectl kdoctor run --wait of a failing task should exit 1, exited $code" >&2
+  exit 1
+fi
+
 echo
-echo "e2e: every round succeeded (installed from $SIM_FROM${HELM_SET:+ with $HELM_SET})"
+echo "e2e: passed — every task's rounds succeeded, and the failing one failed as it should (installed from $SIM_FROM${HELM_SET:+ with $HELM_SET})"
