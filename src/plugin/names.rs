@@ -3,23 +3,21 @@
 
 /// The reports `asked` may have meant: those whose task part is `asked`, else those whose name
 /// contains it; sorted.
-pub fn meant(asked: &str, names: &[String]) -> Vec<String> {
+fn meant<'a>(asked: &str, names: &'a [String]) -> Vec<&'a str> {
     let asked = asked.to_ascii_lowercase();
-    let task_of = |name: &str| name.split_once('-').map(|(_, task)| task.to_string());
-    let mut exact: Vec<String> = names
-        .iter()
-        .filter(|n| task_of(n).as_deref() == Some(asked.as_str()))
-        .cloned()
-        .collect();
-    if exact.is_empty() && !asked.is_empty() {
-        exact = names
+    let pick = |keep: &dyn Fn(&str) -> bool| -> Vec<&'a str> {
+        names
             .iter()
-            .filter(|n| n.contains(asked.as_str()))
-            .cloned()
-            .collect();
+            .map(String::as_str)
+            .filter(|n| keep(n))
+            .collect()
+    };
+    let mut found = pick(&|n| n.split_once('-').is_some_and(|(_, task)| task == asked));
+    if found.is_empty() && !asked.is_empty() {
+        found = pick(&|n| n.contains(asked.as_str()));
     }
-    exact.sort();
-    exact
+    found.sort_unstable();
+    found
 }
 
 /// What to tell someone who asked for a report that does not exist.

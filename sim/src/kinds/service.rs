@@ -129,12 +129,17 @@ fn restack(old: &Value, new: &mut Value) {
         .and_then(|ip| ip.parse().ok())
         .and_then(ipv6::slot);
     if let Some(slot) = slot {
-        let ips: Vec<String> = fams
-            .iter()
-            .map(|f| ipv6::in_family(slot, f).to_string())
-            .collect();
-        new["spec"]["clusterIPs"] = json!(ips);
+        new["spec"]["clusterIPs"] = json!(cluster_ips(slot, &fams));
     }
+}
+
+/// The ClusterIPs of a pool slot, one per family in order: the slot itself for IPv4, its
+/// twin for IPv6.
+fn cluster_ips(slot: Ipv4Addr, families: &[&str]) -> Vec<String> {
+    families
+        .iter()
+        .map(|f| ipv6::in_family(slot, f).to_string())
+        .collect()
 }
 
 fn default_spec(obj: &mut Value, dual: bool) {
@@ -355,10 +360,7 @@ pub fn prepare_create(c: &Cluster, info: &ResourceInfo, obj: &mut Value) -> ApiR
                 }
             };
             allocated = Some(slot);
-            let ips: Vec<String> = families
-                .iter()
-                .map(|f| ipv6::in_family(slot, f).to_string())
-                .collect();
+            let ips = cluster_ips(slot, &families);
             obj["spec"]["clusterIP"] = json!(ips.first());
             obj["spec"]["clusterIPs"] = json!(ips);
         }
