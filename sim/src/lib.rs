@@ -28,6 +28,7 @@ pub mod error;
 pub mod kinds;
 pub mod listtype;
 pub mod net;
+pub mod netns;
 pub mod patch;
 pub mod rbac;
 pub mod requests;

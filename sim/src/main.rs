@@ -74,6 +74,21 @@ enum Command {
         #[arg(long, default_value_t = 8080)]
         port: u16,
     },
+    /// Forward a port on this host to an address inside a network namespace.
+    Forward {
+        /// The namespace (e.g. /var/run/netns/kdoctor-cluster).
+        #[arg(long)]
+        netns: PathBuf,
+        /// Where to listen (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// The address inside the namespace.
+        #[arg(long)]
+        to: SocketAddr,
+        /// Write the port listened on here once listening.
+        #[arg(long)]
+        port_file: Option<PathBuf>,
+    },
     /// Time N nodes with a DaemonSet until every pod is Ready, with W pod watchers.
     Bench {
         /// Nodes.
@@ -132,6 +147,18 @@ async fn main() -> anyhow::Result<()> {
         kube_sim::echo::serve(&addrs)
             .await
             .with_context(|| format!("serving echo on {addrs:?}"))?;
+        return Ok(());
+    }
+    if let Some(Command::Forward {
+        netns,
+        listen,
+        to,
+        port_file,
+    }) = &args.command
+    {
+        kube_sim::netns::forward::serve(netns, *listen, *to, port_file.as_deref())
+            .await
+            .with_context(|| format!("forwarding {listen} to {to} in {}", netns.display()))?;
         return Ok(());
     }
     if let Some(Command::Bench { nodes, watchers }) = args.command {
