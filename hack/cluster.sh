@@ -14,6 +14,7 @@
 #   hack/cluster.sh install-chart [--set KEY=VALUE]...
 #                                   render charts/kdoctor with Helm's engine and apply it
 #   hack/cluster.sh status          what runs
+#   hack/cluster.sh restart NAME    stop and start one daemon (kube-sim after a rebuild, say)
 #
 # Addresses live only inside the namespace: IPv4 198.18.0.0/15 (reserved for testing) and the
 # ULA prefix fd6b:6474::/48 (nodes, Services, pods and load balancers; the table below). The
@@ -41,12 +42,34 @@ die() { printf 'cluster: %s\n' "$*" >&2; exit 2; }
 in_ns() { ip netns exec "$NS" "$@"; }
 
 # Starts a daemon inside the namespace, detached from this shell, logging to $DIR/logs/NAME.log.
+# Its command is kept in $DIR/cmd/NAME, so `hack/cluster.sh restart NAME` can start it again.
 start() {
   local name="$1"
   shift
-  mkdir -p "$DIR/logs" "$DIR/pids"
-  setsid ip netns exec "$NS" "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null &
+  mkdir -p "$DIR/logs" "$DIR/pids" "$DIR/cmd"
+  printf '%s\0' "$@" >"$DIR/cmd/$name"
+  setsid ip netns exec "$NS" "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$DIR/pids/$name.pid"
+}
+
+stop() {
+  local name="$1" pid
+  [ -s "$DIR/pids/$name.pid" ] || return 0
+  pid="$(cat "$DIR/pids/$name.pid")"
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+# Stops and starts one daemon with the command `up` gave it (after a rebuild, say).
+cmd_restart() {
+  local name="${1:-}"
+  [ -s "$DIR/cmd/$name" ] || die "restart: no daemon '$name' (one of: $(ls "$DIR/cmd" 2>/dev/null | tr '\n' ' '))"
+  stop "$name"
+  local argv=()
+  while IFS= read -r -d '' a; do argv+=("$a"); done <"$DIR/cmd/$name"
+  start "$name" "${argv[@]}"
+  log "$name restarted (log: $DIR/logs/$name.log)"
 }
 
 running() { [ -s "$DIR/pids/$1.pid" ] && kill -0 "$(cat "$DIR/pids/$1.pid")" 2>/dev/null; }
@@ -137,7 +160,7 @@ cmd_up() {
   mkdir -p "$DIR"/{pki,logs,pids,etcd,kubelet}
   echo "$KUBE_BIN" >"$DIR/kube-bin"
 
-  log "network namespace $NS (nodes $NODE_NET4${ipv6:+ and $NODE_NET6 when dual stack})"
+  log "network namespace $NS"
   ip netns add "$NS"
   in_ns ip link set lo up
   # The node network: one veth whose first end holds the control plane's, the DNS's, the
@@ -161,6 +184,14 @@ cmd_up() {
   fi
   local dual=""
   [ "$ipv6" = 1 ] && dual=1
+  # Service and load-balancer addresses exist only in kube-proxy's rules: a route lets the
+  # namespace's own connections (the ingress controller's, the API server's) reach the rules.
+  in_ns ip route add "$SERVICE_NET4" dev kdc0
+  in_ns ip route add "$LB_NET4" dev kdc0
+  if [ -n "$dual" ]; then
+    in_ns ip -6 route add "$SERVICE_NET6" dev kdc0
+    in_ns ip -6 route add "$LB_NET6" dev kdc0
+  fi
   echo "$ipv6" >"$DIR/ipv6"
 
   log "certificates"
@@ -294,14 +325,7 @@ start_forward() {
 cmd_down() {
   # The kubelet first: it stops the pods' processes and removes their namespaces.
   local order=(kube-sim kube-proxy kube-scheduler kube-controller-manager forward kube-apiserver etcd)
-  for name in "${order[@]}"; do
-    [ -s "$DIR/pids/$name.pid" ] || continue
-    local pid
-    pid="$(cat "$DIR/pids/$name.pid")"
-    kill -TERM "$pid" 2>/dev/null || continue
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-  done
+  for name in "${order[@]}"; do stop "$name"; done
   # Whatever still runs in the cluster's namespace or a pod's (a killed kube-sim leaves pods).
   local ns
   for ns in $(ip netns list | awk '{print $1}' | grep -E "^$NS(-|$)" || true); do
@@ -346,5 +370,6 @@ case "${1:-}" in
   down) shift; cmd_down ;;
   install-chart) shift; cmd_install_chart "$@" ;;
   status) cmd_status ;;
-  *) echo "usage: hack/cluster.sh up [--nodes N] [--process-nodes M] [--ipv4-only] | down | install-chart [--set K=V]... | status" >&2; exit 2 ;;
+  restart) shift; cmd_restart "$@" ;;
+  *) echo "usage: hack/cluster.sh up [--nodes N] [--process-nodes M] [--ipv4-only] | down | install-chart [--set K=V]... | status | restart NAME" >&2; exit 2 ;;
 esac

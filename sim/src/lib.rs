@@ -26,6 +26,7 @@ pub mod convert;
 pub mod echo;
 pub mod error;
 pub mod kinds;
+pub mod kubelet;
 pub mod listtype;
 pub mod net;
 pub mod netns;

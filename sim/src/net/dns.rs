@@ -115,8 +115,16 @@ fn parse_question(q: &[u8]) -> Option<(String, u16, usize)> {
     Some((labels.join("."), qtype, i + 4))
 }
 
-/// Builds the response to a query (None for input too short to answer at all).
+/// Builds the response to a query from the simulated cluster's tables.
 pub fn answer(c: &Cluster, q: &[u8]) -> Option<Vec<u8>> {
+    answer_with(&|name| resolve(c, name), q)
+}
+
+/// Answers a name: its response code and addresses (both families).
+pub type Resolver<'a> = dyn Fn(&str) -> (Rcode, Vec<IpAddr>) + Send + Sync + 'a;
+
+/// Builds the response to a query with `resolve` (None for input too short to answer at all).
+pub fn answer_with(resolve: &Resolver<'_>, q: &[u8]) -> Option<Vec<u8>> {
     if q.len() < 12 {
         return None;
     }
@@ -124,7 +132,7 @@ pub fn answer(c: &Cluster, q: &[u8]) -> Option<Vec<u8>> {
     let opcode = q[2] & 0x78;
     let (rcode, qtype, records, qend) = match parse_question(q) {
         Some((name, qtype, end)) if q.len() >= end => {
-            let (rcode, ips) = resolve(c, &name);
+            let (rcode, ips) = resolve(&name);
             let records: Vec<IpAddr> = ips
                 .into_iter()
                 .filter(|ip| match ip {
@@ -160,9 +168,19 @@ pub fn answer(c: &Cluster, q: &[u8]) -> Option<Vec<u8>> {
     Some(r)
 }
 
-/// Serves DNS on `addr` (UDP and TCP) until shutdown.
+/// Serves DNS on `addr` (UDP and TCP) from the simulated cluster's tables until shutdown.
 pub async fn serve(
     c: Arc<Cluster>,
+    addr: SocketAddr,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let resolver: Arc<Resolver<'static>> = Arc::new(move |name: &str| resolve(&c, name));
+    serve_with(resolver, addr, shutdown).await
+}
+
+/// Serves DNS on `addr` (UDP and TCP) with `resolve` until shutdown.
+pub async fn serve_with(
+    resolve: Arc<Resolver<'static>>,
     addr: SocketAddr,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
@@ -173,14 +191,14 @@ pub async fn serve(
         tokio::select! {
             r = udp.recv_from(&mut buf) => {
                 if let Ok((n, peer)) = r
-                    && let Some(resp) = answer(&c, &buf[..n])
+                    && let Some(resp) = answer_with(resolve.as_ref(), &buf[..n])
                 {
                     let _ = udp.send_to(&resp, peer).await;
                 }
             }
             r = tcp.accept() => {
                 if let Ok((mut stream, _)) = r {
-                    let c = c.clone();
+                    let resolve = resolve.clone();
                     tokio::spawn(async move {
                         loop {
                             let mut len = [0u8; 2];
@@ -191,7 +209,7 @@ pub async fn serve(
                             if stream.read_exact(&mut q).await.is_err() {
                                 return;
                             }
-                            let Some(resp) = answer(&c, &q) else { return };
+                            let Some(resp) = answer_with(resolve.as_ref(), &q) else { return };
                             let mut out = (resp.len() as u16).to_be_bytes().to_vec();
                             out.extend_from_slice(&resp);
                             if stream.write_all(&out).await.is_err() {

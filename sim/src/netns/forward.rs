@@ -92,7 +92,9 @@ pub async fn serve(
                 Ok(mut upstream) => {
                     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
                 }
-                Err(e) => tracing::warn!(%peer, %to, error = %e, "cannot connect inside the namespace"),
+                Err(e) => {
+                    tracing::warn!(%peer, %to, error = %e, "cannot connect inside the namespace")
+                }
             }
         });
     }

@@ -1,0 +1,250 @@
+//! The nodes kube-sim is the kubelet of: their Node objects (registered with a Ready status, as
+//! a kubelet registers itself), their Leases in kube-node-lease (renewed, which is how the node
+//! lifecycle controller of kube-controller-manager knows they live), and the pod CIDRs that
+//! kube-controller-manager allocates to them.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// Label of the nodes whose pods run as real processes.
+pub const PROCESS_NODE_LABEL: &str = "kube-sim.kdoctor.io/processes";
+/// How long a node's Lease is valid (as the kubelet's default).
+pub const LEASE_SECONDS: u64 = 40;
+
+/// One node kube-sim plays the kubelet of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// node-1, node-2, ...
+    pub name: String,
+    /// InternalIP addresses, IPv4 first.
+    pub ips: Vec<IpAddr>,
+    /// Whether its pods run as real processes (else they are simulated: an address and a
+    /// Running status, no process).
+    pub processes: bool,
+}
+
+/// The nodes of a cluster: `node-1..=count`, the first `processes` of them running processes.
+pub fn plan(count: usize, processes: usize, ranges: &[IpNet]) -> Vec<NodeSpec> {
+    (1..=count)
+        .map(|i| NodeSpec {
+            name: format!("node-{i}"),
+            ips: ranges
+                .iter()
+                .filter_map(|r| super::address::node_ip(r, i))
+                .collect(),
+            processes: i <= processes,
+        })
+        .collect()
+}
+
+fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// The MicroTime of now, as Leases want it.
+pub fn micro_now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+        .to_string()
+}
+
+/// The Node object a kubelet would register for `n`.
+pub fn node_object(n: &NodeSpec, kubelet_version: &str) -> Value {
+    let t = now();
+    let mut labels = BTreeMap::from([
+        ("kubernetes.io/hostname".to_string(), n.name.clone()),
+        ("kubernetes.io/os".into(), "linux".into()),
+        ("kubernetes.io/arch".into(), "amd64".into()),
+        ("beta.kubernetes.io/os".into(), "linux".into()),
+        ("beta.kubernetes.io/arch".into(), "amd64".into()),
+    ]);
+    if n.processes {
+        labels.insert(PROCESS_NODE_LABEL.into(), "true".into());
+    }
+    let mut addresses: Vec<Value> = n
+        .ips
+        .iter()
+        .map(|ip| json!({"type": "InternalIP", "address": ip.to_string()}))
+        .collect();
+    addresses.push(json!({"type": "Hostname", "address": n.name}));
+    let condition = |kind: &str, status: &str, reason: &str, message: &str| {
+        json!({"type": kind, "status": status, "reason": reason, "message": message,
+               "lastHeartbeatTime": t, "lastTransitionTime": t})
+    };
+    // A /26 per node leaves 61 pod addresses; the capacity says fewer.
+    let resources = json!({"cpu": "4", "memory": "8Gi", "pods": "60", "ephemeral-storage": "20Gi"});
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": n.name, "labels": labels,
+                     "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+        "spec": {},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            ],
+            "addresses": addresses,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": super::KUBELET_PORT}},
+            "nodeInfo": {
+                "machineID": format!("kube-sim-{}", n.name),
+                "systemUUID": format!("kube-sim-{}", n.name),
+                "bootID": format!("kube-sim-{}", n.name),
+                "kernelVersion": kernel_version(),
+                "osImage": if n.processes { "kube-sim (pods run as processes)" } else { "kube-sim (simulated pods)" },
+                "containerRuntimeVersion": concat!("kube-sim://", env!("CARGO_PKG_VERSION")),
+                "kubeletVersion": kubelet_version,
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        },
+    })
+}
+
+fn kernel_version() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Registers the nodes (creating them with their status, as kubelets do; an existing node gets
+/// its status refreshed) and their Leases.
+pub async fn register(
+    client: &Client,
+    nodes: &[NodeSpec],
+    kubelet_version: &str,
+) -> Result<(), kube::Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "kube-node-lease");
+    for n in nodes {
+        let object = node_object(n, kubelet_version);
+        let node: Node = serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
+        let created = match api.create(&PostParams::default(), &node).await {
+            Ok(created) => created,
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let status = json!({"status": object["status"]});
+                api.patch_status(&n.name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await?
+            }
+            Err(e) => return Err(e),
+        };
+        let lease = json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": n.name, "namespace": "kube-node-lease",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": n.name,
+                                     "uid": created.metadata.uid}]},
+            "spec": {"holderIdentity": n.name, "leaseDurationSeconds": LEASE_SECONDS,
+                     "renewTime": micro_now()},
+        });
+        leases
+            .patch(
+                &n.name,
+                &PatchParams::apply("kube-sim").force(),
+                &Patch::Apply(&lease),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Renews every node's Lease each `every`, spread over the interval so that a thousand nodes
+/// do not renew at once; runs until `shutdown`.
+pub async fn heartbeat(
+    client: Client,
+    names: Vec<String>,
+    every: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client, "kube-node-lease");
+    let gap = every / (names.len().max(1) as u32);
+    loop {
+        let round = tokio::time::Instant::now();
+        for name in &names {
+            let patch = json!({"spec": {"renewTime": micro_now(), "holderIdentity": name}});
+            if let Err(e) = leases
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                tracing::warn!(node = %name, error = %e, "renewing the node's Lease");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(gap) => {}
+                _ = super::stopped(&mut shutdown) => return,
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(round + every) => {}
+            _ = super::stopped(&mut shutdown) => return,
+        }
+    }
+}
+
+/// The pod networks of a node as kube-controller-manager allocated them (`spec.podCIDRs`).
+pub fn pod_cidrs(node: &Node) -> Vec<IpNet> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.pod_cidrs.clone())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|c| c.parse().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_gives_addresses_and_process_nodes() {
+        let ranges: Vec<IpNet> = vec![
+            "198.18.0.0/20".parse().expect("net"),
+            "fd6b:6474::/64".parse().expect("net"),
+        ];
+        let nodes = plan(3, 1, &ranges);
+        assert_eq!(nodes.len(), 3);
+        assert_eq!(nodes[0].name, "node-1");
+        assert!(nodes[0].processes && !nodes[1].processes);
+        assert_eq!(
+            nodes[2].ips,
+            vec![
+                "198.18.0.13".parse::<IpAddr>().expect("ip"),
+                "fd6b:6474::d".parse().expect("ip")
+            ]
+        );
+    }
+
+    #[test]
+    fn node_objects_are_ready_and_labelled() {
+        let n = &plan(1, 1, &["198.18.0.0/20".parse().expect("net")])[0];
+        let o = node_object(n, "v1.34.4");
+        assert_eq!(o["metadata"]["labels"][PROCESS_NODE_LABEL], "true");
+        let ready = o["status"]["conditions"]
+            .as_array()
+            .expect("conditions")
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .expect("Ready");
+        assert_eq!(ready["status"], "True");
+        assert_eq!(o["status"]["addresses"][0]["address"], "198.18.0.11");
+        assert_eq!(o["status"]["nodeInfo"]["kubeletVersion"], "v1.34.4");
+        // It parses as a Node.
+        serde_json::from_value::<Node>(o).expect("a Node");
+    }
+}
