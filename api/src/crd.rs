@@ -119,10 +119,15 @@ fn spec_rules() -> [ValidationRule; 3] {
 
 /// With agentSpec the task name becomes part of Service names (DNS-1035 labels, at most 63
 /// characters): reject names that cannot be used at apply time instead of failing later.
-/// (No fieldPath: the API server resolves it against the schema, which leaves `metadata` to
-/// the server and so has no `metadata.name` property.)
+/// The API server resolves a fieldPath against the schema, which leaves `metadata` to the
+/// server and so has no `metadata.name` property: the error names `spec.agentSpec`, the field
+/// that makes the name matter (without a fieldPath kube-apiserver prints `<nil>`).
 fn carrier_name(kind: TaskKind) -> ValidationRule {
-    rule(carrier_name_rule(kind), &carrier_name_message(kind), None)
+    rule(
+        carrier_name_rule(kind),
+        &carrier_name_message(kind),
+        Some(".spec.agentSpec"),
+    )
 }
 
 fn add_rules(schema: &mut JSONSchemaProps, rules: impl IntoIterator<Item = ValidationRule>) {

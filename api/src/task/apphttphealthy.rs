@@ -74,10 +74,19 @@ impl HttpMethod {
 /// `spec.target` of AppHttpHealthy.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("has(self.tlsSecretName) == has(self.tlsSecretNamespace)")
-    .message("tlsSecretName and tlsSecretNamespace must be set together"))]
-#[x_kube(validation = Rule::new("has(self.bodyConfigmapName) == has(self.bodyConfigmapNamespace)")
-    .message("bodyConfigmapName and bodyConfigmapNamespace must be set together"))]
+// One rule per missing half, so that kube-apiserver names the field that is missing.
+#[x_kube(validation = Rule::new("!has(self.tlsSecretName) || has(self.tlsSecretNamespace)")
+    .message("tlsSecretName and tlsSecretNamespace must be set together")
+    .field_path(".tlsSecretNamespace"))]
+#[x_kube(validation = Rule::new("!has(self.tlsSecretNamespace) || has(self.tlsSecretName)")
+    .message("tlsSecretName and tlsSecretNamespace must be set together")
+    .field_path(".tlsSecretName"))]
+#[x_kube(validation = Rule::new("!has(self.bodyConfigmapName) || has(self.bodyConfigmapNamespace)")
+    .message("bodyConfigmapName and bodyConfigmapNamespace must be set together")
+    .field_path(".bodyConfigmapNamespace"))]
+#[x_kube(validation = Rule::new("!has(self.bodyConfigmapNamespace) || has(self.bodyConfigmapName)")
+    .message("bodyConfigmapName and bodyConfigmapNamespace must be set together")
+    .field_path(".bodyConfigmapName"))]
 pub struct AppHttpHealthyTarget {
     /// URL to probe; `http://` is assumed when no scheme is given.
     #[schemars(length(min = 1, max = 2048))]

@@ -54,6 +54,8 @@ pub struct SchedulePlan {
     #[x_kube(validation = Rule::new(
         "self.matches('^[ \\t]*[0-9]+[ \\t]+[0-9]+[ \\t]*$') || self.matches('^[ \\t]*[^ \\t]+([ \\t]+[^ \\t]+){4}[ \\t]*$')"
     ).message("must be \"<start minutes> <interval minutes>\" or a 5-field cron expression"))]
+    #[x_kube(validation = Rule::new("!self.matches('^[ \\t]*[0-9]+[ \\t]+0+[ \\t]*$')")
+        .message("the interval of the interval form must be at least 1 minute"))]
     pub schedule: Option<String>,
 
     /// Longest time a round may take, in minutes; nodes that have not reported by then fail it.

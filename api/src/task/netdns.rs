@@ -100,8 +100,13 @@ pub struct NetDnsTargetUser {
 /// `spec.target.targetDns`: the cluster DNS Service, found by label, or a named Service.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("has(self.serviceName) == has(self.serviceNamespace)")
-    .message("serviceName and serviceNamespace must be set together"))]
+// One rule per missing half, so that kube-apiserver names the field that is missing.
+#[x_kube(validation = Rule::new("!has(self.serviceName) || has(self.serviceNamespace)")
+    .message("serviceName and serviceNamespace must be set together")
+    .field_path(".serviceNamespace"))]
+#[x_kube(validation = Rule::new("!has(self.serviceNamespace) || has(self.serviceName)")
+    .message("serviceName and serviceNamespace must be set together")
+    .field_path(".serviceName"))]
 #[x_kube(validation = Rule::new("self.testIPv4 || self.testIPv6").message("at least one of testIPv4 and testIPv6 must be true"))]
 pub struct NetDnsTargetDns {
     /// Service name; omitted: the cluster DNS Service selected by label in kube-system.

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# hack/e2e.sh's leader check: while hack/e2e/leader.yaml's round is probing, the leading
+# controller's process is killed (SIGKILL: it cannot release the Lease) and its pod removed, as
+# when its node dies. Then the Lease kdoctor/kdoctor-controller-lease must move to the new pod,
+# and the round finish once: done 1 of 1, succeeded, one result per node in the report.
+#   leader.sh KUBECTL NODES      (CLUSTER_NETNS names the cluster's namespace)
+set -euo pipefail
+kubectl="$1"
+nodes="$2"
+k() { "$kubectl" "$@"; }
+fail() { echo "e2e: FAILED: $*" >&2; exit 1; }
+lease() { k -n kdoctor get lease kdoctor-controller-lease -o jsonpath='{.spec.holderIdentity}'; }
+
+old="$(lease)"
+[ -n "$old" ] || fail "no controller holds the Lease kdoctor/kdoctor-controller-lease"
+echo "leader: $old"
+k apply -f "$(dirname "$0")/leader.yaml"
+deadline=$((SECONDS + 90))
+until [ "$(k get netreach e2e-leader -o jsonpath='{.status.history[0].status}')" = ongoing ]; do
+  [ "$SECONDS" -lt "$deadline" ] || fail "the round of e2e-leader did not start within 90s"
+  sleep 1
+done
+sleep 3
+# The leader's process, found by its pod's network namespace (kube-sim names them
+# <cluster namespace>-<pod uid>).
+uid="$(k -n kdoctor get pod "$old" -o jsonpath='{.metadata.uid}' | tr -d '-' | cut -c1-16)"
+pid=""
+for p in $(ip netns pids "${CLUSTER_NETNS:?}-$uid" 2>/dev/null); do
+  case "$(tr '\0' ' ' <"/proc/$p/cmdline")" in "/usr/bin/kdoctor controller"*) pid="$p" ;; esac
+done
+[ -n "$pid" ] || fail "cannot find the process of the leading controller pod $old"
+echo "killing the leader's process $pid (SIGKILL) and removing its pod"
+kill -KILL "$pid"
+k -n kdoctor delete pod "$old" --grace-period=0 --force --wait=false 2>&1 | grep -v 'Warning: Immediate deletion' || true
+
+deadline=$((SECONDS + 120))
+while :; do
+  holder="$(lease)"
+  if [ -n "$holder" ] && [ "$holder" != "$old" ] && k -n kdoctor get pod "$holder" >/dev/null 2>&1; then break; fi
+  [ "$SECONDS" -lt "$deadline" ] || fail "the Lease did not move from $old within 120s (holder: '$holder')"
+  sleep 1
+done
+echo "the Lease moved: $old -> $holder"
+
+deadline=$((SECONDS + 240))
+until [ "$(k get netreach e2e-leader -o jsonpath='{.status.finish}')" = true ]; do
+  [ "$SECONDS" -lt "$deadline" ] || fail "e2e-leader did not finish within 240s of the new leader"
+  sleep 2
+done
+state="$(k get netreach e2e-leader -o jsonpath='{.status.expectedRound} {.status.doneRound} {.status.lastRoundStatus} {.status.history[0].roundNumber}')"
+[ "$state" = "1 1 succeed 1" ] || fail "e2e-leader: expected 'expectedRound doneRound lastRoundStatus roundNumber' = '1 1 succeed 1', got '$state'"
+reported="$(k get kdoctorreport netreach-e2e-leader -o jsonpath='{range .report.latestRoundReport[*]}{.nodeName}{"\n"}{end}')"
+total="$(printf '%s\n' "$reported" | grep -c . || true)"
+distinct="$(printf '%s\n' "$reported" | grep . | sort -u | wc -l)"
+[ "$total" -eq "$nodes" ] && [ "$distinct" -eq "$nodes" ] || fail "the report of e2e-leader has $total results from $distinct nodes, expected one from each of $nodes"
+rounds="$(k get kdoctorreport netreach-e2e-leader -o jsonpath='{.metadata.annotations.kdoctor\.io/rounds}')"
+[ "$rounds" = 1 ] || fail "the store holds $rounds rounds of e2e-leader, expected 1"
+echo "e2e-leader: finished once by the new leader ($state); $total results from $distinct nodes; 1 round stored"
