@@ -43,12 +43,19 @@ in_ns() { ip netns exec "$NS" "$@"; }
 
 # Starts a daemon inside the namespace, detached from this shell, logging to $DIR/logs/NAME.log.
 # Its command is kept in $DIR/cmd/NAME, so `hack/cluster.sh restart NAME` can start it again.
+# kube-sim enters only the network namespace (nsenter): `ip netns exec` would also give it a
+# mount namespace of its own, and the pods' network namespaces it mounts would not be seen
+# from the host.
 start() {
   local name="$1"
   shift
   mkdir -p "$DIR/logs" "$DIR/pids" "$DIR/cmd"
   printf '%s\0' "$@" >"$DIR/cmd/$name"
-  setsid ip netns exec "$NS" "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
+  if [ "$name" = kube-sim ]; then
+    setsid nsenter --net="/var/run/netns/$NS" -- "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
+  else
+    setsid ip netns exec "$NS" "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
+  fi
   echo $! >"$DIR/pids/$name.pid"
 }
 
@@ -155,7 +162,7 @@ cmd_up() {
   local sim="$target/debug/kube-sim" kdoctor="$target/debug/kdoctor"
 
   # A leftover namespace of a run that was killed: start clean.
-  if ip netns list | grep -qw "$NS"; then cmd_down; fi
+  if [ -e "/var/run/netns/$NS" ]; then cmd_down; fi
   rm -rf "$DIR"
   mkdir -p "$DIR"/{pki,logs,pids,etcd,kubelet}
   echo "$KUBE_BIN" >"$DIR/kube-bin"
@@ -255,7 +262,7 @@ EOF
     --root-ca-file="$pki/ca.crt" --service-account-private-key-file="$pki/sa.key" \
     --use-service-account-credentials=true --controllers='*,bootstrapsigner,tokencleaner' \
     --allocate-node-cidrs=true --cluster-cidr="$POD_NET4${dual:+,$POD_NET6}" \
-    --node-cidr-mask-size-ipv4=26 --node-cidr-mask-size-ipv6=64 \
+    --node-cidr-mask-size-ipv4=26 ${dual:+--node-cidr-mask-size-ipv6=64} \
     --service-cluster-ip-range="$SERVICE_NET4${dual:+,$SERVICE_NET6}" \
     --leader-elect=false --v=1
   start kube-scheduler "$KUBE_BIN/kube-scheduler" \
@@ -328,7 +335,7 @@ cmd_down() {
   for name in "${order[@]}"; do stop "$name"; done
   # Whatever still runs in the cluster's namespace or a pod's (a killed kube-sim leaves pods).
   local ns
-  for ns in $(ip netns list | awk '{print $1}' | grep -E "^$NS(-|$)" || true); do
+  for ns in $(ls /var/run/netns 2>/dev/null | grep -E "^$NS(-|$)" || true); do
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
   done

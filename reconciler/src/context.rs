@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kdoctor_api::config::Config;
 use kdoctor_api::task::RuntimeStatus;
 use kdoctor_store::Store;
@@ -18,6 +19,10 @@ use crate::metrics::ControllerMetrics;
 use crate::options::ControllerOptions;
 use crate::readiness::{AgentPod, agent_pod};
 
+/// How long a carrier's Services must list every agent before a round may start (kube-proxy's
+/// default minimum sync period is 1 s).
+pub const ROUTE_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// In-memory views of the agent objects in the controller's namespace (label
 /// `app.kubernetes.io/component=agent`), kept by watches: reading them costs no API request.
 #[derive(Clone)]
@@ -28,6 +33,10 @@ pub struct Caches {
     pub daemonsets: Cache<DaemonSet>,
     /// Per-task Deployment carriers.
     pub deployments: Cache<Deployment>,
+    /// EndpointSlices of the agents' Services (they carry the Services' labels).
+    pub slices: Cache<EndpointSlice>,
+    /// When each carrier's Services first listed every ready agent, by workload name.
+    pub routed_since: Arc<Mutex<BTreeMap<String, std::time::Instant>>>,
 }
 
 impl Caches {
@@ -40,6 +49,51 @@ impl Caches {
     pub fn deployment(&self, namespace: &str, name: &str) -> Option<Arc<Deployment>> {
         self.deployments
             .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Whether Service traffic reaches every ready agent of the carrier `workload`: each of its
+    /// `services` lists at least `agents` ready endpoints, and has for [`ROUTE_SETTLE`] — the
+    /// time kube-proxy takes to program what the EndpointSlices say. Without it a round that
+    /// starts as soon as the pods are ready sees its first Service requests refused.
+    pub fn routed(
+        &self,
+        namespace: &str,
+        workload: &str,
+        services: &[String],
+        agents: usize,
+    ) -> bool {
+        let slices: Vec<Arc<EndpointSlice>> = self
+            .slices
+            .state()
+            .into_iter()
+            .filter(|s| s.namespace().as_deref() == Some(namespace))
+            .collect();
+        let complete = agents > 0
+            && services.iter().all(|svc| {
+                crate::readiness::ready_endpoints(slices.iter().map(|s| s.as_ref()), svc) >= agents
+            });
+        let mut since = self.routed_since.lock().unwrap_or_else(|p| p.into_inner());
+        if !complete {
+            since.remove(workload);
+            return false;
+        }
+        since
+            .entry(workload.to_string())
+            .or_insert_with(std::time::Instant::now)
+            .elapsed()
+            >= ROUTE_SETTLE
+    }
+
+    /// Whether Service `service` has an EndpointSlice (the endpoint controller makes one for
+    /// every Service with a selector, even before it has endpoints).
+    pub fn has_slices(&self, namespace: &str, service: &str) -> bool {
+        self.slices.state().iter().any(|s| {
+            s.namespace().as_deref() == Some(namespace)
+                && s.labels()
+                    .get("kubernetes.io/service-name")
+                    .map(String::as_str)
+                    == Some(service)
+        })
     }
 
     /// Agents whose pod labels include every pair of `selector`, in `namespace`.

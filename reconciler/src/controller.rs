@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kdoctor_agent::report_client::ReportClient;
 use kdoctor_agent::tls::Identity;
 use kdoctor_api::config::Config;
@@ -197,6 +198,8 @@ pub async fn run(
         pods: cache::<Pod>(&setup.client, &namespace, &mut tasks),
         daemonsets: cache::<DaemonSet>(&setup.client, &namespace, &mut tasks),
         deployments: cache::<Deployment>(&setup.client, &namespace, &mut tasks),
+        slices: cache::<EndpointSlice>(&setup.client, &namespace, &mut tasks),
+        routed_since: Default::default(),
     };
     tasks.spawn(deletions::track::<NetReach>(
         setup.client.clone(),

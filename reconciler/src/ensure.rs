@@ -63,7 +63,31 @@ pub fn default_carrier(ctx: &Context) -> CarrierState {
                 "the default agent DaemonSet {namespace}/{name} does not exist"
             )),
         ),
-        Some(ds) if daemonset_ready(&ds) => (true, None),
+        Some(ds) if daemonset_ready(&ds) => {
+            let services: Vec<String> = [
+                &config.agent_service_ipv4_name,
+                &config.agent_service_ipv6_name,
+            ]
+            .into_iter()
+            .zip([config.enable_ipv4, config.enable_ipv6])
+            .filter(|(_, on)| *on)
+            .map(|(name, _)| name.clone())
+            // The install may leave out a family's Service (manifests/ are IPv4 only).
+            .filter(|name| ctx.caches.has_slices(namespace, name))
+            .collect();
+            let agents =
+                usize::try_from(ds.status.as_ref().map_or(0, |s| s.number_ready)).unwrap_or(0);
+            if ctx.caches.routed(namespace, name, &services, agents) {
+                (true, None)
+            } else {
+                (
+                    false,
+                    Some(format!(
+                        "the Services of the default agent DaemonSet {namespace}/{name} do not route to every agent yet"
+                    )),
+                )
+            }
+        }
         Some(_) => (
             false,
             Some(format!(
@@ -150,9 +174,20 @@ pub async fn own_carrier(
         }
         applied = true;
     }
-    let ready = cached_ready.unwrap_or(false);
+    let agents = ctx.caches.agents(namespace, &selector);
+    let workload_ready = cached_ready.unwrap_or(false);
+    let services: Vec<String> = built
+        .services
+        .iter()
+        .filter_map(|s| s.metadata.name.clone())
+        .collect();
+    let ready_agents = agents.iter().filter(|a| a.ready).count();
+    let ready = workload_ready
+        && ctx
+            .caches
+            .routed(namespace, &built.name, &services, ready_agents);
     let mut resource = built.resource;
-    resource.runtime_status = if ready || created {
+    resource.runtime_status = if workload_ready || created {
         RuntimeStatus::Created
     } else {
         RuntimeStatus::Creating
@@ -160,13 +195,21 @@ pub async fn own_carrier(
     Ok(CarrierState {
         resource,
         ready,
-        agents: ctx.caches.agents(namespace, &selector),
+        agents,
         not_ready_reason: (!ready).then(|| {
-            format!(
-                "{} {namespace}/{} has not every agent ready",
-                built.workload.kind(),
-                built.name
-            )
+            if workload_ready {
+                format!(
+                    "the Services of {} {namespace}/{} do not route to every agent yet",
+                    built.workload.kind(),
+                    built.name
+                )
+            } else {
+                format!(
+                    "{} {namespace}/{} has not every agent ready",
+                    built.workload.kind(),
+                    built.name
+                )
+            }
         }),
         applied,
     })

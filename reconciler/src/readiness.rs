@@ -6,6 +6,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 /// Whether a DaemonSet runs a ready agent on every node it is scheduled to (and at least one):
 /// upstream's rule, plus the status being for the current spec.
@@ -39,6 +40,27 @@ pub fn deployment_ready(deployment: &Deployment) -> bool {
         (None, Some(_)) => false,
     };
     current && wanted > 0 && status.ready_replicas.unwrap_or(0) >= wanted
+}
+
+/// The ready endpoints of Service `service` across its EndpointSlices (an endpoint whose
+/// `ready` is unset counts as ready, as kube-proxy reads it).
+pub fn ready_endpoints<'a>(
+    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    service: &str,
+) -> usize {
+    slices
+        .into_iter()
+        .filter(|s| {
+            s.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("kubernetes.io/service-name"))
+                .map(String::as_str)
+                == Some(service)
+        })
+        .flat_map(|s| s.endpoints.iter())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .count()
 }
 
 /// One agent pod the controller can harvest from.

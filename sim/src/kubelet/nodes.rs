@@ -121,6 +121,27 @@ fn kernel_version() -> String {
         .unwrap_or_default()
 }
 
+fn kubelet_post() -> PostParams {
+    PostParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+fn kubelet_patch() -> PatchParams {
+    PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+/// The field manager of what the kubelet writes.
+const MANAGER: &str = "kubelet";
+
+/// How often a node's status is written even when nothing changed (the kubelet's
+/// nodeStatusReportFrequency).
+const STATUS_REPORT: Duration = Duration::from_secs(300);
+
 /// Registers the nodes (creating them with their status, as kubelets do; an existing node gets
 /// its status refreshed) and their Leases.
 pub async fn register(
@@ -133,16 +154,21 @@ pub async fn register(
         Api::namespaced(client.clone(), "kube-node-lease");
     for n in nodes {
         let object = node_object(n, kubelet_version);
-        let node: Node = serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
-        let created = match api.create(&PostParams::default(), &node).await {
+        let mut bare = object.clone();
+        bare["status"] = json!({});
+        let node: Node = serde_json::from_value(bare).map_err(kube::Error::SerdeError)?;
+        let created = match api.create(&kubelet_post(), &node).await {
             Ok(created) => created,
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                let status = json!({"status": object["status"]});
-                api.patch_status(&n.name, &PatchParams::default(), &Patch::Merge(&status))
-                    .await?
-            }
+            Err(kube::Error::Api(e)) if e.code == 409 => api.get(&n.name).await?,
             Err(e) => return Err(e),
         };
+        // The status through its subresource, so that the kubelet owns its fields, as a real
+        // kubelet's first status update makes it: a create's status has no owner, and the
+        // server-side apply of a manager that owns nothing else in it (a marker's condition)
+        // would then, when withdrawn, take the whole status with it.
+        let status = json!({"status": object["status"]});
+        api.patch_status(&n.name, &kubelet_patch(), &Patch::Merge(&status))
+            .await?;
         let lease = json!({
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -155,7 +181,7 @@ pub async fn register(
         leases
             .patch(
                 &n.name,
-                &PatchParams::apply("kube-sim").force(),
+                &PatchParams::apply(MANAGER).force(),
                 &Patch::Apply(&lease),
             )
             .await?;
@@ -173,16 +199,37 @@ pub async fn heartbeat(
 ) {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(client, "kube-node-lease");
+    let nodes: Api<Node> = Api::all(leases.clone().into_client());
     let gap = every / (names.len().max(1) as u32);
+    let mut reported = tokio::time::Instant::now();
     loop {
         let round = tokio::time::Instant::now();
+        let report = reported.elapsed() >= STATUS_REPORT;
+        if report {
+            reported = round;
+        }
         for name in &names {
             let patch = json!({"spec": {"renewTime": micro_now(), "holderIdentity": name}});
             if let Err(e) = leases
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(name, &kubelet_patch(), &Patch::Merge(&patch))
                 .await
             {
                 tracing::warn!(node = %name, error = %e, "renewing the node's Lease");
+            }
+            if report {
+                let t = now();
+                let conditions: Vec<Value> =
+                    ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+                        .iter()
+                        .map(|c| json!({"type": c, "lastHeartbeatTime": t}))
+                        .collect();
+                let heartbeat = json!({"status": {"conditions": conditions}});
+                if let Err(e) = nodes
+                    .patch_status(name, &kubelet_patch(), &Patch::Strategic(&heartbeat))
+                    .await
+                {
+                    tracing::warn!(node = %name, error = %e, "reporting the node's status");
+                }
             }
             tokio::select! {
                 _ = tokio::time::sleep(gap) => {}
