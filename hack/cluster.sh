@@ -356,6 +356,11 @@ cmd_install_chart() {
   local kubectl
   kubectl="$(cat "$DIR/kube-bin")/kubectl"
   mkdir -p "$DIR/install"
+  # Helm's engine: PyPI's helm-python-sdk (as hack/helm-check.sh installs it).
+  if ! python3 -c 'import helm_python, yaml' 2>/dev/null; then
+    log "installing helm-python-sdk and pyyaml (pip)"
+    python3 -m pip install --quiet helm-python-sdk pyyaml || die "cannot install helm-python-sdk (pip)"
+  fi
   python3 "$ROOT/hack/helm-check.py" --template "${sets[@]}" >"$DIR/install/chart.yaml"
   "$kubectl" --kubeconfig "$DIR/kubeconfig" create namespace kdoctor --dry-run=client -o yaml |
     "$kubectl" --kubeconfig "$DIR/kubeconfig" apply -f -
