@@ -37,7 +37,7 @@ command -v go >/dev/null || { echo "hack/kube/build.sh: go is not on PATH (Go 1.
 mkdir -p "$out"
 start=$SECONDS
 echo "building the control plane (Kubernetes $k8s_version, etcd $etcd_version) into $out: ${missing[*]}" >&2
-echo "  a cold build takes about 25 minutes on 2 cores; Go's module and build caches make the next one fast" >&2
+echo "  a cold build (empty Go caches) took 6 minutes on 2 cores here; with Go's caches warm, under a minute" >&2
 # The flags Kubernetes' own release build uses: no cgo, no debug info, the version stamped in.
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$k8s_version" | cut -d. -f2) -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version"
 export CGO_ENABLED=0

@@ -87,10 +87,8 @@ fn condition(current: &Value, kind: &str, status: bool, now: &str) -> Value {
     };
     let mut c =
         json!({"type": kind, "status": status, "lastProbeTime": null, "lastTransitionTime": since});
-    if kind == "ContainersReady" || kind == "Ready" {
-        if status == "False" {
-            c["reason"] = json!("ContainersNotReady");
-        }
+    if (kind == "ContainersReady" || kind == "Ready") && status == "False" {
+        c["reason"] = json!("ContainersNotReady");
     }
     c
 }

@@ -10,7 +10,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use base64::Engine;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret, ServiceAccount,
@@ -566,11 +565,6 @@ pub async fn fetch_secret(
         );
         data
     }))
-}
-
-/// Decodes base64 as Secret data is written in manifests (for tests and tools).
-pub fn decode(b64: &str) -> Option<Vec<u8>> {
-    base64::engine::general_purpose::STANDARD.decode(b64).ok()
 }
 
 #[cfg(test)]
