@@ -210,6 +210,8 @@ struct Worker {
     event_rx: mpsc::UnboundedReceiver<PodEvent>,
     recorder: Recorder,
     written: Value,
+    /// The pod's volumes once set up (kept for refreshes).
+    volumes: Option<PodVolumes>,
 }
 
 impl Worker {
@@ -241,6 +243,7 @@ impl Worker {
             event_rx,
             recorder,
             written: Value::Null,
+            volumes: None,
         }
     }
 
@@ -380,14 +383,16 @@ impl Worker {
         }
     }
 
+    /// Rewrites the volumes whose sources changed, and renews tokens that are due (the same
+    /// PodVolumes keeps each token until 80% of its life).
     async fn refresh_volumes(&mut self) {
-        if self.sandbox.is_none() || self.containers.is_empty() {
+        let Some(mut vols) = self.volumes.take() else {
             return;
-        }
-        let mut vols = PodVolumes::new(self.ctx.client.clone(), &self.pod, &self.dir);
+        };
         if let Err(e) = vols.sync(&self.pod).await {
             tracing::debug!(pod = %self.name(), error = %e, "refreshing volumes");
         }
+        self.volumes = Some(vols);
     }
 
     /// Sets the pod up; false when it went away meanwhile.
@@ -508,13 +513,15 @@ impl Worker {
                 }
             }
         }
+        let paths = vols.paths.clone();
+        self.volumes = Some(vols);
         if let Err(e) = self.write_etc() {
             tracing::warn!(pod = %self.name(), error = %e, "writing the pod's /etc files");
         }
         for c in self.container_specs() {
             let name = s(&c, "/name").to_string();
             let image = s(&c, "/image").to_string();
-            let started = match self.prepare(&c, &vols.paths).await {
+            let started = match self.prepare(&c, &paths).await {
                 Ok(spec) => Container::start(spec, self.events.clone()),
                 Err((reason, message)) => {
                     self.event("Failed", &format!("Error: {message}"), true)
@@ -941,4 +948,24 @@ impl Worker {
 
 fn failed_container(reason: &str, message: &str) -> Container {
     Container::failed(container::Status::failed(reason, message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_match_by_repository_whatever_the_tag() {
+        let image =
+            Image::parse("ghcr.io/kdoctor-io/kdoctor=/work/target/debug/kdoctor").expect("image");
+        assert_eq!(image.entrypoint(), "/usr/bin/kdoctor");
+        assert!(image.matches("ghcr.io/kdoctor-io/kdoctor:0.1.0"));
+        assert!(image.matches("ghcr.io/kdoctor-io/kdoctor@sha256:abc"));
+        assert!(image.matches("ghcr.io/kdoctor-io/kdoctor"));
+        assert!(!image.matches("ghcr.io/kdoctor-io/kdoctor-agent:0.1.0"));
+        let with_port = Image::parse("registry:5000/kdoctor=/bin/kdoctor").expect("image");
+        assert!(with_port.matches("registry:5000/kdoctor:v1"));
+        assert!(!with_port.matches("registry:5001/kdoctor:v1"));
+        assert!(Image::parse("no-program").is_none());
+    }
 }
