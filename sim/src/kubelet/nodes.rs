@@ -9,12 +9,15 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
+use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// Label of the nodes whose pods run as real processes.
 pub const PROCESS_NODE_LABEL: &str = "kube-sim.kdoctor.io/processes";
+/// Taint of the nodes whose pods are only simulated.
+pub const SIMULATED_TAINT: &str = "kube-sim.kdoctor.io/simulated";
 /// How long a node's Lease is valid (as the kubelet's default).
 pub const LEASE_SECONDS: u64 = 40;
 
@@ -87,7 +90,11 @@ pub fn node_object(n: &NodeSpec, kubelet_version: &str) -> Value {
         "kind": "Node",
         "metadata": {"name": n.name, "labels": labels,
                      "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
-        "spec": {},
+        "spec": if n.processes { json!({}) } else {
+            // Only pods that tolerate it (DaemonSets tolerating everything, as kdoctor's agents
+            // do) go to a node where nothing runs.
+            json!({"taints": [{"key": SIMULATED_TAINT, "value": "true", "effect": "NoSchedule"}]})
+        },
         "status": {
             "capacity": resources,
             "allocatable": resources,
@@ -189,8 +196,34 @@ pub async fn register(
     Ok(())
 }
 
-/// Renews every node's Lease each `every`, spread over the interval so that a thousand nodes
-/// do not renew at once; runs until `shutdown`.
+/// Renewals in flight at once: a thousand nodes renew within the interval even when each
+/// request waits on a busy API server.
+const RENEWALS_IN_FLIGHT: usize = 32;
+
+/// Renews one node's Lease, and every [`STATUS_REPORT`] its status's heartbeat times.
+async fn renew(leases: &Api<k8s_openapi::api::coordination::v1::Lease>, nodes: &Api<Node>, name: &str, report: bool) {
+    let patch = json!({"spec": {"renewTime": micro_now(), "holderIdentity": name}});
+    if let Err(e) = leases.patch(name, &kubelet_patch(), &Patch::Merge(&patch)).await {
+        tracing::warn!(node = %name, error = %e, "renewing the node's Lease");
+    }
+    if report {
+        let t = now();
+        let conditions: Vec<Value> = ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+            .iter()
+            .map(|c| json!({"type": c, "lastHeartbeatTime": t}))
+            .collect();
+        let heartbeat = json!({"status": {"conditions": conditions}});
+        if let Err(e) = nodes
+            .patch_status(name, &kubelet_patch(), &Patch::Strategic(&heartbeat))
+            .await
+        {
+            tracing::warn!(node = %name, error = %e, "reporting the node's status");
+        }
+    }
+}
+
+/// Renews every node's Lease each `every` (a few dozen at a time, so that a round of a
+/// thousand nodes fits in the interval), until `shutdown`; warns when a round overran.
 pub async fn heartbeat(
     client: Client,
     names: Vec<String>,
@@ -198,9 +231,8 @@ pub async fn heartbeat(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(client, "kube-node-lease");
-    let nodes: Api<Node> = Api::all(leases.clone().into_client());
-    let gap = every / (names.len().max(1) as u32);
+        Api::namespaced(client.clone(), "kube-node-lease");
+    let nodes: Api<Node> = Api::all(client);
     let mut reported = tokio::time::Instant::now();
     loop {
         let round = tokio::time::Instant::now();
@@ -208,33 +240,19 @@ pub async fn heartbeat(
         if report {
             reported = round;
         }
-        for name in &names {
-            let patch = json!({"spec": {"renewTime": micro_now(), "holderIdentity": name}});
-            if let Err(e) = leases
-                .patch(name, &kubelet_patch(), &Patch::Merge(&patch))
-                .await
-            {
-                tracing::warn!(node = %name, error = %e, "renewing the node's Lease");
-            }
-            if report {
-                let t = now();
-                let conditions: Vec<Value> =
-                    ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
-                        .iter()
-                        .map(|c| json!({"type": c, "lastHeartbeatTime": t}))
-                        .collect();
-                let heartbeat = json!({"status": {"conditions": conditions}});
-                if let Err(e) = nodes
-                    .patch_status(name, &kubelet_patch(), &Patch::Strategic(&heartbeat))
-                    .await
-                {
-                    tracing::warn!(node = %name, error = %e, "reporting the node's status");
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(gap) => {}
-                _ = super::stopped(&mut shutdown) => return,
-            }
+        let renewals = futures::stream::iter(names.clone())
+            .map(|name| {
+                let (leases, nodes) = (leases.clone(), nodes.clone());
+                async move { renew(&leases, &nodes, &name, report).await }
+            })
+            .buffer_unordered(RENEWALS_IN_FLIGHT)
+            .collect::<Vec<()>>();
+        tokio::select! {
+            _ = renewals => {}
+            _ = super::stopped(&mut shutdown) => return,
+        }
+        if round.elapsed() > every {
+            tracing::warn!(nodes = names.len(), seconds = round.elapsed().as_secs_f64(), "renewing every node's Lease took longer than the interval");
         }
         tokio::select! {
             _ = tokio::time::sleep_until(round + every) => {}

@@ -287,11 +287,15 @@ impl Worker {
         if let Some(ips) = self.sandbox.as_ref().map(|s| s.ips.clone()) {
             self.view.pod_ips = ips;
         }
-        self.view.containers = self
-            .containers
-            .iter()
-            .map(|(name, image, c)| (name.clone(), image.clone(), c.status.borrow().clone()))
-            .collect();
+        // A simulated pod's containers are its view's own (always running); a process pod's
+        // come from its supervisors.
+        if !self.containers.is_empty() {
+            self.view.containers = self
+                .containers
+                .iter()
+                .map(|(name, image, c)| (name.clone(), image.clone(), c.status.borrow().clone()))
+                .collect();
+        }
         let status = status_json(&self.pod, &self.view, &now());
         let mut comparable = status.clone();
         let mut previous = self.written.clone();
@@ -306,7 +310,14 @@ impl Worker {
             return;
         }
         let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns());
-        let patch = json!({"status": status});
+        let mut patch = json!({"status": status});
+        // The pod's addresses replace those of an earlier sandbox (a kube-sim restart gives the
+        // pod a new one): a strategic merge would otherwise add to the list.
+        for list in ["podIPs", "hostIPs"] {
+            if let Some(ips) = patch["status"].get_mut(list).and_then(Value::as_array_mut) {
+                ips.push(json!({"$patch": "replace"}));
+            }
+        }
         match api
             .patch_status(
                 &self.name(),
@@ -316,7 +327,7 @@ impl Worker {
             .await
         {
             Ok(p) => {
-                self.written = patch["status"].clone();
+                self.written = status;
                 if let Ok(v) = serde_json::to_value(&p) {
                     // Keep the newest object for condition times; the spec cannot change.
                     self.pod["status"] = v["status"].clone();
@@ -363,7 +374,12 @@ impl Worker {
         }
         let mut refresh = tokio::time::interval(Duration::from_secs(10));
         refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut statuses = tokio::time::interval(Duration::from_millis(200));
+        // A process pod's containers change on their own; a simulated pod's never do.
+        let mut statuses = tokio::time::interval(if self.node.processes {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_secs(3600)
+        });
         loop {
             if self.deleting() {
                 return;
@@ -431,18 +447,7 @@ impl Worker {
                     )
                 })
                 .collect();
-            let status = status_json(&self.pod, &self.view, &now());
-            let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns());
-            if let Err(e) = api
-                .patch_status(
-                    &self.name(),
-                    &PatchParams::default(),
-                    &Patch::Strategic(&json!({"status": status})),
-                )
-                .await
-            {
-                tracing::warn!(pod = %self.name(), error = %e, "writing a simulated pod's status");
-            }
+            self.write_status().await;
             return true;
         }
         if let Err((reason, message)) = self.check_sysctls() {
