@@ -5,15 +5,17 @@
 # as the kubelet of its nodes (pods of kdoctor's image run as real processes, each in a network
 # namespace of its own). docs/development.md#test-cluster describes it.
 #
-#   hack/cluster.sh up [--nodes N] [--process-nodes M] [--ipv4-only]
+#   hack/cluster.sh up [--nodes N] [--process-nodes M] [--ipv4-only] [--no-build]
 #                                   start it (builds what is missing first); writes an admin
 #                                   kubeconfig to .cluster/kubeconfig (server on the host's
 #                                   loopback) and returns once /readyz answers and every node is
 #                                   Ready. Nodes node-1..M run real processes (default: all).
+#                                   --no-build: use what is built (tests, inside cargo test).
 #   hack/cluster.sh down            stop everything and remove what `up` made
 #   hack/cluster.sh install-chart [--set KEY=VALUE]...
 #                                   render charts/kdoctor with Helm's engine and apply it
 #   hack/cluster.sh status          what runs
+#   hack/cluster.sh deps            install the Debian packages the nodes need (iptables, CNI)
 #   hack/cluster.sh restart NAME    stop and start one daemon (kube-sim after a rebuild, say)
 #
 # Addresses live only inside the namespace: IPv4 198.18.0.0/15 (reserved for testing) and the
@@ -134,9 +136,10 @@ node_packages() {
 }
 
 cmd_up() {
-  local nodes=3 process_nodes="" ipv6=1
+  local nodes=3 process_nodes="" ipv6=1 no_build=""
   while [ $# -gt 0 ]; do
     case "$1" in
+      --no-build) no_build=1; shift ;;
       --nodes) nodes="$2"; shift 2 ;;
       --nodes=*) nodes="${1#*=}"; shift ;;
       --process-nodes) process_nodes="$2"; shift 2 ;;
@@ -153,13 +156,22 @@ cmd_up() {
     return 0
   fi
   local t0=$SECONDS
-  node_packages
-  KUBE_BIN="$("$ROOT/hack/kube/build.sh")"
-  log "building kube-sim and kdoctor"
-  (cd "$ROOT" && cargo build -q --locked -p kube-sim -p kdoctor)
   local target="${CARGO_TARGET_DIR:-$ROOT/target}"
   case "$target" in /*) ;; *) target="$ROOT/$target" ;; esac
   local sim="$target/debug/kube-sim" kdoctor="$target/debug/kdoctor"
+  if [ -n "$no_build" ]; then
+    # Tests start clusters from inside `cargo test`, which holds the build directory: what
+    # they need was built before them.
+    KUBE_BIN="$("$ROOT/hack/kube/build.sh" --print)" || die "--no-build: the control plane is not built (hack/kube/build.sh)"
+    for b in "$sim" "$kdoctor"; do
+      [ -x "$b" ] || die "--no-build: $b is not built (cargo build -p kube-sim -p kdoctor)"
+    done
+  else
+    node_packages
+    KUBE_BIN="$("$ROOT/hack/kube/build.sh")"
+    log "building kube-sim and kdoctor"
+    (cd "$ROOT" && cargo build -q --locked -p kube-sim -p kdoctor)
+  fi
 
   # A leftover namespace of a run that was killed: start clean.
   if [ -e "/var/run/netns/$NS" ]; then cmd_down; fi
@@ -382,6 +394,7 @@ case "${1:-}" in
   down) shift; cmd_down ;;
   install-chart) shift; cmd_install_chart "$@" ;;
   status) cmd_status ;;
+  deps) node_packages ;;
   restart) shift; cmd_restart "$@" ;;
-  *) echo "usage: hack/cluster.sh up [--nodes N] [--process-nodes M] [--ipv4-only] | down | install-chart [--set K=V]... | status | restart NAME" >&2; exit 2 ;;
+  *) echo "usage: hack/cluster.sh up [--nodes N] [--process-nodes M] [--ipv4-only] | down | install-chart [--set K=V]... | status | restart NAME | deps" >&2; exit 2 ;;
 esac

@@ -41,6 +41,7 @@ pub mod selector;
 pub mod server;
 pub mod stages;
 pub mod store;
+pub mod testcluster;
 
 mod sim;
 

@@ -324,18 +324,27 @@ fn kubectl_kdoctor_run_applies_follows_the_round_and_exits_by_its_result() {
     );
 
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let sim = runtime
-        .block_on(kube_sim::Sim::start(kube_sim::SimConfig::default()))
-        .expect("simulated cluster");
-    sim.write_kubeconfig(&dir.join("kubeconfig"))
-        .expect("kubeconfig");
-    let client = runtime.block_on(sim.client()).expect("client");
+    // A real kube-apiserver judges what the plugin applies and watches.
+    let cluster = kube_sim::testcluster::TestCluster::start(&Default::default())
+        .expect("a test cluster (hack/test.sh builds what it needs)");
+    std::fs::copy(cluster.kubeconfig(), dir.join("kubeconfig")).expect("kubeconfig");
+    let client = runtime.block_on(cluster.client()).expect("client");
     let crds: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         kube::Api::all(client.clone());
     for crd in kdoctor_api::crd::crds() {
         runtime
             .block_on(crds.create(&Default::default(), &crd))
             .expect("CRD");
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let established = kube::runtime::wait::await_condition(
+            crds.clone(),
+            &name,
+            kube::runtime::wait::conditions::is_crd_established(),
+        );
+        runtime
+            .block_on(async { tokio::time::timeout(Duration::from_secs(30), established).await })
+            .expect("the CRD is established within 30 s")
+            .expect("CRD watch");
     }
     let tasks: kube::Api<kdoctor_api::task::AppHttpHealthy> = kube::Api::all(client);
     for (result, code) in [("succeed", 0), ("fail", 1)] {

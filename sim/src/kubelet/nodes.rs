@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
-use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -201,9 +201,17 @@ pub async fn register(
 const RENEWALS_IN_FLIGHT: usize = 32;
 
 /// Renews one node's Lease, and every [`STATUS_REPORT`] its status's heartbeat times.
-async fn renew(leases: &Api<k8s_openapi::api::coordination::v1::Lease>, nodes: &Api<Node>, name: &str, report: bool) {
+async fn renew(
+    leases: &Api<k8s_openapi::api::coordination::v1::Lease>,
+    nodes: &Api<Node>,
+    name: &str,
+    report: bool,
+) {
     let patch = json!({"spec": {"renewTime": micro_now(), "holderIdentity": name}});
-    if let Err(e) = leases.patch(name, &kubelet_patch(), &Patch::Merge(&patch)).await {
+    if let Err(e) = leases
+        .patch(name, &kubelet_patch(), &Patch::Merge(&patch))
+        .await
+    {
         tracing::warn!(node = %name, error = %e, "renewing the node's Lease");
     }
     if report {
@@ -252,7 +260,11 @@ pub async fn heartbeat(
             _ = super::stopped(&mut shutdown) => return,
         }
         if round.elapsed() > every {
-            tracing::warn!(nodes = names.len(), seconds = round.elapsed().as_secs_f64(), "renewing every node's Lease took longer than the interval");
+            tracing::warn!(
+                nodes = names.len(),
+                seconds = round.elapsed().as_secs_f64(),
+                "renewing every node's Lease took longer than the interval"
+            );
         }
         tokio::select! {
             _ = tokio::time::sleep_until(round + every) => {}

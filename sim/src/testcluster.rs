@@ -1,0 +1,175 @@
+//! A real control plane for one test: `hack/cluster.sh up --no-build` with a directory and a
+//! network namespace of its own (so tests run side by side), stopped when dropped. Its API
+//! server is reached from the host through the forwarded port ([`TestCluster::client`]), or
+//! from inside the cluster's namespace ([`TestCluster::enter`], then
+//! [`TestCluster::inner_client`]), where pods' addresses are reachable too.
+//!
+//! What it runs must be built first — the control plane (`hack/kube/build.sh`) and the
+//! `kube-sim` and `kdoctor` binaries — since `cargo test` holds the build directory while tests
+//! run; `hack/test.sh` does it. Needs root (network namespaces).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use kube::Client;
+
+/// How a test cluster is shaped.
+#[derive(Debug, Clone)]
+pub struct TestClusterOptions {
+    /// Nodes node-1..N.
+    pub nodes: usize,
+    /// node-1..M run pods as processes; the others simulate them.
+    pub process_nodes: usize,
+    /// Dual stack (when the machine allows; else the cluster says it is IPv4 only).
+    pub ipv6: bool,
+}
+
+impl Default for TestClusterOptions {
+    fn default() -> Self {
+        TestClusterOptions {
+            nodes: 3,
+            process_nodes: 0,
+            ipv6: false,
+        }
+    }
+}
+
+/// Why a test cluster is not there.
+#[derive(Debug, thiserror::Error)]
+pub enum TestClusterError {
+    /// hack/cluster.sh failed: its output says why.
+    #[error("hack/cluster.sh up failed (exit {code:?}): {output}")]
+    Up {
+        /// Exit code.
+        code: Option<i32>,
+        /// Its last lines.
+        output: String,
+    },
+    /// Running the script.
+    #[error("running hack/cluster.sh: {0}")]
+    Io(#[from] std::io::Error),
+    /// The kubeconfig it wrote.
+    #[error("the test cluster's kubeconfig: {0}")]
+    Kubeconfig(String),
+}
+
+/// A running test cluster.
+pub struct TestCluster {
+    /// Its directory (logs, kubeconfigs, the audit log).
+    pub dir: PathBuf,
+    /// Its network namespace's name.
+    pub netns: String,
+    /// Whether it came up dual stack.
+    pub ipv6: bool,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("hack")
+        .join("cluster.sh")
+}
+
+impl TestCluster {
+    /// Starts a cluster (about 15 s).
+    pub fn start(opts: &TestClusterOptions) -> Result<TestCluster, TestClusterError> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let netns = format!("kdt-{}-{n}", std::process::id());
+        let dir = std::env::temp_dir().join(format!("kdoctor-{netns}"));
+        let mut cmd = Command::new(script());
+        cmd.arg("up")
+            .arg("--no-build")
+            .args(["--nodes", &opts.nodes.to_string()])
+            .args(["--process-nodes", &opts.process_nodes.to_string()])
+            .env("CLUSTER_DIR", &dir)
+            .env("CLUSTER_NETNS", &netns);
+        if !opts.ipv6 {
+            cmd.arg("--ipv4-only");
+        }
+        let out = cmd.output()?;
+        // From here on, Drop takes down whatever was started.
+        let mut cluster = TestCluster {
+            dir,
+            netns,
+            ipv6: false,
+        };
+        if !out.status.success() {
+            let text = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            return Err(TestClusterError::Up {
+                code: out.status.code(),
+                output: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+            });
+        }
+        cluster.ipv6 =
+            std::fs::read_to_string(cluster.dir.join("ipv6")).is_ok_and(|s| s.trim() == "1");
+        Ok(cluster)
+    }
+
+    /// The admin kubeconfig whose server is the forwarded port on the host's loopback.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    /// The admin kubeconfig for use inside the cluster's namespace (the API server's own address).
+    pub fn inner_kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.inner.kubeconfig")
+    }
+
+    /// kube-apiserver's audit log (one JSON line per request).
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join("logs").join("audit.log")
+    }
+
+    /// The kubectl of the control plane's release.
+    pub fn kubectl(&self) -> PathBuf {
+        let bin = std::fs::read_to_string(self.dir.join("kube-bin")).unwrap_or_default();
+        PathBuf::from(bin.trim()).join("kubectl")
+    }
+
+    /// Moves the calling thread into the cluster's network namespace; threads it starts
+    /// afterwards (a tokio runtime's) live there too.
+    pub fn enter(&self) -> std::io::Result<()> {
+        crate::netns::enter(&Path::new("/var/run/netns").join(&self.netns))
+    }
+
+    /// An admin client through the forwarded port (from the host's namespace).
+    pub async fn client(&self) -> Result<Client, TestClusterError> {
+        client_from(&self.kubeconfig()).await
+    }
+
+    /// An admin client for a thread inside the cluster's namespace.
+    pub async fn inner_client(&self) -> Result<Client, TestClusterError> {
+        client_from(&self.inner_kubeconfig()).await
+    }
+}
+
+async fn client_from(path: &Path) -> Result<Client, TestClusterError> {
+    let kc = kube::config::Kubeconfig::read_from(path)
+        .map_err(|e| TestClusterError::Kubeconfig(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .map_err(|e| TestClusterError::Kubeconfig(e.to_string()))?;
+    Client::try_from(config).map_err(|e| TestClusterError::Kubeconfig(e.to_string()))
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        let out = Command::new(script())
+            .arg("down")
+            .env("CLUSTER_DIR", &self.dir)
+            .env("CLUSTER_NETNS", &self.netns)
+            .output();
+        if let Ok(out) = out
+            && !out.status.success()
+        {
+            eprintln!(
+                "hack/cluster.sh down for {}: {}",
+                self.netns,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
