@@ -302,6 +302,7 @@ EOF
     --work-dir="$DIR/kubelet" --netns-prefix="$NS-"
   wait_for "$nodes Ready nodes" kube-sim 120 nodes_ready "$nodes"
 
+  if [ "$nodes" -gt 0 ]; then
   log "kube-proxy (iptables mode, for the namespace all nodes share)"
   cat >"$DIR/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -317,6 +318,7 @@ conntrack: {maxPerCore: 0, min: 0}
 EOF
   start kube-proxy "$KUBE_BIN/kube-proxy" --config="$DIR/kube-proxy.yaml" --v=1
   wait_for "kube-proxy /healthz" kube-proxy 60 in_ns curl -fsS http://127.0.0.1:10256/healthz
+  fi
 
   local kubectl="$KUBE_BIN/kubectl"
   "$kubectl" --kubeconfig "$DIR/kubeconfig" get nodes -o wide >&2

@@ -1,4 +1,4 @@
-//! The install's certificates managed through a (simulated) Kubernetes API: the CA Secret
+//! The install's certificates managed through a real kube-apiserver: the CA Secret
 //! created once or taken as provided, the serving certificate issued, kept, and renewed, the
 //! APIService caBundle set.
 
@@ -14,15 +14,15 @@ use kdoctor_apiserver::certs::renewal::{Renewal, renewal, serving_names};
 use kdoctor_apiserver::pki::Ca;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use kube_sim::{Sim, SimConfig};
+use kube_sim::testcluster::{TestCluster, TestClusterOptions};
 
-async fn cluster() -> (Sim, kube::Client) {
-    let sim = Sim::start(SimConfig {
+/// A control plane of its own (no nodes: only the API is used).
+async fn cluster() -> (TestCluster, kube::Client) {
+    let sim = TestCluster::start(&TestClusterOptions {
         nodes: 0,
-        ..SimConfig::default()
+        ..TestClusterOptions::default()
     })
-    .await
-    .expect("simulated cluster");
+    .expect("a test cluster (hack/test.sh builds what it needs)");
     let client = sim.client().await.expect("client");
     let ns: Namespace =
         serde_json::from_value(serde_json::json!({"metadata": {"name": "kdoctor"}})).unwrap();
