@@ -84,3 +84,113 @@ pub fn net_reach_report(node: &str, round: i64, targets: usize, seed: u64) -> Re
         task_net_dns: None,
     }
 }
+
+/// A report of `kind` of `round` from `node`: the NetReach fixture's numbers in the shape of
+/// that kind (`taskAppHttpHealthy` or `taskNetDns`), so that stand-in agents report what a
+/// real agent of the task would.
+pub fn report_of(
+    kind: crate::task::TaskKind,
+    node: &str,
+    round: i64,
+    targets: usize,
+    seed: u64,
+) -> Report {
+    use crate::report::{AppHttpHealthyTaskDetail, DnsMetrics, NetDnsTaskDetail};
+    use crate::task::TaskKind;
+    let mut report = net_reach_report(node, round, targets, seed);
+    let Some(result) = report.task_net_reach.take() else {
+        return report;
+    };
+    fn reshape<D>(result: &TaskResult<NetReachTaskDetail>, target_type: &str) -> TaskResult<D> {
+        TaskResult {
+            target_type: target_type.to_string(),
+            target_number: result.target_number,
+            failure_reason: result.failure_reason.clone(),
+            round_succeed: result.round_succeed,
+            system_resource: result.system_resource.clone(),
+            running_load_total: result.running_load_total.clone(),
+            round_task_detail: Vec::new(),
+        }
+    }
+    match kind {
+        TaskKind::NetReach => report.task_net_reach = Some(result),
+        TaskKind::AppHttpHealthy => {
+            let mut r = reshape(&result, "AppHttpHealthy");
+            r.round_task_detail = result
+                .round_task_detail
+                .iter()
+                .map(|d| AppHttpHealthyTaskDetail {
+                    name: format!("AppHttpHealthy_{}", d.url),
+                    url: d.url.clone(),
+                    method: d.method.clone(),
+                    request_succeed: d.request_succeed,
+                    request_mean_delay: d.request_mean_delay,
+                    request_succeed_rate: d.request_succeed_rate,
+                    failure_reason: d.failure_reason.clone(),
+                    request_target_metrics: d.request_target_metrics.clone(),
+                })
+                .collect();
+            report.task_app_http_healthy = Some(r);
+        }
+        TaskKind::Netdns => {
+            let mut r = reshape(&result, "Netdns");
+            r.round_task_detail = result
+                .round_task_detail
+                .iter()
+                .map(|d| {
+                    let server = d.url.trim_start_matches("http://").replace(":80", ":53");
+                    NetDnsTaskDetail {
+                        name: format!("typeA_{server}_kubernetes.default.svc.cluster.local"),
+                        request_server: server.clone(),
+                        protocol: "udp".to_string(),
+                        request_succeed: d.request_succeed,
+                        failure_reason: d.failure_reason.clone(),
+                        request_mean_delay: d.request_mean_delay,
+                        request_succeed_rate: d.request_succeed_rate,
+                        request_target_metrics: DnsMetrics {
+                            requests: d.request_target_metrics.requests.clone(),
+                            domain: "kubernetes.default.svc.cluster.local".to_string(),
+                            server,
+                            method: "A".to_string(),
+                            failed_counts: 0,
+                            reply_code: BTreeMap::from([("NOERROR".to_string(), 100)]),
+                            histograms: None,
+                        },
+                    }
+                })
+                .collect();
+            report.task_net_dns = Some(r);
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::TaskKind;
+
+    #[test]
+    fn each_kind_reports_in_its_own_shape() {
+        let http = report_of(TaskKind::AppHttpHealthy, "node-1", 2, 3, 7);
+        assert!(http.task_net_reach.is_none() && http.task_net_dns.is_none());
+        let result = http
+            .task_app_http_healthy
+            .expect("an AppHttpHealthy result");
+        assert_eq!(
+            (result.target_type.as_str(), result.round_task_detail.len()),
+            ("AppHttpHealthy", 3)
+        );
+        let dns = report_of(TaskKind::Netdns, "node-1", 2, 1, 7);
+        let result = dns.task_net_dns.expect("a Netdns result");
+        assert_eq!(
+            result.round_task_detail[0].request_target_metrics.method,
+            "A"
+        );
+        assert!(
+            report_of(TaskKind::NetReach, "node-1", 2, 1, 7)
+                .task_net_reach
+                .is_some()
+        );
+    }
+}

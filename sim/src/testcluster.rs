@@ -135,6 +135,68 @@ impl TestCluster {
         crate::netns::enter(&Path::new("/var/run/netns").join(&self.netns))
     }
 
+    /// A tokio runtime whose threads live in the cluster's namespace: what runs there (a
+    /// controller, stand-in agents) reaches pods' addresses and serves on them. Build clients
+    /// for it inside it (`runtime.spawn(cluster.inner_client())`): a kube client spawns its
+    /// connection worker on the runtime it is made on.
+    pub fn runtime(&self, workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
+        let path = Path::new("/var/run/netns").join(&self.netns);
+        // Fail here, with the reason, rather than in a runtime thread.
+        let probe = path.clone();
+        std::thread::spawn(move || crate::netns::enter(&probe))
+            .join()
+            .map_err(|_| std::io::Error::other("the namespace probe thread panicked"))??;
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers.max(1))
+            .enable_all()
+            .on_thread_start(move || {
+                if let Err(e) = crate::netns::enter(&path) {
+                    eprintln!("entering {}: {e}", path.display());
+                }
+            })
+            .build()
+    }
+
+    /// The requests of `user` so far, by "verb resource[/subresource]", from the audit log.
+    pub fn requests(&self, user: &str) -> std::collections::BTreeMap<String, u64> {
+        let mut out = std::collections::BTreeMap::new();
+        let Ok(text) = std::fs::read_to_string(self.audit_log()) else {
+            return out;
+        };
+        // A request has an event per stage (a watch: started, then complete): one each.
+        let mut seen = std::collections::HashSet::new();
+        for line in text.lines() {
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if event.pointer("/user/username").and_then(|u| u.as_str()) != Some(user) {
+                continue;
+            }
+            let id = event
+                .get("auditID")
+                .and_then(|i| i.as_str())
+                .unwrap_or("")
+                .to_string();
+            if !seen.insert(id) {
+                continue;
+            }
+            let verb = event.get("verb").and_then(|v| v.as_str()).unwrap_or("");
+            let resource = event
+                .pointer("/objectRef/resource")
+                .and_then(|r| r.as_str())
+                .unwrap_or("");
+            let what = match event
+                .pointer("/objectRef/subresource")
+                .and_then(|r| r.as_str())
+            {
+                Some(sub) => format!("{verb} {resource}/{sub}"),
+                None => format!("{verb} {resource}"),
+            };
+            *out.entry(what).or_default() += 1;
+        }
+        out
+    }
+
     /// An admin client through the forwarded port (from the host's namespace).
     pub async fn client(&self) -> Result<Client, TestClusterError> {
         client_from(&self.kubeconfig()).await

@@ -199,26 +199,25 @@ fn metric(text: &str, series: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn export_delivers_every_report_exactly_once_despite_failures_signed_and_without_delaying_the_round()
  {
+    let mut cluster = Cluster::start(ClusterConfig::default()).await;
     // Requests 1-2 refused (503), 3 dropped without an answer, 4 answered after the sender
-    // gave up waiting; then accepted.
-    let receiver = Receiver::start(|n| match n {
-        1 | 2 => Answer::Unavailable,
-        3 => Answer::DropConnection,
-        4 => Answer::Slow,
-        _ => Answer::Accept,
-    })
-    .await;
+    // gave up waiting; then accepted. It listens where the controller runs: in the cluster's
+    // network namespace.
+    let receiver = cluster
+        .inside(Receiver::start(|n| match n {
+            1 | 2 => Answer::Unavailable,
+            3 => Answer::DropConnection,
+            4 => Answer::Slow,
+            _ => Answer::Accept,
+        }))
+        .await;
     let url = format!("https://localhost:{}/events", receiver.addr.port());
     let mut export =
         ExportConfig::new(&url, SECRET, Some(receiver.ca.as_bytes()), false).expect("export");
     export.timeout = Duration::from_secs(1);
     export.backoff_initial = Duration::from_millis(50);
     export.backoff_max = Duration::from_millis(400);
-    let cluster = Cluster::start(ClusterConfig {
-        export: Some(export),
-        ..ClusterConfig::default()
-    })
-    .await;
+    cluster.restart_controller_with_export(export).await;
 
     let started = Instant::now();
     apply::<NetReach>(&cluster, "exp", &net_reach("exp", serde_json::json!({}))).await;
@@ -344,17 +343,24 @@ async fn export_delivers_every_report_exactly_once_despite_failures_signed_and_w
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn export_to_a_receiver_that_never_answers_delays_no_round_and_gives_up_after_the_attempts() {
-    // Accepts connections and never answers (not even the TLS handshake).
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let port = listener.local_addr().unwrap().port();
+    let mut cluster = Cluster::start(ClusterConfig::default()).await;
+    // Accepts connections and never answers (not even the TLS handshake), where the
+    // controller runs: in the cluster's network namespace.
     let held: Arc<Mutex<Vec<tokio::net::TcpStream>>> = Arc::default();
-    let stalled = {
+    let (port, stalled) = {
         let held = held.clone();
-        tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                held.lock().unwrap().push(tcp);
-            }
-        })
+        cluster
+            .inside(async move {
+                let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+                let port = listener.local_addr().unwrap().port();
+                let stalled = tokio::spawn(async move {
+                    while let Ok((tcp, _)) = listener.accept().await {
+                        held.lock().unwrap().push(tcp);
+                    }
+                });
+                (port, stalled)
+            })
+            .await
     };
     let ca = Ca::generate("unused-ca").expect("CA");
     let mut export = ExportConfig::new(
@@ -368,11 +374,7 @@ async fn export_to_a_receiver_that_never_answers_delays_no_round_and_gives_up_af
     export.timeout = Duration::from_secs(12);
     export.max_attempts = 2;
     export.backoff_initial = Duration::from_millis(100);
-    let cluster = Cluster::start(ClusterConfig {
-        export: Some(export),
-        ..ClusterConfig::default()
-    })
-    .await;
+    cluster.restart_controller_with_export(export).await;
     apply::<NetReach>(
         &cluster,
         "stall",

@@ -131,9 +131,12 @@ async fn nodes_flip_only_after_their_thresholds_and_lose_every_mark_on_unmark() 
         .unwrap();
     assert_eq!(unmark(client, TaskKind::NetReach, "mesh").await.unwrap(), 2);
     for node in ["node-1", "node-2"] {
+        // The condition and label go; the annotation both policies set stays, since the other
+        // task's field manager still applies it (server-side apply's shared ownership, as the
+        // real kube-apiserver keeps it).
         assert_eq!(
             marks(&cluster, node).await,
-            (None, None, None, None),
+            (None, None, None, Some("ok".to_string())),
             "{node}"
         );
         let n = Api::<Node>::all(client.clone()).get(node).await.unwrap();
@@ -147,6 +150,15 @@ async fn nodes_flip_only_after_their_thresholds_and_lose_every_mark_on_unmark() 
         assert!(
             conditions.iter().any(|c| c.type_ == "Ready"),
             "the kubelet's stay"
+        );
+    }
+    // With the other task's marks gone too, nothing of either remains.
+    assert_eq!(unmark(client, TaskKind::Netdns, "dns").await.unwrap(), 2);
+    for node in ["node-1", "node-2"] {
+        assert_eq!(
+            marks(&cluster, node).await,
+            (None, None, None, None),
+            "{node}"
         );
     }
 }

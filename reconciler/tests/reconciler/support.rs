@@ -1,16 +1,23 @@
-//! A simulated cluster with the real controller (reconciler, harvester, store) and stand-in
-//! agents: each agent pod gets the agent crate's real report API on its pod address, and a
-//! round runner that spools a report for every ongoing round of its carrier's tasks — what the
-//! agent's task watcher does, without the probing.
+//! A real control plane (kube_sim::testcluster: kube-apiserver, kube-controller-manager,
+//! kube-scheduler, kube-proxy, with kube-sim as the kubelet of simulated nodes) with the real
+//! controller (reconciler, harvester, store) running in-process under the manifests'
+//! ServiceAccount and RBAC, and stand-in agents: each agent pod gets the agent crate's real
+//! report API on its pod address (kube-sim puts simulated pods' addresses on the node network),
+//! and a round runner that spools a report of the task's own kind for every ongoing round of
+//! its carrier's tasks — what the agent's task watcher does, without the probing — or the real
+//! agent's task loop. Controller and agents run on a runtime inside the cluster's network
+//! namespace; the test's own client reaches the API through the forwarded port.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
-use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    Container, Namespace, Pod, PodSpec, PodTemplateSpec, ServiceAccount, Toleration,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kdoctor_agent::agent::{RunningAgent, start};
@@ -27,7 +34,7 @@ use kdoctor_reconciler::options::ControllerOptions;
 use kdoctor_store::{Store, StoreConfig};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
-use kube_sim::{Sim, SimConfig};
+use kube_sim::testcluster::{TestCluster, TestClusterOptions};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -156,11 +163,14 @@ impl Agents {
     }
 }
 
-/// A simulated cluster with the controller running in-process.
+/// A real control plane with the controller running in-process.
 pub struct Cluster {
-    pub sim: Sim,
+    /// The control plane (taken down when the cluster is dropped).
+    pub kube: TestCluster,
+    /// An admin client for the test (through the forwarded port).
     pub client: Client,
-    /// The controller's own identity (user `kdoctor-controller`), so its requests can be counted.
+    /// The controller's identity: the manifests' ServiceAccount, with its RBAC (for the
+    /// runtime in the cluster's namespace).
     pub controller_client: Client,
     pub store: Arc<Store>,
     pub agents: Agents,
@@ -176,14 +186,12 @@ pub struct Cluster {
     pub export: Option<ExportConfig>,
     _dir: TempDir,
     tasks: Vec<JoinHandle<()>>,
+    /// The runtime inside the cluster's namespace (controller, agents, receivers).
+    net: Option<tokio::runtime::Runtime>,
 }
 
-/// A second octet of 127.k.0.0/16 per simulated cluster of this test binary, so that stand-in
-/// agents of parallel tests never bind the same address.
-fn subnet() -> u8 {
-    static NEXT: AtomicU8 = AtomicU8::new(0);
-    40 + NEXT.fetch_add(1, Ordering::SeqCst) % 200
-}
+/// The user name of the controller (the manifests' ServiceAccount).
+pub const CONTROLLER_USER: &str = "system:serviceaccount:kdoctor:kdoctor-controller";
 
 fn default_agent() -> DaemonSet {
     let labels = BTreeMap::from([
@@ -219,6 +227,12 @@ fn default_agent() -> DaemonSet {
                         image: Some("kdoctor".into()),
                         ..Container::default()
                     }],
+                    // As manifests/agent.yaml: every node, tainted or not (kube-sim's
+                    // simulated nodes are).
+                    tolerations: Some(vec![Toleration {
+                        operator: Some("Exists".into()),
+                        ..Toleration::default()
+                    }]),
                     ..PodSpec::default()
                 }),
             },
@@ -425,8 +439,9 @@ impl Agents {
                 {
                     continue;
                 }
+                // The report of the task's own kind, as its agent would write.
                 let mut report =
-                    kdoctor_api::fixtures::net_reach_report(&standin.node, round, 2, round as u64);
+                    kdoctor_api::fixtures::report_of(kind, &standin.node, round, 2, round as u64);
                 report.pod_name = pod.clone();
                 report.task_uid = Some(uid.clone());
                 if behaviour.failing.contains(&standin.node) {
@@ -487,20 +502,19 @@ impl Cluster {
             )
             .with_test_writer()
             .try_init();
-        let sim = Sim::start(SimConfig {
+        let opts = TestClusterOptions {
             nodes: settings.nodes,
-            subnet: Some(subnet()),
-            traffic: settings.real_agents,
-            ipv6: if settings.ipv6 {
-                kube_sim::Ipv6Mode::On
-            } else {
-                kube_sim::Ipv6Mode::Off
-            },
-            ..SimConfig::default()
-        })
-        .await
-        .expect("simulated cluster");
-        let client = sim.client().await.expect("client");
+            process_nodes: 0,
+            ipv6: settings.ipv6,
+        };
+        let kube = tokio::task::spawn_blocking(move || TestCluster::start(&opts))
+            .await
+            .expect("starting the test cluster")
+            .expect("a test cluster (hack/test.sh builds what it needs)");
+        let net = kube
+            .runtime(2)
+            .expect("a runtime in the cluster's namespace");
+        let client = kube.client().await.expect("client");
         let namespaces: Api<Namespace> = Api::all(client.clone());
         namespaces
             .create(
@@ -515,11 +529,38 @@ impl Cluster {
             )
             .await
             .expect("namespace");
+        // The ServiceAccounts and RBAC of the install, exactly as shipped.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let applied = tokio::process::Command::new(kube.kubectl())
+            .arg("--kubeconfig")
+            .arg(kube.kubeconfig())
+            .args(["apply", "-f"])
+            .arg(root.join("manifests/rbac.yaml"))
+            .arg("-f")
+            .arg(root.join("manifests/apiserver-rbac.yaml"))
+            .output()
+            .await
+            .expect("kubectl apply");
+        assert!(
+            applied.status.success(),
+            "applying the manifests' RBAC: {}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in kdoctor_api::crd::crds() {
             crds.create(&PostParams::default(), &crd)
                 .await
                 .expect("CRD");
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let established = kube::runtime::wait::await_condition(
+                crds.clone(),
+                &name,
+                kube::runtime::wait::conditions::is_crd_established(),
+            );
+            tokio::time::timeout(Duration::from_secs(30), established)
+                .await
+                .expect("the CRD is established within 30 s")
+                .expect("CRD watch");
         }
         if settings.default_agent {
             let dss: Api<DaemonSet> = Api::namespaced(client.clone(), NAMESPACE);
@@ -532,9 +573,15 @@ impl Cluster {
         let ca_file = dir.0.join("ca.crt");
         std::fs::write(&ca_file, &ca.pem.cert).expect("CA file");
         let store = Arc::new(Store::open(StoreConfig::new(dir.0.join("store"))).expect("store"));
-        let agent_cert = sim
-            .client_cert(AGENT_USER, &["system:serviceaccounts"])
-            .expect("agent certificate");
+        // Clients for the runtime in the cluster's namespace, made there.
+        let inner = {
+            let kubeconfig = kube.inner_kubeconfig();
+            net.spawn(async move { client_from(&kubeconfig, None).await })
+                .await
+                .expect("inner client task")
+        };
+        let controller_client =
+            service_account_client(&net, &client, &kube, "kdoctor-controller").await;
         let agents = Agents {
             behaviour: Arc::default(),
             running: Arc::default(),
@@ -543,32 +590,21 @@ impl Cluster {
                 (false, 0) => RealAgents::None,
                 (false, n) => RealAgents::FirstNodes(n),
             },
-            agent_client: sim
-                .client_with(&sim.kubeconfig_for(&agent_cert))
-                .await
-                .expect("agent client"),
+            agent_client: service_account_client(&net, &client, &kube, "kdoctor-agent").await,
         };
         let runner = {
             let agents = agents.clone();
-            let client = client.clone();
             let spool_dir = dir.0.join("agents");
-            tokio::spawn(async move {
+            net.spawn(async move {
                 loop {
                     // No faster than a tick takes: on a large cluster the lists are slow, and
                     // the controller under test needs the cores more.
                     let started = tokio::time::Instant::now();
-                    agents.tick(&client, &spool_dir, &ca_file).await;
+                    agents.tick(&inner, &spool_dir, &ca_file).await;
                     tokio::time::sleep(started.elapsed().max(Duration::from_millis(100))).await;
                 }
             })
         };
-        let cert = sim
-            .client_cert("kdoctor-controller", &["system:masters"])
-            .expect("controller certificate");
-        let controller_client = sim
-            .client_with(&sim.kubeconfig_for(&cert))
-            .await
-            .expect("controller client");
         let mut options = ControllerOptions::new(NAMESPACE);
         options.ports.report = REPORT_PORT;
         options.poll = Duration::from_millis(300);
@@ -579,7 +615,7 @@ impl Cluster {
             ..Config::default()
         };
         let mut cluster = Cluster {
-            sim,
+            kube,
             controller_client,
             client,
             store,
@@ -593,6 +629,7 @@ impl Cluster {
             export: settings.export,
             _dir: dir,
             tasks: vec![runner],
+            net: Some(net),
         };
         cluster.start_controller(settings.election, "controller-0");
         cluster
@@ -626,7 +663,7 @@ impl Cluster {
         };
         let (stop_tx, mut stop_rx) = watch::channel(false);
         let (leading_tx, leading_rx) = watch::channel(false);
-        let handle = tokio::spawn(async move {
+        let handle = self.net().spawn(async move {
             let stopped = async move {
                 let _ = stop_rx.wait_for(|s| *s).await;
             };
@@ -663,6 +700,14 @@ impl Cluster {
     /// Starts the controller again (same store).
     pub fn restart_controller(&mut self) {
         self.start_controller(false, "controller-1");
+    }
+
+    /// Replaces the controller with one that exports reports to `export` (a receiver started
+    /// inside the cluster's namespace after the cluster, where the controller reaches it).
+    pub async fn restart_controller_with_export(&mut self, export: ExportConfig) {
+        self.kill_controller().await;
+        self.export = Some(export);
+        self.start_controller(false, "controller-export");
     }
 
     /// The agent workloads and pods of the namespace, for failure messages.
@@ -728,6 +773,68 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// The runtime inside the cluster's namespace.
+    pub fn net(&self) -> &tokio::runtime::Handle {
+        self.net.as_ref().expect("the cluster's runtime").handle()
+    }
+
+    /// Runs `f` inside the cluster's namespace (to reach pods' addresses, or to serve on the
+    /// namespace's own loopback as something the controller calls).
+    pub async fn inside<F>(&self, f: F) -> F::Output
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.net()
+            .spawn(f)
+            .await
+            .expect("a task inside the cluster")
+    }
+
+    /// The requests of `user` so far, by "verb resource[/subresource]" (the audit log).
+    pub fn requests(&self, user: &str) -> BTreeMap<String, u64> {
+        self.kube.requests(user)
+    }
+}
+
+/// A client from a kubeconfig, with `token` instead of its credentials when given.
+async fn client_from(kubeconfig: &Path, token: Option<String>) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kube config");
+    if let Some(token) = token {
+        config.auth_info = kube::config::AuthInfo {
+            token: Some(token.into()),
+            ..Default::default()
+        };
+    }
+    Client::try_from(config).expect("client")
+}
+
+/// A client of the ServiceAccount `name` of the install's namespace (a token from
+/// TokenRequest), made on `net` for use there.
+async fn service_account_client(
+    net: &tokio::runtime::Runtime,
+    admin: &Client,
+    kube: &TestCluster,
+    name: &str,
+) -> Client {
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(serde_json::json!({"spec": {"expirationSeconds": 86400}}))
+            .expect("token request");
+    let issued = Api::<ServiceAccount>::namespaced(admin.clone(), NAMESPACE)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .expect("a token for the ServiceAccount");
+    let token = issued.status.expect("token").token;
+    let kubeconfig = kube.inner_kubeconfig();
+    net.spawn(async move { client_from(&kubeconfig, Some(token)).await })
+        .await
+        .expect("client task")
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         if let Some((_, handle)) = &self.controller {
@@ -735,6 +842,10 @@ impl Drop for Cluster {
         }
         for task in &self.tasks {
             task.abort();
+        }
+        // Dropped in an async test: the runtime goes without waiting for its tasks.
+        if let Some(net) = self.net.take() {
+            net.shutdown_background();
         }
     }
 }

@@ -292,6 +292,7 @@ pub async fn run(cfg: KubeletConfig, shutdown: watch::Receiver<bool>) -> Result<
         cidrs,
         services,
         simulated: Mutex::new(BTreeMap::new()),
+        simulated_interface: cfg.node_interface.clone(),
     });
     dispatch::run(ctx, plan, shutdown).await;
     Ok(())

@@ -115,6 +115,10 @@ pub struct Ctx {
     pub services: Store<Service>,
     /// Addresses given to simulated pods, per node.
     pub simulated: Mutex<BTreeMap<String, BTreeSet<IpAddr>>>,
+    /// The interface simulated pods' addresses are put on: they exist in the node network
+    /// (a connection gets a reset, as from a pod whose container does not listen), and a test
+    /// in the cluster's namespace can serve on them as a stand-in for the pod's process.
+    pub simulated_interface: String,
 }
 
 impl Ctx {
@@ -138,6 +142,29 @@ impl Ctx {
             }
         }
         out
+    }
+
+    /// Puts (or takes off, `add` false) simulated pods' addresses on the node network.
+    async fn local_addresses(&self, ips: &[IpAddr], add: bool) {
+        for ip in ips {
+            let len = if ip.is_ipv4() { "32" } else { "128" };
+            let mut cmd = tokio::process::Command::new("ip");
+            cmd.args(["address", if add { "replace" } else { "del" }])
+                .arg(format!("{ip}/{len}"))
+                .args(["dev", &self.simulated_interface]);
+            if add && ip.is_ipv6() {
+                cmd.arg("nodad");
+            }
+            match cmd.output().await {
+                Ok(out) if out.status.success() => {}
+                Ok(out) => {
+                    tracing::warn!(%ip, error = %String::from_utf8_lossy(&out.stderr).trim(), "a simulated pod's address")
+                }
+                Err(e) => {
+                    tracing::warn!(%ip, error = %e, "running ip for a simulated pod's address")
+                }
+            }
+        }
     }
 
     fn release(&self, node: &str, ips: &[IpAddr]) {
@@ -423,7 +450,9 @@ impl Worker {
             {
                 self.node.ips.clone()
             } else {
-                self.ctx.allocate(&self.node.name, &cidrs)
+                let ips = self.ctx.allocate(&self.node.name, &cidrs);
+                self.ctx.local_addresses(&ips, true).await;
+                ips
             };
             let containers: Vec<(String, String)> = self
                 .container_specs()
@@ -926,7 +955,13 @@ impl Worker {
         if let Some(sb) = self.sandbox.take() {
             sb.destroy(&self.ctx.cni).await;
         }
-        if !self.node.processes {
+        let host_network = self
+            .pod
+            .pointer("/spec/hostNetwork")
+            .and_then(Value::as_bool)
+            == Some(true);
+        if !self.node.processes && !host_network {
+            self.ctx.local_addresses(&self.view.pod_ips, false).await;
             self.ctx.release(&self.node.name, &self.view.pod_ips);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
