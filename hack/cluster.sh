@@ -350,7 +350,7 @@ cmd_down() {
   # Whatever still runs in the cluster's namespace or a pod's (a killed kube-sim leaves pods).
   local ns
   for ns in $(ls /var/run/netns 2>/dev/null | grep -E "^$NS(-|$)" || true); do
-    ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+    ip netns pids "$ns" 2>/dev/null | grep -vx "$$" | xargs -r kill -KILL 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
   done
   rm -rf "$DIR"

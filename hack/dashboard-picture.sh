@@ -1,43 +1,45 @@
 #!/usr/bin/env bash
 # A picture of the Grafana dashboard from real metrics (Grafana itself cannot run here): a
-# simulated cluster (kube-sim) with zoned nodes runs the real controller and agents, a NetReach
-# task runs a few rounds, a real Prometheus (Debian's package) scrapes every agent and the
-# controller, and hack/dashboard-picture.py evaluates each panel's own PromQL through
+# real control plane (hack/cluster.sh, kube-sim as the kubelet) with zoned nodes runs the real
+# controller and agents installed from manifests/, a NetReach task runs a few rounds, a real
+# Prometheus (Debian's package, inside the cluster's network namespace) scrapes every agent and
+# the controller, and hack/dashboard-picture.py evaluates each panel's own PromQL through
 # Prometheus' HTTP API and draws the panels at their gridPos into docs/images/dashboard.png.
 #
 #   hack/dashboard-picture.sh                 # 4 nodes in 2 zones, ~5 minutes
 #   PICTURE_MINUTES=8 hack/dashboard-picture.sh
 #
-# Needs: cargo, kubectl (1.32 preferred), prometheus (apt-get install -y prometheus) and
-# python3 with matplotlib and PyYAML (pip install matplotlib pyyaml). Run by hand, not in CI.
+# Needs root (see hack/cluster.sh), prometheus (apt-get install -y prometheus) and python3 with
+# matplotlib and PyYAML (pip install matplotlib pyyaml). Run by hand, not in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 NODES=4
 MINUTES="${PICTURE_MINUTES:-5}"
-# shellcheck source=hack/lib/sim-install.sh
-. hack/lib/sim-install.sh
+export CLUSTER_DIR="${PICTURE_DIR:-$PWD/.cluster-picture}"
+export CLUSTER_NETNS=kdoctor-picture
 for tool in prometheus python3; do
   command -v "$tool" >/dev/null || { echo "dashboard-picture: missing $tool" >&2; exit 2; }
 done
 python3 -c 'import matplotlib, yaml' 2>/dev/null || { echo "dashboard-picture: pip install matplotlib pyyaml" >&2; exit 2; }
-sim_prepare
+step() { printf '\n== %s\n' "$*"; }
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/kdoctor-picture.XXXXXX")"
-SIM_PID=""
 PROM_PID=""
 cleanup() {
   local code=$?
-  for pid in "$PROM_PID" "$SIM_PID"; do
-    [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-  done
+  [ -n "$PROM_PID" ] && { kill "$PROM_PID" 2>/dev/null || true; wait "$PROM_PID" 2>/dev/null || true; }
+  hack/cluster.sh down >/dev/null 2>&1 || true
   [ "$code" -ne 0 ] && echo "dashboard-picture: FAILED (exit $code); work directory: $WORK" >&2
   [ "$code" -eq 0 ] && rm -rf "$WORK"
   exit "$code"
 }
 trap cleanup EXIT
 
-sim_start
+step "a real control plane with $NODES nodes"
+hack/cluster.sh up --nodes "$NODES" --ipv4-only
+KUBECTL="$(cat "$CLUSTER_DIR/kube-bin")/kubectl"
+k() { "$KUBECTL" --kubeconfig "$CLUSTER_DIR/kubeconfig" "$@"; }
 step "zones: the first half of the nodes in zone-a, the rest in zone-b"
 i=0
 for node in $(k get nodes -o jsonpath='{.items[*].metadata.name}'); do
@@ -46,7 +48,10 @@ for node in $(k get nodes -o jsonpath='{.items[*].metadata.name}'); do
   i=$((i + 1))
 done
 k get nodes -L topology.kubernetes.io/zone
-sim_install
+step "installing manifests/"
+k apply -k manifests/
+k -n kdoctor rollout status daemonset/kdoctor-agent --timeout=120s
+k -n kdoctor rollout status deployment/kdoctor-controller --timeout=120s
 
 step "a NetReach task: a round every minute"
 k apply -f - <<'TASK'
@@ -72,8 +77,9 @@ scrape_configs:
 - job_name: kdoctor-controller
   static_configs: [{targets: [$controller], labels: {namespace: kdoctor}}]
 PROM
-PROM_PORT=$((20000 + RANDOM % 20000))
-prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \
+PROM_PORT=9090
+# Inside the cluster's namespace, where the pods' addresses are.
+ip netns exec "$CLUSTER_NETNS" prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \
   --web.listen-address="127.0.0.1:$PROM_PORT" >"$WORK/prometheus.log" 2>&1 &
 PROM_PID=$!
 
@@ -85,5 +91,5 @@ done_rounds="$(k get netreach mesh -o jsonpath='{.status.doneRound}')"
 
 step "drawing docs/images/dashboard.png"
 mkdir -p docs/images
-python3 hack/dashboard-picture.py --prometheus "http://127.0.0.1:$PROM_PORT" \
+ip netns exec "$CLUSTER_NETNS" python3 hack/dashboard-picture.py --prometheus "http://127.0.0.1:$PROM_PORT" \
   --dashboard charts/kdoctor/dashboards/kdoctor.json --minutes "$MINUTES" --out docs/images/dashboard.png

@@ -1,52 +1,14 @@
-//! kube-sim: a simulated Kubernetes cluster for kdoctor's system tests.
+//! kube-sim: the kubelet of kdoctor's test clusters, whose control plane is the real one.
 //!
-//! An in-memory API server (discovery, CRUD, patch and server-side apply, watch, selectors,
-//! finalizers, garbage collection, CRDs, TokenReview/SubjectAccessReview tables) served over
-//! HTTP or HTTPS on loopback, so kube-rs and kubectl talk to it as to a real cluster.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), kube_sim::SimError> {
-//! let sim = kube_sim::Sim::start(kube_sim::SimConfig::default()).await?;
-//! let client = sim.client().await?;
-//! # let _ = client; Ok(()) }
-//! ```
+//! `hack/cluster.sh` runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+//! kube-proxy of Kubernetes v1.34.4 (built from their Go modules by hack/kube/build.sh) in a
+//! network namespace of their own; kube-sim is the kubelet of the cluster's nodes
+//! ([`kubelet`]: pods run as real processes in network and mount namespaces of their own, or
+//! are simulated), forwards the API server to the host's loopback ([`netns::forward`]), and
+//! gives tests a cluster of their own ([`testcluster`]). Never shipped.
 
 #![warn(missing_docs)]
 
-pub mod aggregator;
-pub mod alloc;
-pub mod apply;
-pub mod bench;
-pub mod bootstrap;
-pub mod certs;
-pub mod clock;
-pub mod cluster;
-pub mod controllers;
-pub mod convert;
-pub mod echo;
-pub mod error;
-pub mod kinds;
 pub mod kubelet;
-pub mod listtype;
-pub mod net;
 pub mod netns;
-pub mod patch;
-pub mod rbac;
-pub mod requests;
-pub mod resources;
-pub mod reviews;
-pub mod rng;
-pub mod runner;
-pub mod selector;
-pub mod server;
-pub mod stages;
-pub mod store;
 pub mod testcluster;
-
-mod sim;
-
-pub use certs::{CertPair, Pki};
-pub use cluster::Cluster;
-pub use error::ApiError;
-pub use reviews::{Reviews, SarRule, UserInfo};
-pub use sim::{Ipv6Mode, Sim, SimConfig, SimError};

@@ -1,5 +1,6 @@
-//! `kube-sim`: start a simulated cluster, write a kubeconfig, serve until stopped; or run the
-//! scale benchmark.
+//! `kube-sim`: the kubelet of a real control plane's nodes (`kube-sim kubelet`, started by
+//! hack/cluster.sh), the program that starts each container (`kube-sim pod-init`), and a port
+//! on the host forwarded into the cluster's network namespace (`kube-sim forward`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,73 +8,16 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-/// A simulated Kubernetes cluster for kdoctor's system tests (development only).
+/// kube-sim: the kubelet of kdoctor's test clusters (development only; hack/cluster.sh).
 #[derive(Parser, Debug)]
 #[command(name = "kube-sim", version)]
 struct Args {
-    /// Address of the API server.
-    #[arg(long, default_value = "127.0.0.1:6443")]
-    listen: SocketAddr,
-    /// Write an admin kubeconfig here.
-    #[arg(long)]
-    kubeconfig_out: Option<PathBuf>,
-    /// Serve plain HTTP instead of HTTPS.
-    #[arg(long)]
-    insecure_http: bool,
-    /// Seed for uids, generated names and stage randomness.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Number of simulated nodes (`node-1` ... `node-N`).
-    #[arg(long, default_value_t = 3)]
-    nodes: usize,
-    /// Stage files (kwok Stage YAML) replacing the default stages; repeatable.
-    #[arg(long = "stages")]
-    stages: Vec<PathBuf>,
-    /// Authenticate callers (client certificates, TokenReview-table tokens) and enforce RBAC.
-    #[arg(long)]
-    rbac: bool,
-    /// Live traffic: Service proxy, Ingress router and cluster DNS on loopback addresses.
-    #[arg(long)]
-    traffic: bool,
-    /// IPv6: `auto` makes the cluster dual-stack when this machine can route the IPv6
-    /// addresses (root: one local route on lo), `on` fails otherwise, `off` is IPv4 only.
-    #[arg(long, value_enum, default_value = "auto")]
-    ipv6: kube_sim::Ipv6Mode,
-    /// Nodes node-1..M whose pods run as real processes (needs --agent-program).
-    #[arg(long, default_value_t = 0)]
-    agent_nodes: usize,
-    /// Program started for each pod on those nodes (default: the kdoctor binary next to
-    /// kube-sim).
-    #[arg(long)]
-    agent_program: Option<PathBuf>,
-    /// Arguments of the program ($(POD_IP) and the pod's other variables expanded); without
-    /// them the pod's container args are used.
-    #[arg(long = "agent-arg", allow_hyphen_values = true)]
-    agent_args: Vec<String>,
-    /// Which pods on those nodes run (label selector).
-    #[arg(long, default_value = "")]
-    agent_selector: String,
-    /// Where pod process logs and kubeconfigs go.
-    #[arg(long, default_value = "kube-sim-pods")]
-    work_dir: PathBuf,
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Command,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Serve an HTTP echo (a stand-in pod process for tests).
-    Echo {
-        /// Address to listen on (repeatable).
-        #[arg(long)]
-        listen: Vec<SocketAddr>,
-        /// Addresses to listen on at `--port`, comma-separated (`$(POD_IPS)`).
-        #[arg(long, value_delimiter = ',')]
-        ips: Vec<std::net::IpAddr>,
-        /// Port for `--ips`.
-        #[arg(long, default_value_t = 8080)]
-        port: u16,
-    },
     /// Be the kubelet of a real control plane's nodes (hack/cluster.sh runs it).
     Kubelet(KubeletArgs),
     /// Start one container of a pod (the kubelet runs this; see kubelet::launch).
@@ -96,15 +40,6 @@ enum Command {
         /// Write the port listened on here once listening.
         #[arg(long)]
         port_file: Option<PathBuf>,
-    },
-    /// Time N nodes with a DaemonSet until every pod is Ready, with W pod watchers.
-    Bench {
-        /// Nodes.
-        #[arg(long, default_value_t = 1000)]
-        nodes: usize,
-        /// Pod watchers (kube-rs over HTTPS).
-        #[arg(long, default_value_t = 10)]
-        watchers: usize,
     },
 }
 
@@ -201,26 +136,6 @@ async fn kubelet(a: KubeletArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The agent program: as given, or `kdoctor` next to this binary when agent nodes are asked
-/// for (both are built into the same target directory).
-fn agent_program(args: &Args) -> anyhow::Result<Option<PathBuf>> {
-    if let Some(p) = &args.agent_program {
-        return Ok(Some(p.clone()));
-    }
-    if args.agent_nodes == 0 {
-        return Ok(None);
-    }
-    let beside = std::env::current_exe()
-        .context("locating kube-sim")?
-        .with_file_name("kdoctor");
-    anyhow::ensure!(
-        beside.exists(),
-        "--agent-nodes needs --agent-program, or a kdoctor binary next to kube-sim ({}): cargo build -p kdoctor",
-        beside.display()
-    );
-    Ok(Some(beside))
-}
-
 async fn wait_for_stop() -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
@@ -233,7 +148,7 @@ async fn wait_for_stop() -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(Command::PodInit { launch }) = &args.command {
+    if let Command::PodInit { launch } = &args.command {
         // Before any runtime thread exists: unsharing the mount namespace needs one thread.
         let text =
             std::fs::read(launch).with_context(|| format!("reading {}", launch.display()))?;
@@ -257,90 +172,16 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    if let Some(Command::Echo { listen, ips, port }) = args.command {
-        let mut addrs = listen;
-        addrs.extend(ips.into_iter().map(|ip| SocketAddr::new(ip, port)));
-        anyhow::ensure!(!addrs.is_empty(), "echo: give --listen or --ips");
-        kube_sim::echo::serve(&addrs)
+    match args.command {
+        Command::Kubelet(k) => kubelet(k).await,
+        Command::Forward {
+            netns,
+            listen,
+            to,
+            port_file,
+        } => kube_sim::netns::forward::serve(&netns, listen, to, port_file.as_deref())
             .await
-            .with_context(|| format!("serving echo on {addrs:?}"))?;
-        return Ok(());
+            .with_context(|| format!("forwarding {listen} to {to} in {}", netns.display())),
+        Command::PodInit { .. } => Ok(()),
     }
-    if let Some(Command::Kubelet(k)) = args.command {
-        return kubelet(k).await;
-    }
-    if let Some(Command::Forward {
-        netns,
-        listen,
-        to,
-        port_file,
-    }) = &args.command
-    {
-        kube_sim::netns::forward::serve(netns, *listen, *to, port_file.as_deref())
-            .await
-            .with_context(|| format!("forwarding {listen} to {to} in {}", netns.display()))?;
-        return Ok(());
-    }
-    if let Some(Command::Bench { nodes, watchers }) = args.command {
-        let r = kube_sim::bench::run(nodes, watchers).await?;
-        println!("nodes: {}", r.nodes);
-        println!(
-            "nodes ready after start: {:.2} s",
-            r.nodes_ready.as_secs_f64()
-        );
-        println!("daemonset pods ready: {:.2} s", r.pods_ready.as_secs_f64());
-        println!(
-            "all {} watchers saw every pod ready: {:.2} s",
-            r.watchers,
-            r.watchers_caught_up.as_secs_f64()
-        );
-        println!(
-            "watch events per watcher: {}..{}",
-            r.events_per_watcher.0, r.events_per_watcher.1
-        );
-        println!("peak RSS: {:.1} MiB", r.peak_rss_kib as f64 / 1024.0);
-        return Ok(());
-    }
-    let mut stages = None;
-    if !args.stages.is_empty() {
-        let mut all = Vec::new();
-        for path in &args.stages {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            all.extend(
-                kube_sim::stages::parse_stages(&text)
-                    .with_context(|| format!("parsing {}", path.display()))?,
-            );
-        }
-        stages = Some(all);
-    }
-    let cfg = kube_sim::SimConfig {
-        listen: args.listen,
-        tls: !args.insecure_http,
-        seed: args.seed,
-        nodes: args.nodes,
-        stages,
-        traffic: args.traffic,
-        rbac: args.rbac,
-        ipv6: args.ipv6,
-        agent_nodes: args.agent_nodes,
-        runner: agent_program(&args)?.map(|program| kube_sim::runner::RunnerConfig {
-            program,
-            args: args.agent_args.clone(),
-            selector: args.agent_selector.clone(),
-            work_dir: args.work_dir.clone(),
-        }),
-        ..Default::default()
-    };
-    let sim = kube_sim::Sim::start(cfg)
-        .await
-        .context("starting the simulated cluster")?;
-    if let Some(path) = &args.kubeconfig_out {
-        sim.write_kubeconfig(path)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    tracing::info!(url = %sim.url(), nodes = args.nodes, "kube-sim serving; stop with Ctrl-C or SIGTERM");
-    wait_for_stop().await?;
-    sim.stop().await;
-    Ok(())
 }

@@ -14,6 +14,24 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use kube::Client;
 
+/// Records that `what` could not run here and why: printed, and appended to the file named by
+/// `KDOCTOR_MISSING_FILE` (hack/test.sh lists them at the end of its run), so a part the machine
+/// cannot do never passes unnoticed.
+pub fn missing(what: &str, why: &str) {
+    let line = format!("{what}: {why}");
+    eprintln!("MISSING: {line}");
+    if let Some(file) = std::env::var_os("KDOCTOR_MISSING_FILE") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(file)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
 /// How a test cluster is shaped.
 #[derive(Debug, Clone)]
 pub struct TestClusterOptions {
@@ -219,11 +237,23 @@ async fn client_from(path: &Path) -> Result<Client, TestClusterError> {
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
-        let out = Command::new(script())
-            .arg("down")
-            .env("CLUSTER_DIR", &self.dir)
-            .env("CLUSTER_NETNS", &self.netns)
-            .output();
+        // From the host's namespace: dropped on a thread inside the cluster's, the script
+        // would be one of the processes it ends there.
+        let (dir, netns) = (self.dir.clone(), self.netns.clone());
+        let out = std::thread::spawn(move || {
+            let _ = crate::netns::enter(Path::new("/proc/1/ns/net"));
+            Command::new(script())
+                .arg("down")
+                .env("CLUSTER_DIR", &dir)
+                .env("CLUSTER_NETNS", &netns)
+                .output()
+        })
+        .join()
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::other(
+                "the thread taking the cluster down panicked",
+            ))
+        });
         if let Ok(out) = out
             && !out.status.success()
         {

@@ -707,6 +707,8 @@ impl Cluster {
     pub async fn restart_controller_with_export(&mut self, export: ExportConfig) {
         self.kill_controller().await;
         self.export = Some(export);
+        // Its metrics, not the stopped one's.
+        self.registry = prometheus::Registry::new();
         self.start_controller(false, "controller-export");
     }
 

@@ -1,6 +1,7 @@
 //! The test cluster's ingress controller: one address per IP family (in the node network),
 //! port 80, written to every Ingress's status; HTTP/1.1 requests are routed by host and path
-//! (the rules of [`crate::net::ingress::route`]) to the backend Service's ClusterIP, which
+//! (Exact and Prefix paths, the longest first; `*.` host wildcards; the default backend) to
+//! the backend Service's ClusterIP, which
 //! kube-proxy forwards to a Ready endpoint, as ingress-nginx in "service upstream" mode does.
 
 use std::net::{IpAddr, SocketAddr};
@@ -23,6 +24,69 @@ pub const PORT: u16 = 80;
 const MAX_HEAD: usize = 16 * 1024;
 /// Connections served at once per address.
 const MAX_CONNECTIONS: usize = 4096;
+
+fn path_matches(kind: &str, rule: &str, path: &str) -> bool {
+    match kind {
+        "Exact" => rule == path,
+        _ => {
+            let rule = rule.trim_end_matches('/');
+            rule.is_empty() || path == rule || path.starts_with(&format!("{rule}/"))
+        }
+    }
+}
+
+fn host_matches(rule: &str, host: &str) -> bool {
+    rule.is_empty()
+        || rule == host
+        || rule
+            .strip_prefix("*.")
+            .is_some_and(|suffix| host.split_once('.').is_some_and(|(_, rest)| rest == suffix))
+}
+
+/// The backend (Service name, port name or number as text) for a request, if any.
+pub fn route(ingress: &Value, host: &str, path: &str) -> Option<(String, Value)> {
+    let mut best: Option<(usize, Value)> = None;
+    for rule in ingress
+        .pointer("/spec/rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let rhost = rule.get("host").and_then(Value::as_str).unwrap_or("");
+        if !host_matches(rhost, host) {
+            continue;
+        }
+        for p in rule
+            .pointer("/http/paths")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let rpath = p.get("path").and_then(Value::as_str).unwrap_or("/");
+            let kind = p
+                .get("pathType")
+                .and_then(Value::as_str)
+                .unwrap_or("Prefix");
+            if path_matches(kind, rpath, path)
+                && best.as_ref().is_none_or(|(len, _)| rpath.len() > *len)
+            {
+                best = Some((
+                    rpath.len(),
+                    p.get("backend").cloned().unwrap_or(Value::Null),
+                ));
+            }
+        }
+    }
+    let backend = best
+        .map(|(_, b)| b)
+        .or_else(|| ingress.pointer("/spec/defaultBackend").cloned())?;
+    let svc = backend.pointer("/service/name")?.as_str()?.to_string();
+    let port = backend
+        .pointer("/service/port")
+        .cloned()
+        .unwrap_or(Value::Null);
+    Some((svc, port))
+}
 
 /// The backend address of a Service port (by number or name) in the family of `v6`, or the
 /// other family when the Service has only that one.
@@ -109,7 +173,7 @@ async fn handle(
     all.sort_by_key(|i| (i.metadata.namespace.clone(), i.metadata.name.clone()));
     let best = all.iter().find_map(|ing| {
         let v = serde_json::to_value(ing.as_ref()).ok()?;
-        let (svc, port) = crate::net::ingress::route(&v, &host, &path)?;
+        let (svc, port) = route(&v, &host, &path)?;
         Some((
             ing.metadata.namespace.clone().unwrap_or_default(),
             svc,
@@ -235,5 +299,28 @@ mod tests {
             Some("[fd6b:6474:0:20::5]:443".parse().expect("addr"))
         );
         assert_eq!(backend(&svc, &json!({"number": 8080}), true), None);
+    }
+
+    #[test]
+    fn routes_by_host_and_longest_path() {
+        let ing = json!({"spec": {
+        "defaultBackend": {"service": {"name": "default", "port": {"number": 80}}},
+        "rules": [
+            {"host": "a.example", "http": {"paths": [
+                {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "root", "port": {"number": 80}}}},
+                {"path": "/api", "pathType": "Prefix", "backend": {"service": {"name": "api", "port": {"name": "http"}}}},
+                {"path": "/exact", "pathType": "Exact", "backend": {"service": {"name": "exact", "port": {"number": 80}}}}
+            ]}},
+            {"host": "*.wild.example", "http": {"paths": [
+                {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "wild", "port": {"number": 80}}}}
+            ]}}
+        ]}});
+        let svc = |h: &str, p: &str| route(&ing, h, p).map(|(s, _)| s);
+        assert_eq!(svc("a.example", "/api/v1").as_deref(), Some("api"));
+        assert_eq!(svc("a.example", "/apix").as_deref(), Some("root"));
+        assert_eq!(svc("a.example", "/exact/x").as_deref(), Some("root"));
+        assert_eq!(svc("a.example", "/exact").as_deref(), Some("exact"));
+        assert_eq!(svc("x.wild.example", "/").as_deref(), Some("wild"));
+        assert_eq!(svc("other", "/").as_deref(), Some("default"));
     }
 }

@@ -288,7 +288,7 @@ pub async fn run(cfg: KubeletConfig, shutdown: watch::Receiver<bool>) -> Result<
         images: cfg.images.clone(),
         init_program,
         nameservers,
-        cluster_domain: crate::net::dns::CLUSTER_DOMAIN.to_string(),
+        cluster_domain: dns::CLUSTER_DOMAIN.to_string(),
         cidrs,
         services,
         simulated: Mutex::new(BTreeMap::new()),

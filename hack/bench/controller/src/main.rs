@@ -1,7 +1,10 @@
-//! The controller on a simulated cluster: `kdoctor controller` runs as a process against an
-//! in-process kube-sim of `--nodes` nodes whose default-agent pods are stand-ins (the real
-//! report API on every pod address; each round's report spooled as soon as the round is
-//! ongoing). Per round: the controller's API requests and status writes, the time from the last
+//! The controller on a real control plane (kube_sim::testcluster: kube-apiserver and the other
+//! components of Kubernetes v1.34.4, kube-sim as the kubelet of `--nodes` simulated nodes):
+//! `kdoctor controller` runs as a process under the manifests' ServiceAccount, and the
+//! default-agent pods are stand-ins (the real report API on every pod address, which kube-sim
+//! puts on the node network; each round's report spooled as soon as the round is ongoing). The
+//! benchmark runs inside the cluster's network namespace, and counts requests in
+//! kube-apiserver's audit log. Per round: the controller's API requests and status writes, the time from the last
 //! report to the finalised round, its CPU seconds and RSS. The floor in the same run: the same
 //! reports harvested by a bare loop over the same report API into plain files. Then, on
 //! `--agent-nodes` nodes, real agents (the agent's task loop) with the controller: the agents'
@@ -25,19 +28,30 @@ use kdoctor_agent::report_client::{ReportClient, identity_from_pem};
 use kdoctor_agent::spool::Spool;
 use kdoctor_api::task::{NetReach, RoundStatus, TaskKind};
 use kdoctor_apiserver::pki::Ca;
+use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube_sim::{Sim, SimConfig};
+use kube_sim::testcluster::{TestCluster, TestClusterOptions};
 
 const NAMESPACE: &str = "kdoctor";
 const REPORT_PORT: u16 = 3000;
-const CONTROLLER_USER: &str = "kdoctor-controller";
+const CONTROLLER_USER: &str = "system:serviceaccount:kdoctor:kdoctor-controller";
 const AGENT_USER: &str = "system:serviceaccount:kdoctor:kdoctor-agent";
+
+/// Which part runs in this process (each part has a cluster, and the process lives in its
+/// network namespace).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    All,
+    Scale,
+    Agents,
+}
 
 struct Options {
     kdoctor: PathBuf,
     nodes: usize,
     rounds: i64,
     agent_nodes: usize,
+    part: Part,
 }
 
 fn options() -> Options {
@@ -46,6 +60,7 @@ fn options() -> Options {
         nodes: 1000,
         rounds: 3,
         agent_nodes: 20,
+        part: Part::All,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -56,6 +71,13 @@ fn options() -> Options {
             "--nodes" => o.nodes = value.parse().expect("--nodes N"),
             "--rounds" => o.rounds = value.parse().expect("--rounds N"),
             "--agent-nodes" => o.agent_nodes = value.parse().expect("--agent-nodes N"),
+            "--part" => {
+                o.part = match value.as_str() {
+                    "scale" => Part::Scale,
+                    "agents" => Part::Agents,
+                    other => panic!("--part scale|agents, not {other}"),
+                }
+            }
             other => panic!("unknown option {other}"),
         }
         i += 2;
@@ -78,16 +100,17 @@ fn default_agent() -> DaemonSet {
             "selector": {"matchLabels": {"app.kubernetes.io/name": "kdoctor-agent"}},
             "template": {
                 "metadata": {"labels": {"app.kubernetes.io/name": "kdoctor-agent", "app.kubernetes.io/component": "agent"}},
-                "spec": {"containers": [{"name": "agent", "image": "kdoctor"}]}
+                "spec": {"containers": [{"name": "agent", "image": "kdoctor"}],
+                         "tolerations": [{"operator": "Exists"}]}
             }
         }
     }))
     .expect("DaemonSet")
 }
 
-/// A simulated cluster with the CRDs and the default agent's pods Ready.
+/// A real control plane with the CRDs, the install's RBAC and the default agent's pods Ready.
 struct Cluster {
-    sim: Sim,
+    kube: TestCluster,
     admin: kube::Client,
     dir: PathBuf,
     ca: Ca,
@@ -95,15 +118,25 @@ struct Cluster {
     agents: Vec<(String, String, IpAddr)>,
 }
 
-impl Cluster {
-    async fn start(nodes: usize, name: &str) -> Cluster {
-        let sim = Sim::start(SimConfig {
-            nodes,
-            ..SimConfig::default()
-        })
+/// A client from a kubeconfig, with `token` instead of its credentials when given.
+async fn client_from(kubeconfig: &Path, token: Option<String>) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
-        .expect("simulated cluster");
-        let admin = sim.client().await.expect("client");
+        .expect("kube config");
+    if let Some(token) = token {
+        config.auth_info = kube::config::AuthInfo {
+            token: Some(token.into()),
+            ..Default::default()
+        };
+    }
+    kube::Client::try_from(config).expect("client")
+}
+
+impl Cluster {
+    /// Runs inside `kube`'s network namespace (the process entered it before its runtime).
+    async fn start(kube: TestCluster, nodes: usize, name: &str) -> Cluster {
+        let admin = client_from(&kube.inner_kubeconfig(), None).await;
         Api::<Namespace>::all(admin.clone())
             .create(
                 &PostParams::default(),
@@ -112,12 +145,25 @@ impl Cluster {
             )
             .await
             .expect("namespace");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..");
+        let applied = Command::new(kube.kubectl())
+            .arg("--kubeconfig")
+            .arg(kube.inner_kubeconfig())
+            .args(["apply", "-f"])
+            .arg(root.join("manifests/rbac.yaml"))
+            .arg("-f")
+            .arg(root.join("manifests/apiserver-rbac.yaml"))
+            .output()
+            .expect("kubectl");
+        assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
         let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
         for crd in kdoctor_api::crd::crds() {
             crds.create(&PostParams::default(), &crd)
                 .await
                 .expect("CRD");
         }
+        // Established before tasks are applied.
+        tokio::time::sleep(Duration::from_secs(2)).await;
         Api::<DaemonSet>::namespaced(admin.clone(), NAMESPACE)
             .create(&PostParams::default(), &default_agent())
             .await
@@ -168,7 +214,7 @@ impl Cluster {
         std::fs::write(dir.join("ca.crt"), &ca.pem.cert).expect("ca.crt");
         std::fs::write(dir.join("ca.key"), &ca.pem.key).expect("ca.key");
         Cluster {
-            sim,
+            kube,
             admin,
             dir,
             ca,
@@ -176,14 +222,34 @@ impl Cluster {
         }
     }
 
-    /// `kdoctor controller` as a process with the identity `kdoctor-controller`.
-    fn controller(&self, kdoctor: &Path) -> Controller {
-        let cert = self
-            .sim
-            .client_cert(CONTROLLER_USER, &["system:masters"])
-            .expect("controller certificate");
+    /// A token of the install's ServiceAccount `name`.
+    async fn token(&self, name: &str) -> String {
+        let request: k8s_openapi::api::authentication::v1::TokenRequest =
+            serde_json::from_value(serde_json::json!({"spec": {"expirationSeconds": 86400}}))
+                .expect("token request");
+        Api::<ServiceAccount>::namespaced(self.admin.clone(), NAMESPACE)
+            .create_token_request(name, &PostParams::default(), &request)
+            .await
+            .expect("token")
+            .status
+            .expect("token")
+            .token
+    }
+
+    /// `kdoctor controller` as a process with the controller ServiceAccount's identity.
+    async fn controller(&self, kdoctor: &Path) -> Controller {
+        let token = self.token("kdoctor-controller").await;
         let kubeconfig = self.dir.join("controller.kubeconfig");
-        std::fs::write(&kubeconfig, self.sim.kubeconfig_for(&cert)).expect("kubeconfig");
+        // The admin kubeconfig's server and CA, the ServiceAccount's token as the user.
+        let mut kc =
+            kube::config::Kubeconfig::read_from(self.kube.inner_kubeconfig()).expect("kubeconfig");
+        for user in &mut kc.auth_infos {
+            user.auth_info = Some(kube::config::AuthInfo {
+                token: Some(token.clone().into()),
+                ..Default::default()
+            });
+        }
+        std::fs::write(&kubeconfig, serde_json::to_string(&kc).expect("json")).expect("kubeconfig");
         let log = std::fs::File::create(self.dir.join("controller.log")).expect("log file");
         let child = Command::new(kdoctor)
             .args(["controller", "--data"])
@@ -206,6 +272,7 @@ impl Cluster {
                 "--pod-name=bench-controller",
             ])
             .env("KUBECONFIG", &kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
             .env("ENV_LOG_LEVEL", "warn")
             .stdout(Stdio::null())
             .stderr(log)
@@ -215,14 +282,7 @@ impl Cluster {
     }
 
     fn requests(&self, user: &str) -> BTreeMap<String, u64> {
-        let mut out = BTreeMap::new();
-        for (key, n) in self.sim.cluster().requests.snapshot() {
-            if key.user == user {
-                *out.entry(format!("{} {}", key.verb, key.resource))
-                    .or_default() += n;
-            }
-        }
-        out
+        self.kube.requests(user)
     }
 
     async fn apply_task(&self, name: &str, rounds: i64, target: serde_json::Value) {
@@ -484,15 +544,60 @@ fn status_writes(requests: &BTreeMap<String, u64>) -> u64 {
         .sum()
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() {
+fn main() {
     let o = options();
-    println!("## Controller (hack/bench/controller/run.sh)\n");
+    match o.part {
+        Part::All => {
+            // Each part in a process of its own: a process lives in one cluster's namespace.
+            println!("## Controller (hack/bench/controller/run.sh)\n");
+            let me = std::env::current_exe().expect("this program");
+            let mut parts = vec!["scale"];
+            if o.agent_nodes > 0 {
+                parts.push("agents");
+            }
+            for part in parts {
+                let status = Command::new(&me)
+                    .args(std::env::args().skip(1))
+                    .args(["--part", part])
+                    .status()
+                    .expect("a part of the benchmark");
+                assert!(status.success(), "the {part} part failed");
+            }
+            println!(
+                "\nReproduce: `hack/bench/controller/run.sh --nodes {} --rounds {} --agent-nodes {}`",
+                o.nodes, o.rounds, o.agent_nodes
+            );
+        }
+        Part::Scale => in_cluster(o.nodes, |kube| scale(o, kube)),
+        Part::Agents => in_cluster(o.agent_nodes, |kube| agents(o, kube)),
+    }
+}
 
-    // Scale: the controller against stand-in agents.
-    let cluster = Cluster::start(o.nodes, "scale").await;
+/// Starts a cluster of `nodes` and runs `f` on a runtime whose threads live in its network
+/// namespace (and so the processes they start). The main thread stays outside: taking the
+/// cluster down ends whatever process is left inside.
+fn in_cluster<F, Fut>(nodes: usize, f: F)
+where
+    F: FnOnce(TestCluster) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let kube = TestCluster::start(&TestClusterOptions {
+        nodes,
+        process_nodes: 0,
+        ipv6: false,
+    })
+    .expect("a test cluster (built by hack/test.sh or hack/cluster.sh up first; as root)");
+    let runtime = kube.runtime(2).expect("a runtime in the cluster's namespace");
+    runtime
+        .block_on(runtime.spawn(f(kube)))
+        .expect("the benchmark part");
+}
+
+/// Scale: the controller against stand-in agents.
+async fn scale(o: Options, kube: TestCluster) {
+    let cluster = Cluster::start(kube, o.nodes, "scale").await;
     let stand_ins = StandIns::start(&cluster).await;
-    let controller = cluster.controller(&o.kdoctor);
+    let controller = cluster.controller(&o.kdoctor).await;
     let (_, idle_rss, _) = {
         tokio::time::sleep(Duration::from_secs(3)).await;
         controller.usage()
@@ -593,20 +698,15 @@ async fn main() {
     );
     drop(stand_ins);
     drop(cluster);
+}
 
-    // Real agents: what each agent asks the API per round.
-    if o.agent_nodes > 0 {
-        let cluster = Cluster::start(o.agent_nodes, "agents").await;
+/// Real agents: what each agent asks the API per round.
+async fn agents(o: Options, kube: TestCluster) {
+    {
+        let cluster = Cluster::start(kube, o.agent_nodes, "agents").await;
         let mut agents: Vec<(RunningAgent, tokio::task::JoinHandle<()>)> = Vec::new();
-        let cert = cluster
-            .sim
-            .client_cert(AGENT_USER, &["system:serviceaccounts"])
-            .expect("agent certificate");
-        let agent_client = cluster
-            .sim
-            .client_with(&cluster.sim.kubeconfig_for(&cert))
-            .await
-            .expect("agent client");
+        let token = cluster.token("kdoctor-agent").await;
+        let agent_client = client_from(&cluster.kube.inner_kubeconfig(), Some(token)).await;
         std::fs::write(cluster.dir.join("agent-ca.crt"), &cluster.ca.pem.cert).expect("ca");
         for (pod, node, ip) in &cluster.agents {
             let mut args = AgentArgs::ephemeral(vec![*ip]);
@@ -637,7 +737,7 @@ async fn main() {
             let handle = tokio::spawn(Arc::new(runner).run(agent_client.clone()));
             agents.push((running, handle));
         }
-        let controller = cluster.controller(&o.kdoctor);
+        let controller = cluster.controller(&o.kdoctor).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let before = cluster.requests(AGENT_USER);
         let rounds_b = o.rounds.min(2);
@@ -687,8 +787,4 @@ async fn main() {
             handle.abort();
         }
     }
-    println!(
-        "\nReproduce: `hack/bench/controller/run.sh --nodes {} --rounds {} --agent-nodes {}`",
-        o.nodes, o.rounds, o.agent_nodes
-    );
 }
