@@ -150,8 +150,12 @@ else
 fi
 reports="$(k get kdoctorreport -o name | wc -l)"
 [ "$reports" -ge "$tasks" ] || fail "expected a KdoctorReport per task ($tasks), got $reports"
-k api-resources --api-group=system.kdoctor.io | grep -q '^kdoctorreports ' || fail "kubectl api-resources does not list kdoctorreports"
-k explain kdoctorreport.report.latestRoundReport | grep -q 'FIELD' || fail "kubectl explain kdoctorreport.report.latestRoundReport printed no field"
+# Captured before grep: `grep -q` stops reading at the first match, and kubectl, killed by
+# SIGPIPE on its next write, would fail the pipeline under pipefail.
+resources="$(k api-resources --api-group=system.kdoctor.io)"
+grep -q '^kdoctorreports ' <<<"$resources" || fail "kubectl api-resources does not list kdoctorreports"
+explained="$(k explain kdoctorreport.report.latestRoundReport)"
+grep -q 'FIELD' <<<"$explained" || fail "kubectl explain kdoctorreport.report.latestRoundReport printed no field"
 
 echo "netreach-e2e-carrier, targets probed by each node:"
 k get kdoctorreport netreach-e2e-carrier -o jsonpath='{range .report.latestRoundReport[*]}{"  "}{.nodeName}{":"}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestSucceedRate}{end}{"\n"}{end}'

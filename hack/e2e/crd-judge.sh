@@ -21,7 +21,7 @@ for f in api/tests/invalid/*.yaml; do
       if [ "$code" -eq 0 ]; then
         echo "NOT REJECTED: $f ($field): $out"
         failures=$((failures + 1))
-      elif ! printf '%s' "$out" | grep -qF "$field"; then
+      elif ! grep -qF "$field" <<<"$out"; then
         echo "REJECTED WITHOUT NAMING $field: $f: $out"
         failures=$((failures + 1))
       fi
@@ -51,7 +51,7 @@ task="${task/\"0 1\"/\"100000 1\"}"
 printf '%s\n' "$task" | "$kubectl" apply -f - >/dev/null
 out="$(printf '%s\n' "$task" | sed 's/qps: 5/qps: 6/' | "$kubectl" apply -f - 2>&1)" && code=0 || code=$?
 checked=$((checked + 1))
-if [ "$code" -eq 0 ] || ! printf '%s' "$out" | grep -q 'spec is immutable'; then
+if [ "$code" -eq 0 ] || ! grep -q 'spec is immutable' <<<"$out"; then
   echo "A SPEC CHANGE WAS NOT REFUSED AS IMMUTABLE: $out"
   failures=$((failures + 1))
 fi
