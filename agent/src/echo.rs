@@ -140,10 +140,9 @@ pub fn parse_query(query: Option<&str>) -> Result<EchoQuery, String> {
     let Some(query) = query else {
         return Ok(parsed);
     };
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(value);
-        match key {
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        let value = value.into_owned();
+        match key.as_ref() {
             "delay" => {
                 parsed.delay = Some(parse_delay(&value)?);
                 parsed.delay_text = Some(value);
@@ -188,30 +187,6 @@ pub async fn precise_sleep(delay: Duration) {
             tokio::time::sleep_until(deadline.into()).await;
         }
     }
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn headers_map(headers: &HeaderMap) -> BTreeMap<String, String> {
@@ -346,8 +321,9 @@ mod tests {
         assert_eq!(q.delay, Some(Duration::from_secs(1)));
         assert_eq!(q.delay_text.as_deref(), Some("1"));
         assert_eq!(parse_query(Some("task=")).unwrap().task, DEFAULT_TASK);
-        assert_eq!(percent_decode("a%2"), "a%2");
-        assert_eq!(percent_decode("%zz"), "%zz");
+        assert_eq!(parse_query(Some("task=a%2")).unwrap().task, "a%2");
+        assert_eq!(parse_query(Some("ta%73k=b+c")).unwrap().task, "b c");
+        assert_eq!(parse_query(Some("task=%zz")).unwrap().task, "%zz");
     }
 
     #[test]

@@ -79,7 +79,7 @@ fn text(code: StatusCode, body: String) -> Response {
 }
 
 fn report(health: &Health, endpoint: &str, raw: Option<&str>, only: Option<&str>) -> Response {
-    let query = Query::parse(raw).unwrap_or_default();
+    let query = Query::parse(raw);
     let verbose = query.get("verbose").is_some();
     let excluded: Vec<&str> = query
         .get("exclude")

@@ -112,22 +112,25 @@ impl RequestInfo {
             .filter(|r| r.is_empty() || r.starts_with('/'));
         let Some(rest) = rest else {
             return RequestInfo {
-                verb: method.as_str().to_ascii_lowercase(),
+                verb: method_verb(method).to_string(),
                 is_resource: false,
                 name: None,
                 path: path.to_string(),
             };
         };
+        // The name as the handler sees it (axum's Path decodes it): the review must be about
+        // the object that will be served, not its encoding.
         let name = rest
             .trim_start_matches('/')
             .split('/')
             .next()
             .filter(|n| !n.is_empty())
-            .map(str::to_string);
-        let watching = query
-            .unwrap_or("")
-            .split('&')
-            .any(|p| p == "watch=true" || p == "watch=1");
+            .map(|n| {
+                percent_encoding::percent_decode_str(n)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            });
+        let watching = crate::query::Query::parse(query).watching();
         let verb = match (method.as_str(), name.is_some()) {
             ("GET" | "HEAD", true) => "get",
             ("GET" | "HEAD", false) if watching => "watch",
@@ -145,6 +148,24 @@ impl RequestInfo {
             name,
             path: path.to_string(),
         }
+    }
+}
+
+/// The verb of a non-resource request: the lower-case method, or `other` for a method outside
+/// HTTP's own, so that no client can mint label values (metrics count requests before they are
+/// authenticated).
+fn method_verb(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "get",
+        Method::HEAD => "head",
+        Method::POST => "post",
+        Method::PUT => "put",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        Method::OPTIONS => "options",
+        Method::CONNECT => "connect",
+        Method::TRACE => "trace",
+        _ => "other",
     }
 }
 

@@ -152,16 +152,19 @@ impl Ca {
     }
 }
 
-/// Writes a file only its owner can read.
+/// Writes a file only its owner can read. An existing file is narrowed to 0600 while still
+/// empty (the creation mode applies only to a new file), before any secret is in it.
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), PkiError> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(path)
+        .map_err(io(path))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
         .map_err(io(path))?;
     file.write_all(bytes).map_err(io(path))
 }
@@ -193,4 +196,25 @@ current-context: {name}
         cert = b64(&client.cert),
         key = b64(&client.key),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::write_private;
+
+    #[test]
+    fn an_existing_world_readable_file_becomes_private() {
+        let dir = std::env::temp_dir().join(format!("kdoctor-pki-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("kubeconfig");
+        std::fs::write(&path, "old").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        write_private(&path, b"secret").expect("written");
+        let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(std::fs::read(&path).expect("read"), b"secret");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

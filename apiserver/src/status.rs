@@ -1,7 +1,9 @@
 //! Errors as `metav1.Status` objects, with the codes, reasons and messages kubectl prints for
 //! built-in resources (`Error from server (NotFound): kdoctorreports.system.kdoctor.io "x" not found`).
 
+use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -110,6 +112,36 @@ impl ApiError {
         )
     }
 
+    /// An error of the framework's own (an extractor's rejection, a method no route takes) as a
+    /// Status with the reason the Go server gives that code.
+    fn of_code(code: StatusCode, text: &str) -> ApiError {
+        let reason = match code {
+            StatusCode::BAD_REQUEST => "BadRequest",
+            StatusCode::NOT_FOUND => "NotFound",
+            StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
+            StatusCode::NOT_ACCEPTABLE => "NotAcceptable",
+            StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLarge",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "UnsupportedMediaType",
+            StatusCode::UNPROCESSABLE_ENTITY => "Invalid",
+            StatusCode::TOO_MANY_REQUESTS => "TooManyRequests",
+            StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
+            StatusCode::GATEWAY_TIMEOUT => "Timeout",
+            _ if code.is_server_error() => "InternalError",
+            _ => "BadRequest",
+        };
+        let message = match (code, text.trim()) {
+            (StatusCode::METHOD_NOT_ALLOWED, _) => {
+                "the server does not allow this method on the requested resource".to_string()
+            }
+            (_, "") => code
+                .canonical_reason()
+                .unwrap_or("the request failed")
+                .to_string(),
+            (_, text) => text.to_string(),
+        };
+        ApiError::new(code, reason, message)
+    }
+
     /// The Status object.
     pub fn to_status(&self) -> serde_json::Value {
         let mut details = serde_json::Map::new();
@@ -167,4 +199,31 @@ impl From<kdoctor_store::StoreError> for ApiError {
         tracing::error!(error = %e, "store error");
         ApiError::internal(format!("the report store failed: {e}"))
     }
+}
+
+/// The most of a framework error's text body that is carried into the Status message.
+const MAX_ERROR_TEXT: usize = 4096;
+
+/// Makes every error answer a Status: axum's own rejections (a name that is not UTF-8, a
+/// method no route takes) come as plain text or an empty body, which kubectl cannot print.
+/// The health endpoints keep the Go server's plain-text answers (probes read them).
+pub async fn as_status(request: Request, next: Next) -> Response {
+    let health = ["/healthz", "/livez", "/readyz"]
+        .iter()
+        .any(|p| request.uri().path().starts_with(p));
+    let response = next.run(request).await;
+    if health {
+        return response;
+    }
+    let code = response.status();
+    if !(code.is_client_error() || code.is_server_error())
+        || response.extensions().get::<ApiError>().is_some()
+    {
+        return response;
+    }
+    let text = axum::body::to_bytes(response.into_body(), MAX_ERROR_TEXT)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    ApiError::of_code(code, &text).into_response()
 }

@@ -196,7 +196,7 @@ async fn list(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let kind = kind_of(&plural).ok_or_else(ApiError::no_route)?;
-    let query = Query::parse(raw.as_deref())?;
+    let query = Query::parse(raw.as_deref());
     if query.flag("watch")? {
         return Err(ApiError::method_not_allowed("watch"));
     }
@@ -220,7 +220,7 @@ async fn get_one(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let kind = kind_of(&plural).ok_or_else(ApiError::no_route)?;
-    let query = Query::parse(raw.as_deref())?;
+    let query = Query::parse(raw.as_deref());
     let include = Include::parse(query.get("includeObject"))?;
     let object = objects(&state)?
         .get(kind, &name)

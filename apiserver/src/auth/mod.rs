@@ -50,7 +50,9 @@ pub struct Auth {
     reviews: Option<Arc<dyn Reviews>>,
     authorizer: Authorizer,
     tokens: TtlCache<String, Option<User>>,
-    decisions: TtlCache<(String, Vec<String>, Attributes), Decision>,
+    /// Keyed by the whole review: two users who differ only in uid or extra (scopes) may be
+    /// answered differently.
+    decisions: TtlCache<(User, Attributes), Decision>,
 }
 
 impl Auth {
@@ -188,7 +190,7 @@ impl Auth {
                 path: info.path.clone(),
             }
         };
-        let key = (user.name.clone(), user.groups.clone(), attributes.clone());
+        let key = (user.clone(), attributes.clone());
         if let Some(decision) = self.decisions.get(&key) {
             return Ok(decision);
         }

@@ -11,6 +11,8 @@ use super::user::User;
 
 /// How long a review's answer is reused.
 pub const CACHE_TTL: Duration = Duration::from_secs(10);
+/// The most answers a cache keeps (a bound on memory whatever clients send).
+pub const CACHE_CAPACITY: usize = 10_000;
 
 /// What a request wants to do, for a SubjectAccessReview.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -74,18 +76,61 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
             .map(|(_, v)| v.clone())
     }
 
-    /// Keeps an answer (dropping stale ones now and then so the cache stays small).
+    /// Keeps an answer. Stale ones are dropped when the cache is full, and when fresh ones alone
+    /// fill it (a client sending a new token each time) the oldest goes: the cache never holds
+    /// more than [`CACHE_CAPACITY`] answers.
     pub fn put(&self, key: K, value: V) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() > 10_000 {
+        if entries.len() >= CACHE_CAPACITY && !entries.contains_key(&key) {
             entries.retain(|_, (at, _)| at.elapsed() < CACHE_TTL);
+            if entries.len() >= CACHE_CAPACITY {
+                let oldest = entries
+                    .iter()
+                    .min_by_key(|(_, (at, _))| *at)
+                    .map(|(k, _)| k.clone());
+                if let Some(oldest) = oldest {
+                    entries.remove(&oldest);
+                }
+            }
         }
         entries.insert(key, (Instant::now(), value));
+    }
+
+    /// How many answers are kept.
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether no answer is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
 impl<K: std::hash::Hash + Eq + Clone, V: Clone> Default for TtlCache<K, V> {
     fn default() -> Self {
         TtlCache::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CACHE_CAPACITY, TtlCache};
+
+    #[test]
+    fn a_cache_never_grows_past_its_capacity() {
+        let cache = TtlCache::new();
+        for i in 0..CACHE_CAPACITY + 500 {
+            cache.put(format!("token-{i}"), i);
+        }
+        assert_eq!(cache.len(), CACHE_CAPACITY);
+        // The newest answer is kept.
+        assert_eq!(
+            cache.get(&format!("token-{}", CACHE_CAPACITY + 499)),
+            Some(CACHE_CAPACITY + 499)
+        );
+        // Replacing a kept answer evicts nothing.
+        cache.put(format!("token-{}", CACHE_CAPACITY + 499), 1);
+        assert_eq!(cache.len(), CACHE_CAPACITY);
     }
 }

@@ -8,7 +8,7 @@ pub const AUTHENTICATED: &str = "system:authenticated";
 pub const MASTERS: &str = "system:masters";
 
 /// Who is asking.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct User {
     /// User name.
     pub name: String,

@@ -82,7 +82,7 @@ pub async fn list(
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let query = Query::parse(raw.as_deref())?;
+    let query = Query::parse(raw.as_deref());
     let wanted = negotiate(&headers)?;
     let filter = Filter::from_query(&query)?;
     let include = Include::parse(query.get("includeObject"))?;
@@ -207,7 +207,7 @@ pub async fn get(
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let query = Query::parse(raw.as_deref())?;
+    let query = Query::parse(raw.as_deref());
     let wanted = match negotiate_object(&headers)? {
         ObjectView::Plain(wanted) => wanted,
         ObjectView::Matrix => {

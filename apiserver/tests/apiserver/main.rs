@@ -6,6 +6,7 @@ mod delegated;
 mod discovery;
 mod fake_kube;
 mod frontproxy;
+mod hostile;
 mod kube_client;
 mod kubectl;
 mod reports;

@@ -65,10 +65,15 @@ impl Reviews for FakeReviews {
                 Attributes::Resource { verb, .. } => verb.clone(),
                 Attributes::NonResource { path, .. } => format!("path:{path}"),
             };
-            let allowed = self
-                .allowed
-                .iter()
-                .any(|(u, v)| *u == user.name && (*v == verb || v == "*"));
+            // A user whose extra carries scopes (a scoped token), or whose uid is revoked, is
+            // denied whatever its name: the answer depends on the whole user.
+            let scoped =
+                user.extra.contains_key("scopes") || user.uid.as_deref() == Some("revoked");
+            let allowed = !scoped
+                && self
+                    .allowed
+                    .iter()
+                    .any(|(u, v)| *u == user.name && (*v == verb || v == "*"));
             Ok(Decision {
                 allowed,
                 reason: if allowed {
@@ -81,7 +86,8 @@ impl Reviews for FakeReviews {
     }
 }
 
-/// The usual reviews: `admin-token` (user admin, every verb) and `bob-token` (get and list).
+/// The usual reviews: `admin-token` (user admin, every verb), `bob-token` (get and list), and
+/// bob with a scoped token (`bob-scoped-token`) or a revoked uid (`bob-revoked-token`): denied everything.
 pub fn reviews() -> FakeReviews {
     FakeReviews {
         tokens: HashMap::from([
@@ -89,6 +95,20 @@ pub fn reviews() -> FakeReviews {
             (
                 "bob-token".to_string(),
                 User::new("bob", vec!["dev".to_string()]),
+            ),
+            (
+                "bob-scoped-token".to_string(),
+                User {
+                    extra: [("scopes".to_string(), vec!["user:info".to_string()])].into(),
+                    ..User::new("bob", vec!["dev".to_string()])
+                },
+            ),
+            (
+                "bob-revoked-token".to_string(),
+                User {
+                    uid: Some("revoked".to_string()),
+                    ..User::new("bob", vec!["dev".to_string()])
+                },
             ),
             (
                 "root-token".to_string(),
