@@ -7,13 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
+use crate::server::ClientName;
 use crate::spool::{Spool, SpoolError};
 
 /// How often acknowledged and expired reports are removed.
@@ -65,12 +67,37 @@ async fn acknowledge(State(spool): State<Arc<Spool>>, Path(name): Path<String>) 
     }
 }
 
+/// The common name of the only client certificate the report API serves: the controller's
+/// harvester. Other certificates of the install's CA (any that it issues later, or one leaked
+/// from elsewhere) may not read or drop reports.
+pub const HARVESTER_NAME: &str = "kdoctor-controller";
+
+async fn only_the_harvester(request: Request, next: Next) -> Response {
+    match request.extensions().get::<ClientName>() {
+        Some(ClientName(Some(name))) if name.as_ref() == HARVESTER_NAME => next.run(request).await,
+        other => {
+            let presented = match other {
+                Some(ClientName(Some(name))) => format!("{name:?}"),
+                _ => "no certificate name".to_string(),
+            };
+            tracing::warn!(client = %presented, "report API request refused");
+            error(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "only the controller's certificate ({HARVESTER_NAME:?}) may use the report API, not {presented}"
+                ),
+            )
+        }
+    }
+}
+
 /// `GET /v1/reports`, `GET /v1/reports/{name}`, `POST /v1/reports/{name}/ack`.
 pub fn router(spool: Arc<Spool>) -> Router {
     Router::new()
         .route("/v1/reports", get(list))
         .route("/v1/reports/{name}", get(fetch))
         .route("/v1/reports/{name}/ack", post(acknowledge))
+        .layer(axum::middleware::from_fn(only_the_harvester))
         .with_state(spool)
 }
 

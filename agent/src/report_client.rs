@@ -23,6 +23,10 @@ use tokio_rustls::TlsConnector;
 use crate::spool::Entry;
 use crate::tls::{Identity, ServerTrust, TlsError, client_config};
 
+/// The largest answer read from an agent: a round report of 100,000 targets fits, and a
+/// hostile or broken peer cannot push more into the controller's memory.
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
+
 /// Why a report API call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportClientError {
@@ -208,11 +212,20 @@ impl AgentConnection {
                 .await
                 .map_err(|source| ReportClientError::Http { addr, source })?;
             let status = response.status();
-            let body = response
-                .into_body()
+            // An agent's pod address can be taken by anything on the network: its answer is
+            // read up to a bound, never whole on trust.
+            let body = http_body_util::Limited::new(response.into_body(), MAX_ANSWER_BYTES)
                 .collect()
                 .await
-                .map_err(|source| ReportClientError::Http { addr, source })?
+                .map_err(|e| ReportClientError::Decode {
+                    addr,
+                    path: path.to_string(),
+                    problem: if e.is::<http_body_util::LengthLimitError>() {
+                        format!("answer larger than {MAX_ANSWER_BYTES} bytes")
+                    } else {
+                        e.to_string()
+                    },
+                })?
                 .to_bytes();
             if status.is_success() {
                 Ok(body)

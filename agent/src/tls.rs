@@ -151,6 +151,13 @@ pub fn parse_identity(cert: &[u8], key: &[u8], source: &str) -> Result<Identity,
     Ok(Identity { certs, key })
 }
 
+/// The subject common name of a certificate (a verified client's identity).
+pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let name = parsed.subject().iter_common_name().next()?.as_str().ok()?;
+    Some(name.to_string())
+}
+
 /// A server configuration offering HTTP/2 and HTTP/1.1 by ALPN; with `client_ca`, clients must
 /// present a certificate signed by it.
 pub fn server_config(

@@ -56,6 +56,10 @@ pub struct Config {
     pub agent_ingress_name: String,
     /// Agent selection settings.
     pub kdoctor_agent: AgentConfig,
+    /// Namespaces, besides the install's, that AppHttpHealthy tasks may read their TLS Secret
+    /// and body ConfigMap from (kdoctor's own key; the chart's `taskInputNamespaces`, each of
+    /// which also gets the Role that lets the controller read there).
+    pub task_input_namespaces: Vec<String>,
 }
 
 /// `kdoctorAgent` section of the configuration.
@@ -87,6 +91,7 @@ impl Default for Config {
             agent_daemonset_name: "kdoctor-agent".to_string(),
             agent_ingress_name: "kdoctor-agent".to_string(),
             kdoctor_agent: AgentConfig::default(),
+            task_input_namespaces: Vec::new(),
         }
     }
 }

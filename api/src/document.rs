@@ -34,6 +34,94 @@ pub enum DocumentError {
     /// A task whose fields do not fit the schema.
     #[error("{0}")]
     Schema(ErrorList),
+    /// More text than any task file needs.
+    #[error(
+        "the manifest is larger than {MAX_MANIFEST_BYTES} bytes (the API server's request limit)"
+    )]
+    TooLarge {
+        /// Its size, or as much of it as was read.
+        size: usize,
+    },
+    /// Nesting deeper than any task needs (parsing such text costs time quadratic in depth).
+    #[error(
+        "flow collections ([ or {{) nested {depth} deep at line {line}; at most {MAX_FLOW_DEPTH} are read"
+    )]
+    TooDeep {
+        /// How deep, where the limit was passed.
+        depth: usize,
+        /// The 1-based line.
+        line: usize,
+    },
+}
+
+/// The most text read as one manifest: kube-apiserver's own limit on a request body.
+pub const MAX_MANIFEST_BYTES: usize = 3 * 1024 * 1024;
+
+/// The deepest nesting of YAML flow collections read (a task needs fewer than ten).
+pub const MAX_FLOW_DEPTH: usize = 100;
+
+/// Refuses text that would take the YAML parser long: too large, or flow collections nested
+/// deeper than [`MAX_FLOW_DEPTH`]. The scan errs on the side of counting: brackets in quoted
+/// scalars on one line are skipped, brackets glued to a plain scalar in block context (`a[0]`)
+/// are not collections; anything else counts (so a hundred unclosed ` [` in plain scalars
+/// would be refused: no task file has them).
+pub fn check_bounds(text: &str) -> Result<(), DocumentError> {
+    if text.len() > MAX_MANIFEST_BYTES {
+        return Err(DocumentError::TooLarge { size: text.len() });
+    }
+    let mut depth = 0usize;
+    let mut line = 1;
+    let mut quote: Option<u8> = None;
+    let mut previous = b'\n';
+    let mut bytes = text.bytes().peekable();
+    while let Some(b) = bytes.next() {
+        if b == b'\n' {
+            line += 1;
+            quote = None;
+            previous = b;
+            continue;
+        }
+        match quote {
+            Some(b'"') if b == b'\\' => {
+                bytes.next();
+            }
+            Some(q) if b == q => {
+                if q == b'\'' && bytes.peek() == Some(&b'\'') {
+                    bytes.next();
+                } else {
+                    quote = None;
+                }
+            }
+            Some(_) => {}
+            None => {
+                let at_token = previous.is_ascii_whitespace() || b"[{,:-?".contains(&previous);
+                match b {
+                    b'#' if previous.is_ascii_whitespace() => {
+                        // A comment: skip to the end of the line.
+                        for c in bytes.by_ref() {
+                            if c == b'\n' {
+                                line += 1;
+                                break;
+                            }
+                        }
+                        previous = b'\n';
+                        continue;
+                    }
+                    b'"' | b'\'' if at_token => quote = Some(b),
+                    b'[' | b'{' if depth > 0 || at_token => {
+                        depth += 1;
+                        if depth > MAX_FLOW_DEPTH {
+                            return Err(DocumentError::TooDeep { depth, line });
+                        }
+                    }
+                    b']' | b'}' => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+            }
+        }
+        previous = b;
+    }
+    Ok(())
 }
 
 /// One document of a manifest: its task, or why it is not one.
@@ -50,8 +138,16 @@ pub struct Document {
 }
 
 /// Splits manifest text into documents and decodes each. Empty documents are skipped; text that
-/// is not YAML yields one error document and stops.
+/// is not YAML, or is beyond [`check_bounds`], yields one error document and stops.
 pub fn parse_tasks(text: &str) -> Vec<Document> {
+    if let Err(e) = check_bounds(text) {
+        return vec![Document {
+            index: 1,
+            kind: None,
+            name: None,
+            task: Err(e),
+        }];
+    }
     let mut values = Vec::new();
     for de in serde_yaml::Deserializer::from_str(text) {
         match Value::deserialize(de) {
@@ -167,4 +263,51 @@ pub fn schema(kind: TaskKind) -> &'static Value {
             .collect()
     });
     &schemas[&kind]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DocumentError, MAX_FLOW_DEPTH, MAX_MANIFEST_BYTES, check_bounds, parse_tasks};
+
+    #[test]
+    fn deep_flow_nesting_is_refused_before_parsing() {
+        let deep = format!("spec: {}", "[".repeat(200_000));
+        let documents = parse_tasks(&deep);
+        assert_eq!(documents.len(), 1);
+        assert!(
+            matches!(documents[0].task, Err(DocumentError::TooDeep { depth, line: 1 }) if depth == MAX_FLOW_DEPTH + 1),
+            "{:?}",
+            documents[0].task
+        );
+        let message = documents[0]
+            .task
+            .as_ref()
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("nested 101 deep at line 1"), "{message}");
+    }
+
+    #[test]
+    fn brackets_that_are_not_collections_do_not_count() {
+        let mut text = String::from("a: \"[[[[[[[[[[\"\nb: '{{{{ it''s [[[['\n# [[[[[[[[\n");
+        for i in 0..(MAX_FLOW_DEPTH * 2) {
+            text.push_str(&format!("k{i}: x[{i} don't a{{b\n"));
+        }
+        text.push_str(&format!(
+            "deep: {}{}\n",
+            "[".repeat(MAX_FLOW_DEPTH),
+            "]".repeat(MAX_FLOW_DEPTH)
+        ));
+        assert!(check_bounds(&text).is_ok());
+    }
+
+    #[test]
+    fn an_oversized_manifest_is_refused() {
+        let text = format!("# {}\n", "x".repeat(MAX_MANIFEST_BYTES));
+        assert!(matches!(
+            check_bounds(&text),
+            Err(DocumentError::TooLarge { size }) if size == text.len()
+        ));
+    }
 }

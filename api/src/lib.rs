@@ -9,6 +9,7 @@ pub mod document;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
 pub mod go_duration;
+pub mod inputs;
 pub mod labels;
 pub mod matrix;
 pub mod naming;

@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod certs;
 pub mod discovery;
+pub mod first_bytes;
 pub mod health;
 pub mod metrics;
 pub mod negotiate;

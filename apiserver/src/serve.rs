@@ -1,17 +1,64 @@
 //! The accept loop: TLS (rustls), HTTP/1.1 and HTTP/2 (hyper), the connection's client
-//! certificates handed to every request, graceful shutdown.
+//! certificates handed to every request, graceful shutdown. Every client is a stranger until
+//! authenticated, so a connection has deadlines for its handshake and its request headers, and
+//! the number of connections is capped below the file limit: idle or slow clients cannot take
+//! the descriptors that the store, the watches and the health probes need.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use crate::auth::PeerCertificates;
+use crate::first_bytes::FirstBytes;
+
+/// Bounds on what one client may hold.
+#[derive(Clone, Copy, Debug)]
+pub struct ServeLimits {
+    /// A TLS handshake not done in this time is dropped.
+    pub handshake_timeout: Duration,
+    /// Request headers (HTTP/1.1, including the wait for the next request on a kept-alive
+    /// connection) not read in this time close the connection.
+    pub header_timeout: Duration,
+    /// Open connections at most; further clients wait in the listen backlog.
+    pub max_connections: usize,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        ServeLimits {
+            handshake_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(30),
+            max_connections: default_max_connections(),
+        }
+    }
+}
+
+/// Half the soft file limit (the other half is the store's, the watches' and the clients'),
+/// between 16 and 10,000.
+pub fn default_max_connections() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct passed.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        1024
+    };
+    (soft / 2).clamp(16, 10_000)
+}
+
+/// A failed accept (out of descriptors, mostly) is retried after this, not in a tight loop.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Serves `app` on `listener` over TLS until `shutdown` turns true.
 pub async fn serve_tls(
@@ -19,22 +66,41 @@ pub async fn serve_tls(
     tls: rustls::ServerConfig,
     app: Router,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
+    limits: ServeLimits,
 ) {
     let acceptor = TlsAcceptor::from(Arc::new(tls));
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            _ = shutdown.changed() => break,
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
+                    tracing::warn!(error = %e, "accept failed; retrying in {ACCEPT_BACKOFF:?}");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             },
             _ = shutdown.changed() => break,
         };
+        if slots.available_permits() == 0 {
+            tracing::warn!(
+                max_connections = limits.max_connections,
+                "connection limit reached; new clients wait until one closes"
+            );
+        }
         let acceptor = acceptor.clone();
         let app = app.clone();
-        tokio::spawn(async move { connection(acceptor, stream, peer, app).await });
+        tokio::spawn(async move {
+            connection(acceptor, stream, peer, app, limits).await;
+            drop(slot);
+        });
     }
 }
 
@@ -43,12 +109,17 @@ async fn connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     app: Router,
+    limits: ServeLimits,
 ) {
     let _ = stream.set_nodelay(true);
-    let tls = match acceptor.accept(stream).await {
-        Ok(tls) => tls,
-        Err(e) => {
+    let tls = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
             tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(peer = %peer, "TLS handshake timed out");
             return;
         }
     };
@@ -65,10 +136,28 @@ async fn connection(
             let app = app.clone();
             async move { app.oneshot(request.map(axum::body::Body::new)).await }
         });
-    if let Err(e) = auto::Builder::new(TokioExecutor::new())
-        .serve_connection(TokioIo::new(tls), service)
-        .await
-    {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    // Pings find peers that vanished without closing (an idle HTTP/2 connection has no header
+    // deadline).
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(20));
+    // ALPN has chosen the protocol: hyper need not sniff for the HTTP/2 preface (a read with
+    // no deadline of its own).
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let builder = if h2 {
+        builder.http2_only()
+    } else {
+        builder.http1_only()
+    };
+    let io = FirstBytes::new(tls, limits.header_timeout);
+    if let Err(e) = builder.serve_connection(TokioIo::new(io), service).await {
         tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
     }
 }

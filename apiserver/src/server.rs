@@ -53,6 +53,8 @@ pub struct ServerOptions {
     pub tls_reload_every: Duration,
     /// Task objects to serve read-only under `kdoctor.io` (a server with no cluster behind it).
     pub tasks: Option<crate::tasks::TaskObjects>,
+    /// Deadlines and the connection cap.
+    pub limits: crate::serve::ServeLimits,
 }
 
 impl ServerOptions {
@@ -70,6 +72,7 @@ impl ServerOptions {
             retention: kdoctor_store::Retention::default(),
             tls_reload_every: Duration::from_secs(10),
             tasks: None,
+            limits: crate::serve::ServeLimits::default(),
         }
     }
 }
@@ -242,6 +245,7 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
         server_config(serving)?,
         router(state.clone()),
         shutdown,
+        options.limits,
     ));
     Ok(RunningServer {
         address,

@@ -134,9 +134,16 @@ pub struct Context {
     pub metrics: ControllerMetrics,
     /// State of every per-task carrier, by task UID (for the carriers gauge).
     pub carriers: Mutex<BTreeMap<String, RuntimeStatus>>,
+    /// What agents may read of the tasks' Secrets and ConfigMaps.
+    pub grants: Arc<crate::grants::Grants>,
 }
 
 impl Context {
+    /// Where tasks may read their Secrets and ConfigMaps from (see [`kdoctor_api::inputs`]).
+    pub fn input_policy(&self) -> kdoctor_api::inputs::InputPolicy {
+        self.grants.policy().clone()
+    }
+
     /// Records the state of a task's own carrier (`None`: the task is gone or has none) and
     /// updates the carriers gauge.
     pub fn track_carrier(&self, uid: &str, state: Option<RuntimeStatus>) {

@@ -29,6 +29,7 @@ use crate::carrier::AGENT_COMPONENT;
 use crate::context::{Caches, Context};
 use crate::deletions;
 use crate::export::{self, ExportConfig};
+use crate::grants::Grants;
 use crate::harvest::Harvester;
 use crate::leader::{Elector, LeaseTiming};
 use crate::metrics::ControllerMetrics;
@@ -231,6 +232,18 @@ pub async fn run(
         tasks.spawn(sender);
         hook
     });
+    let input_policy = kdoctor_api::inputs::InputPolicy::new(
+        &setup.options.namespace,
+        &setup.config.task_input_namespaces,
+        &[&setup.options.ca_secret, &setup.options.serving_secret],
+    );
+    let grants = Arc::new(Grants::new(
+        setup.client.clone(),
+        input_policy,
+        &setup.options.namespace,
+        &setup.options.agent_service_account,
+    ));
+    tasks.spawn(grants.clone().run());
     let ctx = Arc::new(Context {
         client: setup.client.clone(),
         store: setup.store.clone(),
@@ -252,6 +265,7 @@ pub async fn run(
         ),
         metrics: metrics.clone(),
         carriers: Mutex::new(BTreeMap::new()),
+        grants,
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {

@@ -9,6 +9,7 @@ pub mod controller;
 pub mod deletions;
 pub mod ensure;
 pub mod export;
+pub mod grants;
 pub mod harvest;
 pub mod leader;
 pub mod markers;

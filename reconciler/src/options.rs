@@ -44,6 +44,8 @@ pub struct ControllerOptions {
     pub agent_service_account: String,
     /// Secret holding the install's CA certificate (`ca.crt`), mounted into agents.
     pub ca_secret: String,
+    /// Secret holding the controller's serving certificate (like the CA's, never a task input).
+    pub serving_secret: String,
     /// ConfigMap holding `conf.yml`, mounted into carrier agents.
     pub config_map: String,
     /// Extra arguments appended to carrier agents' command lines.
@@ -71,6 +73,7 @@ impl ControllerOptions {
             image_pull_policy: "IfNotPresent".to_string(),
             agent_service_account: "kdoctor-agent".to_string(),
             ca_secret: "kdoctor-ca".to_string(),
+            serving_secret: "kdoctor-controller-cert".to_string(),
             config_map: "kdoctor".to_string(),
             agent_extra_args: Vec::new(),
             agent_node_selector: BTreeMap::new(),

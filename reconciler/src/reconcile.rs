@@ -268,7 +268,15 @@ pub async fn reconcile<K: TaskObject>(
         }
     };
     if status.expected_round.is_none() {
-        errors.extend(references::check(&ctx.client, &task).await?);
+        let policy = ctx.input_policy();
+        errors.extend(references::check(&ctx.client, &policy, &task).await?);
+        // Agents may read the task's inputs before its first round is planned.
+        if errors.is_empty()
+            && let Ok(inputs) = policy.check(&task)
+            && !inputs.is_empty()
+        {
+            ctx.grants.include(&inputs).await?;
+        }
     }
     let effective = match effective {
         Some(effective) if errors.is_empty() => effective,

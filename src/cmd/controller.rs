@@ -237,6 +237,7 @@ fn options(args: &Args) -> Result<ControllerOptions> {
     options.image_pull_policy = args.agent_image_pull_policy.clone();
     options.agent_service_account = args.agent_service_account.clone();
     options.ca_secret = args.ca_secret.clone();
+    options.serving_secret = args.serving_secret.clone();
     options.config_map = args.config_map.clone();
     options.service_type = args.agent_service_type.clone();
     options.ingress_class = args.agent_ingress_class.clone();
@@ -341,7 +342,7 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         }
     };
     let harvester = ca
-        .client("kdoctor-controller", &[])
+        .client(kdoctor_agent::report_api::HARVESTER_NAME, &[])
         .context("issuing the harvester's client certificate")?;
     let harvest_identity = identity_from_pem(&harvester.cert, &harvester.key)?;
     if let Some(settings) = managed {

@@ -26,6 +26,9 @@ enum Command {
     Import(ImportArgs),
     /// Print the number of tasks, rounds, reports and bytes.
     Stats(StatsArgs),
+    /// Accept a store that lost acknowledged writes (the controller refuses to open it): keep
+    /// its data, continue resourceVersions from the last one clients were shown.
+    Repair(DataArgs),
 }
 
 #[derive(clap::Args)]
@@ -63,8 +66,20 @@ struct StatsArgs {
     output: Format,
 }
 
+/// Opens a store that must exist: commands that only read never create one at a mistyped path.
 fn open(data: &DataArgs) -> Result<Store> {
+    existing(data)?;
     Ok(Store::open(StoreConfig::new(&data.data))?)
+}
+
+fn existing(data: &DataArgs) -> Result<()> {
+    if !data.data.join("db").is_dir() {
+        anyhow::bail!(
+            "no store at {}: --data must name a store directory (the controller's --data)",
+            data.data.display()
+        );
+    }
+    Ok(())
 }
 
 /// Runs a `kdoctor store` subcommand.
@@ -84,6 +99,26 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Import(import) => run_import(import),
+        Command::Repair(data) => {
+            existing(data)?;
+            let repair = Store::repair(&StoreConfig::new(&data.data))?;
+            match repair.promised {
+                Some(promised) if promised > repair.found => eprintln!(
+                    "repaired {}: the data ends at resourceVersion {} where {} was acknowledged; \
+                     the writes between are lost and resourceVersions continue from {}",
+                    data.data.display(),
+                    repair.found,
+                    promised,
+                    repair.continues_from
+                ),
+                _ => eprintln!(
+                    "{}: nothing was lost (resourceVersion {}); the durable mark is rewritten",
+                    data.data.display(),
+                    repair.continues_from
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Stats(stats) => {
             let store = open(&stats.data)?;
             let s = store.stats()?;

@@ -136,17 +136,27 @@ fn invalid(what: &str, errors: &ErrorList) -> String {
     text
 }
 
+/// Reads at most one byte more than a manifest may have (so that its check can say it is too
+/// large), never a whole multi-gigabyte file.
+fn read_bounded(reader: impl Read) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    reader
+        .take(kdoctor_api::document::MAX_MANIFEST_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// Reads every file (directories: their `.yaml`, `.yml` and `.json` files, sorted). A file that
 /// is not text is returned as `Err`: a bad task file, not an environment problem.
 fn read_sources(paths: &[PathBuf]) -> Result<Vec<(String, Result<String, ()>)>> {
     let mut sources = Vec::new();
     for path in paths {
         if path == Path::new("-") {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("cannot read standard input")?;
-            sources.push(("<stdin>".to_string(), Ok(text)));
+            let bytes = read_bounded(std::io::stdin()).context("cannot read standard input")?;
+            sources.push((
+                "<stdin>".to_string(),
+                String::from_utf8(bytes).map_err(|_| ()),
+            ));
             continue;
         }
         let files = if path.is_dir() {
@@ -166,8 +176,9 @@ fn read_sources(paths: &[PathBuf]) -> Result<Vec<(String, Result<String, ()>)>> 
             vec![path.clone()]
         };
         for file in files {
-            let bytes =
-                std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            let bytes = std::fs::File::open(&file)
+                .and_then(read_bounded)
+                .with_context(|| format!("cannot read {}", file.display()))?;
             sources.push((
                 file.display().to_string(),
                 String::from_utf8(bytes).map_err(|_| ()),

@@ -40,6 +40,36 @@ pub enum StoreError {
         /// What sled said.
         reason: String,
     },
+    /// The database ends before writes that were acknowledged: sled cut its log back (a damaged
+    /// disk, or files changed behind its back). Nothing was changed.
+    #[error(
+        "the store at {path} acknowledged writes up to resourceVersion {promised}, but its data \
+         ends at {found}: acknowledged writes were lost (a damaged disk or database files). \
+         Nothing was changed. Keep a copy of the directory, then either restore a backup with \
+         `kdoctor store import --data NEW_DIR BACKUP.jsonl` and point --data at NEW_DIR, or accept \
+         the loss with `kdoctor store repair --data {path}` (the store then continues from \
+         resourceVersion {promised}, so no client sees versions go backwards)"
+    )]
+    LostWrites {
+        /// The store directory.
+        path: PathBuf,
+        /// The durable mark: the last acknowledged resourceVersion.
+        promised: u64,
+        /// The resourceVersion the database holds.
+        found: u64,
+    },
+    /// The durable mark cannot be read.
+    #[error(
+        "the store's durable mark {path} is damaged ({reason}); the store cannot tell whether \
+         acknowledged writes were lost. Nothing was changed. If the data is known good, accept it \
+         with `kdoctor store repair --data DIR`"
+    )]
+    MarkDamaged {
+        /// The mark file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The store was written by a newer layout.
     #[error(
         "the store at {path} has layout version {found}; this kdoctor reads version {supported}"

@@ -10,6 +10,7 @@
 mod body;
 mod codec;
 mod config;
+mod durable;
 mod error;
 mod index;
 mod keys;
@@ -36,5 +37,7 @@ pub use model::{
     RoundSummary, TaskRecord, TaskSummary,
 };
 pub use retention::{Reason, Removal, SweepReport, plan as plan_retention, run_retention};
-pub use store::{FORMAT_VERSION, NewReport, RoundInfo, Stats, Store, Subscription, WatchError};
+pub use store::{
+    FORMAT_VERSION, NewReport, Repair, RoundInfo, Stats, Store, Subscription, WatchError,
+};
 pub use transfer::{BadLine, Counts, ImportError, ImportReport, Line};

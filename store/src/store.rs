@@ -2,8 +2,10 @@
 //!
 //! Writes are serialized by one writer lock: each builds a single sled batch holding the data,
 //! the index rows, the new resourceVersion and the change event, applies it atomically, updates
-//! the in-memory index, publishes the event, releases the lock and only then flushes — so that
-//! concurrent writers share flushes, and a write returns only once it is durable.
+//! the in-memory index, releases the lock and only then flushes — so that concurrent writers
+//! share flushes, and a write returns only once it is durable. After the flush the durable mark
+//! (see [`crate::durable`]) moves to the flushed resourceVersion and only then are the flushed
+//! events published to watchers, in order: no watcher sees a change that a crash could undo.
 
 use std::collections::VecDeque;
 use std::io::Read;
@@ -20,6 +22,7 @@ use tokio::sync::broadcast;
 use crate::body;
 use crate::codec::{self, Frame};
 use crate::config::StoreConfig;
+use crate::durable::{self, DurableMark};
 use crate::error::{Result, StoreError};
 use crate::index::{Entry, Index, RoundMeta};
 use crate::keys;
@@ -118,6 +121,8 @@ struct Writer {
     rv: u64,
     next_id: u64,
     window: VecDeque<Event>,
+    /// The last resourceVersion whose event went to watchers (everything up to it is durable).
+    published: u64,
 }
 
 /// The report store of the controller.
@@ -127,6 +132,7 @@ pub struct Store {
     writer: Mutex<Writer>,
     index: RwLock<Index>,
     events: broadcast::Sender<Event>,
+    mark: DurableMark,
     config: StoreConfig,
     metrics: StoreMetrics,
     _lock: LockFile,
@@ -170,15 +176,7 @@ impl Store {
     pub fn open(config: StoreConfig) -> Result<Store> {
         let path = config.path.clone();
         let lock = LockFile::acquire(&path)?;
-        let db = sled::Config::new()
-            .path(path.join("db"))
-            .cache_capacity(config.cache_capacity)
-            .mode(sled::Mode::LowSpace)
-            .open()
-            .map_err(|e| StoreError::Open {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
+        let db = open_db(&config)?;
         match db.get(keys::META_FORMAT)? {
             None => {
                 db.insert(keys::META_FORMAT, &FORMAT_VERSION.to_be_bytes())?;
@@ -203,6 +201,16 @@ impl Store {
             Ok(db.get(key)?.and_then(|v| keys::u64_at(&v, 0)).unwrap_or(0))
         };
         let rv = read_u64(keys::META_RV)?;
+        if let Some(promised) = durable::read(&path)?
+            && promised > rv
+        {
+            return Err(StoreError::LostWrites {
+                path,
+                promised,
+                found: rv,
+            });
+        }
+        let mark = DurableMark::open(&path, rv)?;
         let next_id = read_u64(keys::META_ID)?;
         let index = load_index(&db)?;
         let mut window = VecDeque::new();
@@ -219,9 +227,11 @@ impl Store {
                 rv,
                 next_id,
                 window,
+                published: rv,
             }),
             index: RwLock::new(index),
             events,
+            mark,
             config,
             metrics,
             _lock: lock,
@@ -743,17 +753,31 @@ impl Store {
         for _ in 0..overflow {
             writer.window.pop_front();
         }
-        for event in events {
-            writer.window.push_back(event.clone());
-            // No subscriber is not an error.
-            let _ = self.events.send(event);
-        }
+        // Published by the flush that makes them durable.
+        writer.window.extend(events);
         self.update_gauges_with(writer.rv);
         Ok(())
     }
 
+    /// Makes every applied write durable, moves the durable mark, then publishes the events
+    /// that are now durable, in resourceVersion order (several writers may flush at once).
     fn flush(&self) -> Result<()> {
+        let applied = self.lock_writer().rv;
         self.db.flush()?;
+        self.mark.advance(applied)?;
+        let mut writer = self.lock_writer();
+        if applied > writer.published {
+            let from = writer.published;
+            for event in writer
+                .window
+                .iter()
+                .filter(|e| e.resource_version > from && e.resource_version <= applied)
+            {
+                // No subscriber is not an error.
+                let _ = self.events.send(event.clone());
+            }
+            writer.published = applied;
+        }
         Ok(())
     }
 
@@ -1026,10 +1050,11 @@ impl Store {
                 oldest,
             });
         }
+        // Events not yet durable come live, once their flush publishes them.
         let backlog = writer
             .window
             .iter()
-            .filter(|e| e.resource_version > after)
+            .filter(|e| e.resource_version > after && e.resource_version <= writer.published)
             .cloned()
             .collect();
         Ok(Subscription { backlog, live })
@@ -1052,6 +1077,61 @@ impl Store {
         }
         stats.disk_bytes = self.db.size_on_disk()?;
         Ok(stats)
+    }
+}
+
+fn open_db(config: &StoreConfig) -> Result<sled::Db> {
+    sled::Config::new()
+        .path(config.path.join("db"))
+        .cache_capacity(config.cache_capacity)
+        .mode(sled::Mode::LowSpace)
+        .open()
+        .map_err(|e| StoreError::Open {
+            path: config.path.clone(),
+            reason: e.to_string(),
+        })
+}
+
+/// What [`Store::repair`] found and did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Repair {
+    /// The resourceVersion the database held.
+    pub found: u64,
+    /// The durable mark, when readable.
+    pub promised: Option<u64>,
+    /// Where resourceVersions continue from now (never below what clients were shown).
+    pub continues_from: u64,
+}
+
+impl Store {
+    /// Accepts a store that lost acknowledged writes (see [`StoreError::LostWrites`]) or whose
+    /// durable mark is damaged: the data stays as it is, the resourceVersion jumps to the mark
+    /// so that no client sees versions go backwards, and the mark is rewritten.
+    pub fn repair(config: &StoreConfig) -> Result<Repair> {
+        let _lock = LockFile::acquire(&config.path)?;
+        let db = open_db(config)?;
+        let found = db
+            .get(keys::META_RV)?
+            .and_then(|v| keys::u64_at(&v, 0))
+            .unwrap_or(0);
+        let promised = match durable::read(&config.path) {
+            Ok(mark) => mark,
+            Err(e) => {
+                tracing::warn!(error = %e, "the durable mark is rewritten");
+                None
+            }
+        };
+        let continues_from = found.max(promised.unwrap_or(0));
+        if continues_from > found {
+            db.insert(keys::META_RV, &continues_from.to_be_bytes())?;
+            db.flush()?;
+        }
+        DurableMark::open(&config.path, continues_from)?;
+        Ok(Repair {
+            found,
+            promised,
+            continues_from,
+        })
     }
 }
 

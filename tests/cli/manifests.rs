@@ -41,44 +41,90 @@ fn the_apiservice_registers_the_served_group_and_leaves_the_ca_bundle_to_the_con
     assert_eq!(spec.service.and_then(|s| s.port), Some(443));
 }
 
+/// Issue 20: each rule of apiserver-rbac.yaml is checked against what the code does. The
+/// server's own calls are TokenReviews and SubjectAccessReviews (exactly what
+/// `system:auth-delegator` grants) and the watch of kube-system's authentication ConfigMap
+/// (exactly the `extension-apiserver-authentication-reader` Role); the users' ClusterRoles
+/// together grant the verbs the report resource serves, each to the role that matches it.
 #[test]
 fn the_apiserver_rbac_is_least_privilege() {
+    use kdoctor_apiserver::auth::config as authn;
+    let code = std::fs::read_to_string("apiserver/src/auth/kube_reviews.rs").expect("source");
+    // The Kubernetes objects the server's code reads or creates, and nothing else.
+    for used in ["TokenReview", "SubjectAccessReview", "ConfigMap"] {
+        assert!(
+            code.contains(&format!("Api<{used}>")),
+            "the code no longer uses {used}"
+        );
+    }
+    assert_eq!(
+        (authn::NAMESPACE, authn::NAME),
+        ("kube-system", "extension-apiserver-authentication")
+    );
+    let mut served: Vec<String> = Vec::new();
+    let mut bindings = Vec::new();
     for doc in documents("manifests/apiserver-rbac.yaml") {
         match doc["kind"].as_str() {
             Some("ClusterRole") => {
                 let role: ClusterRole = serde_json::from_value(doc).expect("a ClusterRole");
+                let name = role.metadata.name.clone().unwrap_or_default();
                 for rule in role.rules.unwrap_or_default() {
-                    let all = [
-                        rule.api_groups.unwrap_or_default(),
-                        rule.resources.unwrap_or_default(),
-                        rule.verbs,
-                    ];
-                    assert!(
-                        all.iter().flatten().all(|v| v != "*"),
-                        "wildcard in {:?}",
-                        role.metadata.name
+                    assert_eq!(
+                        (rule.api_groups.clone(), rule.resources.clone()),
+                        (
+                            Some(vec![kdoctor_apiserver::GROUP.to_string()]),
+                            Some(vec![kdoctor_apiserver::PLURAL.to_string()])
+                        ),
+                        "{name} grants something other than the reports"
                     );
+                    let expected: &[&str] = match name.as_str() {
+                        "kdoctor-report-reader" => &["get", "list", "watch"],
+                        "kdoctor-report-editor" => &["delete"],
+                        other => panic!("unexpected ClusterRole {other}"),
+                    };
+                    assert_eq!(rule.verbs, expected, "{name}");
+                    served.extend(rule.verbs);
                 }
             }
             Some("ClusterRoleBinding") => {
                 let binding: ClusterRoleBinding =
                     serde_json::from_value(doc).expect("a ClusterRoleBinding");
+                bindings.push(binding.role_ref.name.clone());
                 assert_eq!(binding.role_ref.name, "system:auth-delegator");
             }
             Some("RoleBinding") => {
                 let binding: RoleBinding = serde_json::from_value(doc).expect("a RoleBinding");
-                assert_eq!(binding.metadata.namespace.as_deref(), Some("kube-system"));
+                bindings.push(binding.role_ref.name.clone());
+                assert_eq!(
+                    binding.metadata.namespace.as_deref(),
+                    Some(authn::NAMESPACE)
+                );
                 assert_eq!(
                     binding.role_ref.name,
                     "extension-apiserver-authentication-reader"
                 );
             }
-            Some("Role") => {
-                let _: Role = serde_json::from_value(doc).expect("a Role");
-            }
             other => panic!("unexpected kind {other:?}"),
         }
     }
+    bindings.sort();
+    assert_eq!(
+        bindings,
+        [
+            "extension-apiserver-authentication-reader",
+            "system:auth-delegator"
+        ]
+    );
+    served.sort();
+    let mut verbs: Vec<String> = kdoctor_apiserver::discovery::VERBS
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    verbs.sort();
+    assert_eq!(
+        served, verbs,
+        "the users' roles grant exactly the verbs served"
+    );
 }
 
 /// Every object `kubectl apply -f manifests/` installs (the CRDs have their own test).
@@ -188,6 +234,36 @@ fn install_rbac_has_no_wildcard_and_agents_only_read() {
                     "agents only read: {rule:?}"
                 );
             }
+        }
+    }
+    // Issue 20 H1: no Secret or ConfigMap is readable cluster-wide, agents get none by their
+    // own roles (the controller grants them the named task inputs), and the only unnamed
+    // Secret reads are the controller's in the task-input namespace.
+    for o in &objects {
+        let rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule> =
+            serde_json::from_value(o["rules"].clone()).unwrap_or_default();
+        for rule in &rules {
+            let sensitive = rule
+                .resources
+                .iter()
+                .flatten()
+                .any(|r| r == "secrets" || r == "configmaps");
+            if !sensitive {
+                continue;
+            }
+            let name = o["metadata"]["name"].as_str().unwrap_or("");
+            assert_ne!(
+                o["kind"], "ClusterRole",
+                "{name} grants {rule:?} cluster-wide"
+            );
+            assert_ne!(name, "kdoctor-agent", "agents' own Role grants {rule:?}");
+            let named = rule.resource_names.as_ref().is_some_and(|n| !n.is_empty());
+            let reads = rule.verbs.iter().any(|v| v != "create");
+            assert!(
+                !reads || named || name == "kdoctor-controller-task-inputs",
+                "{name} reads every {:?}",
+                rule.resources
+            );
         }
     }
     // Only the controller writes task status.

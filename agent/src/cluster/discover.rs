@@ -469,6 +469,23 @@ impl Discovery {
         spec: &AppHttpHealthySpec,
     ) -> Result<(Option<Bytes>, Option<Arc<ClientConfig>>), DiscoveryError> {
         let target = &spec.target;
+        // The controller refuses such a task before it runs; an agent checks again rather than
+        // read what a task author should not reach (RBAC grants it only the named inputs).
+        let policy = kdoctor_api::inputs::InputPolicy::new(
+            &self.namespace,
+            &self.config.task_input_namespaces,
+            &["kdoctor-ca", "kdoctor-controller-cert"],
+        );
+        let task = kdoctor_api::task::Task::AppHttpHealthy(kdoctor_api::task::AppHttpHealthy::new(
+            "input-check",
+            spec.clone(),
+        ));
+        if let Err(refused) = policy.check(&task) {
+            return Err(DiscoveryError::Unusable {
+                what: "the task's inputs".to_string(),
+                problem: refused.to_string(),
+            });
+        }
         let body = match (
             &target.body_configmap_name,
             &target.body_configmap_namespace,

@@ -24,6 +24,11 @@ use crate::metrics::Metrics;
 /// A TLS handshake that takes longer than this is abandoned (slow or stuck clients).
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The common name of the client certificate the connection's TLS handshake verified (`None`
+/// on plain connections and for clients without a certificate).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientName(pub Option<Arc<str>>);
+
 /// Why a listener could not be opened.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr} ({what}): {source}")]
@@ -75,18 +80,24 @@ pub fn serve(
             let acceptor = acceptor.clone();
             let metrics = metrics.clone();
             tokio::spawn(async move {
-                let service =
-                    router.map_request(move |mut request: http::Request<hyper::body::Incoming>| {
-                        request.extensions_mut().insert(ConnectInfo(peer));
-                        request.extensions_mut().insert(scheme);
-                        request
-                    });
-                let service = TowerToHyperService::new(service);
+                let service = |client: ClientName| {
+                    TowerToHyperService::new(router.map_request(
+                        move |mut request: http::Request<hyper::body::Incoming>| {
+                            request.extensions_mut().insert(ConnectInfo(peer));
+                            request.extensions_mut().insert(scheme);
+                            request.extensions_mut().insert(client.clone());
+                            request
+                        },
+                    ))
+                };
                 let builder = Builder::new(TokioExecutor::new());
                 let result = match acceptor {
                     None => {
                         builder
-                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                            .serve_connection_with_upgrades(
+                                TokioIo::new(stream),
+                                service(ClientName(None)),
+                            )
                             .await
                     }
                     Some(acceptor) => {
@@ -106,6 +117,14 @@ pub fn serve(
                                 return;
                             }
                         };
+                        let client = ClientName(
+                            tls.get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|chain| chain.first())
+                                .and_then(crate::tls::common_name)
+                                .map(Arc::from),
+                        );
                         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                         let builder = if h2 {
                             builder.http2_only()
@@ -113,7 +132,7 @@ pub fn serve(
                             builder.http1_only()
                         };
                         builder
-                            .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                            .serve_connection_with_upgrades(TokioIo::new(tls), service(client))
                             .await
                     }
                 };

@@ -12,6 +12,8 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use kdoctor_agent::agent::start;
 use kdoctor_agent::config::AgentArgs;
+use kdoctor_agent::report_api::HARVESTER_NAME;
+use kdoctor_agent::report_client::{MAX_ANSWER_BYTES, ReportClient, ReportClientError};
 use kdoctor_agent::spool::{Spool, TEMP_PREFIX};
 use kdoctor_agent::tls::{Identity, ServerTrust, client_config};
 use kdoctor_api::report::Report;
@@ -42,12 +44,12 @@ fn ca(name: &str) -> Ca {
     }
 }
 
-fn client_identity(ca: &Ca) -> Identity {
+fn client_identity(ca: &Ca, name: &str) -> Identity {
     let key = KeyPair::generate().unwrap();
     let mut params = CertificateParams::new(Vec::new()).unwrap();
     params
         .distinguished_name
-        .push(rcgen::DnType::CommonName, "kdoctor-harvester");
+        .push(rcgen::DnType::CommonName, name);
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     let cert = params.signed_by(&key, &ca.issuer).unwrap();
     Identity {
@@ -125,10 +127,27 @@ async fn harvester_lists_fetches_and_acknowledges_with_a_ca_signed_certificate()
     // Refused without a certificate, and with one from another CA.
     let none = call(addr, None, "GET", "/v1/reports").await;
     assert!(none.is_err(), "no client certificate: {none:?}");
-    let foreign = call(addr, Some(client_identity(&other)), "GET", "/v1/reports").await;
+    let foreign = call(
+        addr,
+        Some(client_identity(&other, HARVESTER_NAME)),
+        "GET",
+        "/v1/reports",
+    )
+    .await;
     assert!(foreign.is_err(), "certificate of another CA: {foreign:?}");
+    // The install's CA, but not the harvester's name: nothing may be read or dropped.
+    let stranger = || Some(client_identity(&install, "kdoctor-agent"));
+    for (method, path) in [
+        ("GET", "/v1/reports".to_string()),
+        ("GET", format!("/v1/reports/{a}")),
+        ("POST", format!("/v1/reports/{a}/ack")),
+    ] {
+        let (status, body) = call(addr, stranger(), method, &path).await.unwrap();
+        assert_eq!(status, 403, "{method} {path} by another name: {body}");
+        assert!(body.contains(HARVESTER_NAME), "{body}");
+    }
 
-    let me = || Some(client_identity(&install));
+    let me = || Some(client_identity(&install, HARVESTER_NAME));
     let (status, body) = call(addr, me(), "GET", "/v1/reports").await.unwrap();
     assert_eq!(status, 200, "{body}");
     let list: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -156,6 +175,7 @@ async fn harvester_lists_fetches_and_acknowledges_with_a_ca_signed_certificate()
     let (_, body) = call(addr, me(), "GET", "/v1/reports").await.unwrap();
     let list: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(list["items"][0]["acknowledged"].is_string(), "{body}");
+    // Only the harvester's own acknowledgement counted (b was "acknowledged" by nobody).
     assert!(list["items"][1].get("acknowledged").is_none(), "{body}");
 
     let (status, _) = call(
@@ -175,6 +195,65 @@ async fn harvester_lists_fetches_and_acknowledges_with_a_ca_signed_certificate()
         .await
         .unwrap();
     assert_eq!(status, 405, "nothing but list, fetch and acknowledge");
+}
+
+/// Issue 20 M5: whatever answers on an agent's address cannot push more than
+/// [`MAX_ANSWER_BYTES`] into the harvester: a peer that streams without end is cut off.
+#[tokio::test]
+async fn the_harvester_reads_a_bounded_answer() {
+    let identity = kdoctor_agent::tls::Identity::self_signed(&["127.0.0.1".to_string()]).unwrap();
+    let config = kdoctor_agent::tls::server_config(identity, None).unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = sent.clone();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut tls = acceptor.accept(tcp).await.unwrap();
+        let mut request = [0u8; 4096];
+        let _ = tls.read(&mut request).await;
+        let _ = tls
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100000000000\r\n\r\n")
+            .await;
+        let chunk = vec![b' '; 1 << 20];
+        while tls.write_all(&chunk).await.is_ok() {
+            counter.fetch_add(chunk.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let install = ca("kdoctor-ca");
+    let client = ReportClient::new(
+        client_identity(&install, HARVESTER_NAME),
+        port,
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    let mut connection = client
+        .connect(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let error = connection
+        .fetch("NetReach_x_round1_node-1")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, ReportClientError::Decode { problem, .. } if problem.contains("larger than")),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
+    // The peer was cut off near the bound (socket buffers hold a few MiB more), not read on.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pushed = sent.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        pushed < MAX_ANSWER_BYTES + (32 << 20),
+        "the peer pushed {pushed} bytes"
+    );
 }
 
 const CHILD_DIR: &str = "KDOCTOR_SPOOL_WRITER_DIR";

@@ -131,3 +131,45 @@ async fn a_review_outage_is_an_error_not_an_allow() {
     let reply = send(&s.router, Method::GET, BASE, Some("admin-token"), None).await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
 }
+
+#[tokio::test]
+async fn an_access_review_outage_is_an_error_not_an_allow() {
+    let s = server_with(
+        "acc-sar-down",
+        FakeReviews {
+            access_down: true,
+            ..reviews()
+        },
+    );
+    fill(&s.store);
+    for (method, uri) in [
+        (Method::GET, BASE.to_string()),
+        (Method::GET, format!("{BASE}/netreach-task")),
+        (Method::DELETE, format!("{BASE}/netreach-task")),
+        (Method::GET, "/metrics".to_string()),
+    ] {
+        let reply = send(&s.router, method.clone(), &uri, Some("admin-token"), None).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{method} {uri}"
+        );
+        let status = reply.json();
+        assert_eq!(status["reason"], "InternalError", "{method} {uri}");
+        assert!(
+            status["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("authorization failed")),
+            "{status}"
+        );
+    }
+    // Nothing was deleted while authorization was down; masters still pass.
+    assert_eq!(
+        s.store
+            .find(kdoctor_api::task::TaskKind::NetReach, "task")
+            .len(),
+        2
+    );
+    let reply = send(&s.router, Method::GET, BASE, Some("root-token"), None).await;
+    assert_eq!(reply.status, StatusCode::OK);
+}

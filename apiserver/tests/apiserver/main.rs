@@ -2,6 +2,7 @@
 
 mod access;
 mod certs;
+mod connections;
 mod delegated;
 mod discovery;
 mod fake_kube;

@@ -30,6 +30,8 @@ pub struct FakeReviews {
     pub allowed: Vec<(String, String)>,
     /// Whether reviews fail (the Kubernetes API is down).
     pub down: bool,
+    /// Whether only SubjectAccessReviews fail (tokens still reviewed).
+    pub access_down: bool,
     /// Every access review asked.
     pub asked: Mutex<Vec<(String, Attributes)>>,
     /// The users of those reviews, in full.
@@ -57,7 +59,7 @@ impl Reviews for FakeReviews {
                 .expect("lock")
                 .push((user.name.clone(), attributes.clone()));
             self.users.lock().expect("lock").push(user.clone());
-            if self.down {
+            if self.down || self.access_down {
                 return Err("connection refused".into());
             }
             // Non-resource paths need an explicit "path:<path>" grant.

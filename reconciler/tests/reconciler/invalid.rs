@@ -113,6 +113,24 @@ async fn every_cluster_dependent_rule_gives_a_condition_and_an_event_and_the_tas
             ),
             "spec.target.bodyConfigmapName: Not found: \"absent\"",
         ),
+        // Issue 20 H1: a task author cannot make kdoctor read another namespace's Secrets,
+        // nor the install's CA.
+        (
+            "elsewhere",
+            app(
+                "elsewhere",
+                serde_json::json!({"tlsSecretName": "bootstrap-signer", "tlsSecretNamespace": "kube-system"}),
+            ),
+            "spec.target.tlsSecretNamespace: Forbidden: kdoctor reads task inputs only from the namespaces its installer allows (kdoctor), not \"kube-system\"",
+        ),
+        (
+            "the-ca",
+            app(
+                "the-ca",
+                serde_json::json!({"tlsSecretName": "kdoctor-ca", "tlsSecretNamespace": NAMESPACE}),
+            ),
+            "Secret kdoctor/kdoctor-ca is the install's own and cannot be a task input",
+        ),
     ];
     for (name, task, _) in &cases {
         apply::<AppHttpHealthy>(&cluster, name, task).await;
@@ -153,6 +171,11 @@ async fn every_cluster_dependent_rule_gives_a_condition_and_an_event_and_the_tas
         "an invalid task is not recorded"
     );
 
+    // The refusals came before any read (the controller may not read kube-system at all: a
+    // read would have failed the reconcile, not given the condition), and agents were granted
+    // nothing.
+    assert!(!agent_may(&cluster, "secrets", "kdoctor-ca").await);
+
     // Creating the missing ConfigMap lets its task run.
     let maps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     maps.create(
@@ -181,4 +204,41 @@ async fn every_cluster_dependent_rule_gives_a_condition_and_an_event_and_the_tas
         },
     )
     .await;
+    // The agents may now read that ConfigMap, by name, and still nothing else.
+    assert!(agent_may(&cluster, "configmaps", "absent").await);
+    assert!(!agent_may(&cluster, "configmaps", "kdoctor").await);
+    assert!(!agent_may(&cluster, "secrets", "kdoctor-ca").await);
+}
+
+/// Whether the agents' ServiceAccount may `get` `resource`/`name` in the install namespace, as
+/// the real API server's authorizer answers.
+async fn agent_may(cluster: &Cluster, resource: &str, name: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let reviews: Api<SubjectAccessReview> = Api::all(cluster.client.clone());
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!("system:serviceaccount:{NAMESPACE}:kdoctor-agent")),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{NAMESPACE}"),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(NAMESPACE.into()),
+                verb: Some("get".into()),
+                resource: Some(resource.into()),
+                name: Some(name.into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    reviews
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("review")
+        .status
+        .is_some_and(|s| s.allowed)
 }

@@ -259,13 +259,15 @@ async fn real_agents_probe_an_app_with_its_configmap_body_and_the_cluster_dns() 
     let body = ConfigMap {
         metadata: kube::core::ObjectMeta {
             name: Some("body".into()),
-            namespace: Some("default".into()),
+            // Task inputs come from the install namespace (issue 20 H1): the agents read it
+            // through the Role the controller grants them.
+            namespace: Some(NAMESPACE.into()),
             ..Default::default()
         },
         data: Some([("hello".to_string(), "world".to_string())].into()),
         ..ConfigMap::default()
     };
-    Api::<ConfigMap>::namespaced(cluster.client.clone(), "default")
+    Api::<ConfigMap>::namespaced(cluster.client.clone(), NAMESPACE)
         .create(&PostParams::default(), &body)
         .await
         .expect("body ConfigMap");
@@ -274,7 +276,7 @@ async fn real_agents_probe_an_app_with_its_configmap_body_and_the_cluster_dns() 
         "metadata": {"name": "app"},
         "spec": {
             "target": {"host": format!("http://{ip}/?task=app"), "method": "PUT",
-                       "bodyConfigmapName": "body", "bodyConfigmapNamespace": "default"},
+                       "bodyConfigmapName": "body", "bodyConfigmapNamespace": NAMESPACE},
             "request": {"durationInSecond": 1, "qps": 4, "perRequestTimeoutInMS": 1000},
             "expect": {"statusCode": 200},
             "schedule": {"schedule": "0 1", "roundTimeoutMinute": 1, "roundNumber": 1},

@@ -643,7 +643,7 @@ impl Cluster {
     ) -> (watch::Sender<bool>, watch::Receiver<bool>, JoinHandle<()>) {
         let harvester = self
             .ca
-            .client("kdoctor-controller", &[])
+            .client(kdoctor_agent::report_api::HARVESTER_NAME, &[])
             .expect("client cert");
         let setup = Setup {
             client: self.controller_client.clone(),

@@ -1,6 +1,7 @@
 //! The kdoctor-store test suite (one binary).
 
 mod basics;
+mod corruption;
 mod crash;
 mod feed;
 mod props;

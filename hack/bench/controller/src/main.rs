@@ -489,7 +489,7 @@ async fn run_rounds(
 async fn raw_harvest(cluster: &Cluster, stand_ins: &StandIns) -> Duration {
     let pem = cluster
         .ca
-        .client(CONTROLLER_USER, &[])
+        .client(kdoctor_agent::report_api::HARVESTER_NAME, &[])
         .expect("client cert");
     let client = Arc::new(
         ReportClient::new(
