@@ -511,6 +511,7 @@ def check_values_reach_objects(binary: str) -> None:
         "feature": {
             "enableIPv6": True,
             "netReachRequestMaxQPS": 50,
+            "taskInputNamespaces": ["apps", "apps"],
             "aggregateReport": {
                 "cleanAgedReportIntervalInMinute": 5,
                 "controller": {
@@ -554,6 +555,16 @@ def check_values_reach_objects(binary: str) -> None:
     conf = yaml.safe_load(find(r, "ConfigMap", "kdoctor")["data"]["conf.yml"])
     if conf.get("enableIPv6") is not True or conf.get("netReachRequestMaxQPS") != 50:
         fail(f"conf.yml does not carry the feature values: {conf}")
+    # Task inputs: conf.yml lists the namespaces, and each (the release's too) has the Role
+    # and binding that let the controller read and grant there; duplicates render once.
+    if conf.get("taskInputNamespaces") != ["apps", "apps"]:
+        fail(f"conf.yml does not carry taskInputNamespaces: {conf}")
+    roles = sorted(o["metadata"]["namespace"] for o in r
+                   if o["kind"] == "Role" and o["metadata"]["name"] == "kdoctor-controller-task-inputs")
+    bindings = sorted(o["metadata"]["namespace"] for o in r
+                      if o["kind"] == "RoleBinding" and o["metadata"]["name"] == "kdoctor-controller-task-inputs")
+    if roles != sorted(["apps", NAMESPACE]) or bindings != roles:
+        fail(f"task-input Roles {roles} and bindings {bindings}, expected apps and {NAMESPACE}")
     ing = find(r, "Ingress", "kdoctor-agent")
     if not ing or ing["spec"].get("ingressClassName") != "nginx":
         fail(f"Ingress class not set: {ing}")
