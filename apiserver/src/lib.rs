@@ -91,6 +91,7 @@ pub fn router(state: AppState) -> Router {
             }
         }))
         .fallback(|| async { status::ApiError::no_route() })
+        .layer(middleware::from_fn(status::read_body))
         .layer(middleware::from_fn(status::as_status))
         .layer(middleware::from_fn_with_state(state.clone(), auth::guard))
         .layer(middleware::from_fn_with_state(state.clone(), metrics::track))
