@@ -67,10 +67,7 @@ async fn acknowledge(State(spool): State<Arc<Spool>>, Path(name): Path<String>) 
     }
 }
 
-/// The common name of the only client certificate the report API serves: the controller's
-/// harvester. Other certificates of the install's CA (any that it issues later, or one leaked
-/// from elsewhere) may not read or drop reports.
-pub const HARVESTER_NAME: &str = "kdoctor-controller";
+pub use kdoctor_transport::report_api::HARVESTER_NAME;
 
 async fn only_the_harvester(request: Request, next: Next) -> Response {
     match request.extensions().get::<ClientName>() {

@@ -14,7 +14,6 @@ use jiff::Timestamp;
 use kdoctor_api::report::Report;
 use kdoctor_api::report::files::{ReportFileName, parse_file_name};
 use kdoctor_api::task::TaskKind;
-use serde::{Deserialize, Serialize};
 
 /// How long an acknowledged report is kept (so a harvester that crashed after acknowledging
 /// but before its own flush can fetch it again).
@@ -53,28 +52,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
     }
 }
 
-/// One spooled report as listed.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Entry {
-    /// File name (the report's id in the report API).
-    pub name: String,
-    /// Task kind.
-    pub kind: String,
-    /// Task name.
-    pub task: String,
-    /// Round number.
-    pub round: u64,
-    /// Node.
-    pub node: String,
-    /// When it is removed if never acknowledged.
-    pub expiry: Timestamp,
-    /// Size in bytes.
-    pub size: u64,
-    /// When it was acknowledged.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acknowledged: Option<Timestamp>,
-}
+/// One spooled report as listed (the report API's contract).
+pub use kdoctor_transport::report_api::Entry;
 
 /// The spool directory.
 #[derive(Debug)]

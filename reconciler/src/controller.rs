@@ -10,12 +10,12 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kdoctor_agent::report_client::ReportClient;
-use kdoctor_agent::tls::Identity;
 use kdoctor_api::config::Config;
 use kdoctor_api::labels::{APP_COMPONENT, MANAGED_BY, MANAGED_BY_KDOCTOR, TASK_KIND, TASK_NAME};
 use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns};
 use kdoctor_store::Store;
+use kdoctor_transport::report_client::ReportClient;
+use kdoctor_transport::tls::Identity;
 use kube::runtime::controller::Controller;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -67,7 +67,7 @@ pub struct Setup {
 pub enum RunError {
     /// The report client could not be built.
     #[error(transparent)]
-    Tls(#[from] kdoctor_agent::tls::TlsError),
+    Tls(#[from] kdoctor_transport::tls::TlsError),
     /// Another replica took over; this one must stop acting.
     #[error("lost the leader Lease {LEASE_NAME}")]
     LostLeadership,

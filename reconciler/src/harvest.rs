@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use kdoctor_agent::report_client::{ReportClient, ReportClientError};
-use kdoctor_agent::spool::Entry;
 use kdoctor_api::report::Report;
 use kdoctor_api::task::TaskKind;
 use kdoctor_store::{IncarnationId, NewReport, Store};
+use kdoctor_transport::report_api::Entry;
+use kdoctor_transport::report_client::{ReportClient, ReportClientError};
 
 use crate::export::{ExportHook, Exported};
 use crate::metrics::ControllerMetrics;

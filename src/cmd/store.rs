@@ -142,7 +142,16 @@ pub fn run(args: &Args) -> Result<ExitCode> {
 }
 
 fn run_import(args: &ImportArgs) -> Result<ExitCode> {
-    let store = open(&args.data)?;
+    if let Some(dir) = &args.from_kdoctor_dir
+        && !dir.is_dir()
+    {
+        anyhow::bail!(
+            "--from-kdoctor-dir {}: no such directory (the Go kdoctor controller's report directory)",
+            dir.display()
+        );
+    }
+    // The one command that may start a new store.
+    let store = Store::open(StoreConfig::new(&args.data.data))?;
     if let Some(dir) = &args.from_kdoctor_dir {
         let report = store.migrate_kdoctor_dir(dir)?;
         for (file, bad) in &report.skipped {

@@ -272,3 +272,77 @@ fn a_store_in_use_is_refused_with_its_holder() {
             .success()
     );
 }
+
+/// Commands that only read never create a store at a mistyped path, and a missing migration
+/// source is named as such, not blamed on the store (issue 19).
+#[test]
+fn reading_commands_and_a_missing_migration_source_say_what_is_missing() {
+    let dir = scratch("store-missing");
+    let typo = dir.join("typo");
+    for command in ["stats", "export", "repair"] {
+        let output = kdoctor(&["store", command, "--data", &typo.display().to_string()]);
+        assert_eq!(output.status.code(), Some(2), "store {command}");
+        let err = stderr(&output);
+        assert_eq!(
+            err.trim(),
+            format!(
+                "error: no store at {}: --data must name a store directory (the controller's --data)",
+                typo.display()
+            ),
+            "store {command}"
+        );
+        assert!(!typo.exists(), "store {command} created {}", typo.display());
+    }
+    let data = dir.join("data");
+    let output = kdoctor(&[
+        "store",
+        "import",
+        "--data",
+        &data.display().to_string(),
+        "--from-kdoctor-dir",
+        "/nonexistent/kdoctor/reports",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output).trim(),
+        "error: --from-kdoctor-dir /nonexistent/kdoctor/reports: no such directory (the Go kdoctor controller's report directory)"
+    );
+    assert!(!data.exists(), "a store was created for a failed import");
+}
+
+/// `kdoctor store repair` on a store that lost acknowledged writes (issue 20 M6): the store
+/// refuses to open, repair says what was lost, and the store opens again.
+#[test]
+fn repair_accepts_a_store_that_lost_acknowledged_writes() {
+    let dir = scratch("store-repair");
+    fill(&dir);
+    // A mark ahead of the data: as if the last writes were lost by the disk.
+    let mark = dir.join("durable-rv");
+    let rv = 1_000_000u64;
+    let mut bytes = rv.to_be_bytes().to_vec();
+    bytes.extend(crc32fast::hash(&rv.to_be_bytes()).to_be_bytes());
+    bytes.extend([0u8; 4]);
+    std::fs::write(&mark, bytes).expect("mark");
+    let data = dir.display().to_string();
+    let refused = kdoctor(&["store", "stats", "--data", &data]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr(&refused).contains("acknowledged writes up to resourceVersion 1000000"),
+        "{}",
+        stderr(&refused)
+    );
+    let repaired = kdoctor(&["store", "repair", "--data", &data]);
+    assert!(repaired.status.success(), "{}", stderr(&repaired));
+    assert!(
+        stderr(&repaired).contains("resourceVersions continue from 1000000"),
+        "{}",
+        stderr(&repaired)
+    );
+    let stats = kdoctor(&["store", "stats", "--data", &data, "-o", "json"]);
+    assert!(stats.status.success(), "{}", stderr(&stats));
+    assert!(
+        stdout(&stats).contains("\"resourceVersion\": 1000000"),
+        "{}",
+        stdout(&stats)
+    );
+}

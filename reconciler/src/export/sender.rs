@@ -19,7 +19,7 @@ use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use kdoctor_agent::tls::{ServerTrust, client_config, parse_roots};
+use kdoctor_transport::tls::{ServerTrust, client_config, parse_roots};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use rustls::RootCertStore;
 use rustls::pki_types::ServerName;

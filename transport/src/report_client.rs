@@ -20,7 +20,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::TlsConnector;
 
-use crate::spool::Entry;
+use crate::report_api::Entry;
 use crate::tls::{Identity, ServerTrust, TlsError, client_config};
 
 /// The largest answer read from an agent: a round report of 100,000 targets fits, and a

@@ -1,0 +1,9 @@
+//! kdoctor-transport: what crosses between kdoctor's processes, in one small crate that agent,
+//! controller and binary share without depending on each other — the TLS material and
+//! configurations (rustls with ring), and the report API's contract: the listed entry, the
+//! harvester's certificate name, and the client the harvester pulls with. The agent serves the
+//! report API; the controller only speaks this contract, so it does not build the probers.
+
+pub mod report_api;
+pub mod report_client;
+pub mod tls;
