@@ -184,15 +184,7 @@ fn run_import(args: &ImportArgs) -> Result<ExitCode> {
             for bad in &report.skipped {
                 eprintln!("skipped line {}: {}", bad.line, bad.problem);
             }
-            let c = &report.counts;
-            eprintln!(
-                "imported {} tasks, {} rounds, {} reports ({} already stored, {} lines skipped)",
-                c.tasks,
-                c.rounds,
-                c.reports,
-                c.unchanged,
-                report.skipped.len()
-            );
+            eprintln!("{}", import_summary(&report.counts, report.skipped.len()));
             Ok(if report.skipped.is_empty() {
                 ExitCode::SUCCESS
             } else {
@@ -210,5 +202,69 @@ fn run_import(args: &ImportArgs) -> Result<ExitCode> {
             Ok(super::exit_failed())
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// What an import changed: the new lines first, so that a repeated import says it added nothing.
+fn import_summary(c: &kdoctor_store::Counts, skipped: usize) -> String {
+    let read = c.tasks + c.rounds + c.reports;
+    let new = read.saturating_sub(c.unchanged);
+    let what = format!(
+        "{}, {}, {}",
+        count(c.tasks, "task"),
+        count(c.rounds, "round"),
+        count(c.reports, "report")
+    );
+    let skipped = if skipped == 0 {
+        String::new()
+    } else {
+        format!("; {} skipped", count(skipped as u64, "line"))
+    };
+    if new == 0 && read > 0 {
+        format!("nothing new: {what} already stored{skipped}")
+    } else {
+        format!(
+            "imported {} of {what} ({} already stored){skipped}",
+            count(new, "new line"),
+            c.unchanged
+        )
+    }
+}
+
+/// `1 task`, `2 tasks`.
+fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kdoctor_store::Counts;
+
+    use super::import_summary;
+
+    #[test]
+    fn an_import_says_what_was_new() {
+        let all = Counts {
+            tasks: 2,
+            rounds: 1,
+            reports: 5,
+            unchanged: 0,
+        };
+        assert_eq!(
+            import_summary(&all, 0),
+            "imported 8 new lines of 2 tasks, 1 round, 5 reports (0 already stored)"
+        );
+        let again = Counts {
+            unchanged: 8,
+            ..all.clone()
+        };
+        assert_eq!(
+            import_summary(&again, 1),
+            "nothing new: 2 tasks, 1 round, 5 reports already stored; 1 line skipped"
+        );
     }
 }

@@ -199,7 +199,7 @@ fn local_runs_tasks_and_kubectl_reads_reports_and_tasks_across_restarts() {
     write(&task_dir, "tasks.yaml", tasks(&ports).as_bytes());
 
     let mut local = Local::start(&dir, &task_dir, &ports);
-    local.wait_for("finished, 1 rounds done", 3);
+    local.wait_for("finished, 1 round done", 3);
     let log = local.log();
     assert!(log.contains("get kdoctorreport"), "{log}");
     for kind in [
@@ -315,7 +315,7 @@ fn local_runs_tasks_and_kubectl_reads_reports_and_tasks_across_restarts() {
         ..ports
     };
     let mut again = Local::start(&dir, &task_dir, &ports2);
-    again.wait_for("finished, 1 rounds done", 3);
+    again.wait_for("finished, 1 round done", 3);
     let list = json(&kubectl(&dir, &["get", "kdoctorreport", "-o", "json"]));
     let items = list["items"].as_array().expect("items");
     assert_eq!(items.len(), 6, "{list}");

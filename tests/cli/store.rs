@@ -78,12 +78,12 @@ fn export_then_import_reproduces_the_store_and_is_idempotent() {
     assert!(import.status.success(), "{}", stderr(&import));
     assert_eq!(
         stderr(&import),
-        "imported 2 tasks, 2 rounds, 5 reports (0 already stored, 0 lines skipped)\n"
+        "imported 9 new lines of 2 tasks, 2 rounds, 5 reports (0 already stored)\n"
     );
     let again = kdoctor(&["store", "import", "--data", &b_arg, &file]);
     assert_eq!(
         stderr(&again),
-        "imported 2 tasks, 2 rounds, 5 reports (9 already stored, 0 lines skipped)\n"
+        "nothing new: 2 tasks, 2 rounds, 5 reports already stored\n"
     );
 
     let reexport = kdoctor(&["store", "export", "--data", &b_arg]);

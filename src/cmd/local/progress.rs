@@ -143,7 +143,8 @@ pub fn planned(kind: TaskKind, name: &str, round: i64, start: Timestamp, now: Ti
 /// `NetReach "task": finished, 3 rounds done, last round succeed`.
 pub fn finished(kind: TaskKind, name: &str, done: i64, last: Option<&str>) -> String {
     format!(
-        "{kind} {name:?}: finished, {done} rounds done, last round {}",
+        "{kind} {name:?}: finished, {done} {} done, last round {}",
+        if done == 1 { "round" } else { "rounds" },
         last.unwrap_or("none")
     )
 }
@@ -215,6 +216,10 @@ mod tests {
         assert_eq!(
             finished(TaskKind::NetReach, "t", 3, Some("succeed")),
             "NetReach \"t\": finished, 3 rounds done, last round succeed"
+        );
+        assert_eq!(
+            finished(TaskKind::NetReach, "t", 1, Some("fail")),
+            "NetReach \"t\": finished, 1 round done, last round fail"
         );
     }
 
