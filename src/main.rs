@@ -88,8 +88,55 @@ fn finish(outcome: anyhow::Result<ExitCode>) -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             cmd::exit_usage()
         }
+    }
+}
+
+/// An error and its causes on one line, as `{:#}` prints them, but without a cause whose text a
+/// message before it already includes (many errors name their cause in their own message, and
+/// `cannot read x: No such file or directory (os error 2): No such file or directory (os error
+/// 2)` says it twice).
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{path}: {source}")]
+    struct Read {
+        path: String,
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let error = anyhow::Error::new(Read {
+            path: "/x".into(),
+            source: io(),
+        })
+        .context("starting the server");
+        assert_eq!(
+            one_line(&error),
+            format!("starting the server: /x: {}", io())
+        );
+        let plain = anyhow::Error::new(io()).context("cannot read /y");
+        assert_eq!(one_line(&plain), format!("cannot read /y: {}", io()));
     }
 }
