@@ -34,6 +34,15 @@ pub enum DocumentError {
     /// A task whose fields do not fit the schema.
     #[error("{0}")]
     Schema(ErrorList),
+    /// A task whose only structural problems are unknown fields; `task` is what it is without
+    /// them, so that the rest can be validated too and every error reported at once.
+    #[error("{errors}")]
+    UnknownFields {
+        /// One `Unknown field` error per field.
+        errors: ErrorList,
+        /// The task without those fields.
+        task: Box<Task>,
+    },
     /// More text than any task file needs.
     #[error(
         "the manifest is larger than {MAX_MANIFEST_BYTES} bytes (the API server's request limit)"
@@ -222,7 +231,10 @@ pub fn decode_task(value: &mut Value) -> Result<Task, DocumentError> {
         }
     };
     let errors = structure::check(value, schema(kind));
-    if !errors.is_empty() {
+    let only_unknown = errors
+        .iter()
+        .all(|e| e.kind == crate::validation::ErrorKind::Unknown);
+    if !errors.is_empty() && !only_unknown {
         return Err(DocumentError::Schema(errors));
     }
     let value = value.take();
@@ -233,13 +245,23 @@ pub fn decode_task(value: &mut Value) -> Result<Task, DocumentError> {
         }
         TaskKind::Netdns => serde_json::from_value::<Netdns>(value).map(Task::Netdns),
     };
-    decoded.map_err(|e| {
-        DocumentError::Schema(ErrorList(vec![crate::validation::FieldError::invalid(
+    let task = decoded.map_err(|e| {
+        let mut list = errors.clone();
+        list.push(crate::validation::FieldError::invalid(
             crate::validation::FieldPath::root(),
             crate::validation::BadValue::Raw("object".into()),
             e.to_string(),
-        )]))
-    })
+        ));
+        DocumentError::Schema(list)
+    })?;
+    if errors.is_empty() {
+        Ok(task)
+    } else {
+        Err(DocumentError::UnknownFields {
+            errors,
+            task: Box::new(task),
+        })
+    }
 }
 
 /// The OpenAPI schema of a kind's CRD, as JSON (built once).
@@ -300,6 +322,32 @@ mod tests {
             "]".repeat(MAX_FLOW_DEPTH)
         ));
         assert!(check_bounds(&text).is_ok());
+    }
+
+    #[test]
+    fn unknown_fields_leave_a_task_to_validate_further() {
+        let documents = parse_tasks(
+            "apiVersion: kdoctor.io/v1beta1
+kind: NetReach
+metadata: {name: t}
+spec:
+  request: {qsp: 5, qps: 25}
+  bogus: true
+",
+        );
+        let Err(DocumentError::UnknownFields { errors, task }) = &documents[0].task else {
+            panic!("{:?}", documents[0].task);
+        };
+        let text = errors.to_string();
+        assert!(
+            text.contains("spec.request.qsp: Unknown field")
+                && text.contains("spec.bogus: Unknown field"),
+            "{text}"
+        );
+        let crate::task::Task::NetReach(t) = task.as_ref() else {
+            panic!("a NetReach");
+        };
+        assert_eq!(t.spec.request.as_ref().map(|r| r.qps), Some(25));
     }
 
     #[test]

@@ -123,6 +123,13 @@ fn check(document: Document, config: &Config) -> Result<Task, String> {
         Ok(task) => validation::check(task, config, ClusterFacts::default())
             .map_err(|errors| invalid(&what, &errors)),
         Err(DocumentError::Schema(errors)) => Err(invalid(&what, &errors)),
+        // Every error at once: the unknown fields, then what the rest of the task breaks.
+        Err(DocumentError::UnknownFields { mut errors, task }) => {
+            if let Err(more) = validation::check(*task, config, ClusterFacts::default()) {
+                errors.extend(more);
+            }
+            Err(invalid(&what, &errors))
+        }
         Err(e) => Err(format!("{what}: {e}")),
     }
 }

@@ -105,6 +105,33 @@ spec:
     );
 }
 
+/// An unknown field does not hide the task's other errors (issue 19): all are reported at once.
+#[test]
+fn validate_reports_unknown_fields_with_the_other_errors() {
+    let dir = scratch("unknown-and-invalid");
+    let file = write(
+        &dir,
+        "typo.yaml",
+        b"apiVersion: kdoctor.io/v1beta1
+kind: NetReach
+metadata:
+  name: typo
+spec:
+  request: {qps: 25, qsp: 5}
+",
+    );
+    let output = kdoctor(&["validate", "-f", &file]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stdout(&output),
+        format!(
+            "{file}: The NetReach \"typo\" is invalid:\n  \
+             * spec.request.qsp: Unknown field: field not declared in schema\n  \
+             * spec.request.qps: Invalid value: 25: must be less than 20\n"
+        )
+    );
+}
+
 #[test]
 fn files_that_are_not_tasks_get_one_clear_line() {
     let dir = scratch("not-tasks");

@@ -66,6 +66,9 @@ fn walk(value: &mut Value, schema: &Value, path: &FieldPath, errors: &mut ErrorL
                         .and_then(|p| p.get(key))
                         .is_some_and(|s| s.get("nullable") != Some(&Value::Bool(true))))
             });
+            // Unknown fields are reported and pruned, so that the rest of the object can still
+            // be checked and every problem of a file is reported at once.
+            let mut unknown = Vec::new();
             for (key, child) in map.iter_mut() {
                 let child_path = if path.as_str().is_empty() {
                     FieldPath::new(key)
@@ -86,10 +89,14 @@ fn walk(value: &mut Value, schema: &Value, path: &FieldPath, errors: &mut ErrorL
                         }
                     }
                     (None, _) if properties.is_some() && !preserve => {
-                        errors.push(FieldError::unknown(child_path))
+                        errors.push(FieldError::unknown(child_path));
+                        unknown.push(key.clone());
                     }
                     _ => {}
                 }
+            }
+            for key in unknown {
+                map.remove(&key);
             }
             for required in schema
                 .get("required")

@@ -23,7 +23,9 @@ pub fn controller_errors(yaml: &str, config: &Config) -> Vec<String> {
             Ok(_) => vec![],
             Err(errors) => errors.iter().map(ToString::to_string).collect(),
         },
-        Err(DocumentError::Schema(errors)) => errors.iter().map(ToString::to_string).collect(),
+        Err(DocumentError::Schema(errors) | DocumentError::UnknownFields { errors, .. }) => {
+            errors.iter().map(ToString::to_string).collect()
+        }
         Err(e) => vec![e.to_string()],
     }
 }
