@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use kdoctor_store::{ImportError, Store, StoreConfig};
 
 use super::output::{Format, render};
+use crate::plural::count;
 
 /// Arguments of `kdoctor store`.
 #[derive(clap::Args)]
@@ -218,7 +219,7 @@ fn import_summary(c: &kdoctor_store::Counts, skipped: usize) -> String {
     let skipped = if skipped == 0 {
         String::new()
     } else {
-        format!("; {} skipped", count(skipped as u64, "line"))
+        format!("; {} skipped", count(skipped, "line"))
     };
     if new == 0 && read > 0 {
         format!("nothing new: {what} already stored{skipped}")
@@ -228,15 +229,6 @@ fn import_summary(c: &kdoctor_store::Counts, skipped: usize) -> String {
             count(new, "new line"),
             c.unchanged
         )
-    }
-}
-
-/// `1 task`, `2 tasks`.
-fn count(n: u64, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
     }
 }
 

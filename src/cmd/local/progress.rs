@@ -8,7 +8,7 @@ use kdoctor_api::task::{StatusHistoryRecord, TaskKind};
 use crate::plural::count;
 
 /// What a round's report adds up to.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Totals {
     /// Targets probed.
     pub targets: usize,
@@ -18,12 +18,14 @@ pub struct Totals {
     pub failed: i64,
     /// Mean latency of the successful requests over all targets, in milliseconds.
     pub mean_ms: Option<f64>,
+    /// The most frequent error class of the failed requests, and how many had it.
+    pub top_error: Option<(String, i64)>,
 }
 
 /// Adds up the targets of a report.
 pub fn totals(report: &Report) -> Totals {
-    // (requests, successes, mean ms) per target, whatever the kind.
-    let mut rows: Vec<(i64, i64, f64)> = Vec::new();
+    // (requests, successes, mean ms, errors by class) per target, whatever the kind.
+    let mut rows: Vec<(i64, i64, f64, &std::collections::BTreeMap<String, i64>)> = Vec::new();
     if let Some(r) = &report.task_net_reach {
         rows.extend(r.round_task_detail.iter().map(|d| {
             let m = &d.request_target_metrics.requests;
@@ -31,6 +33,7 @@ pub fn totals(report: &Report) -> Totals {
                 m.request_counts,
                 m.success_counts,
                 f64::from(m.latencies.mean),
+                &m.errors,
             )
         }));
     }
@@ -41,6 +44,7 @@ pub fn totals(report: &Report) -> Totals {
                 m.request_counts,
                 m.success_counts,
                 f64::from(m.latencies.mean),
+                &m.errors,
             )
         }));
     }
@@ -51,17 +55,32 @@ pub fn totals(report: &Report) -> Totals {
                 m.request_counts,
                 m.success_counts,
                 f64::from(m.latencies.mean),
+                &m.errors,
             )
         }));
     }
     let requests = rows.iter().map(|r| r.0).sum();
     let successes: i64 = rows.iter().map(|r| r.1).sum();
     let weighted: f64 = rows.iter().map(|r| r.1 as f64 * r.2).sum();
+    let mut classes: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+    for (class, n) in rows.iter().flat_map(|r| r.3.iter()) {
+        *classes.entry(class).or_default() += n;
+    }
+    // The most frequent; of equals, the first by name (stable across runs).
+    let top_error = classes
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .fold(None::<(&str, i64)>, |best, (class, n)| match best {
+            Some((_, m)) if m >= n => best,
+            _ => Some((class, n)),
+        })
+        .map(|(class, n)| (class.to_string(), n));
     Totals {
         targets: rows.len(),
         requests,
         failed: requests - successes,
         mean_ms: (successes > 0).then(|| weighted / successes as f64),
+        top_error,
     }
 }
 
@@ -123,6 +142,9 @@ pub fn ended(
             count(t.requests, "request"),
             t.failed
         ));
+        if let Some((class, n)) = &t.top_error {
+            line.push_str(&format!(" ({n} {class})"));
+        }
         if let Some(mean) = t.mean_ms {
             line.push_str(&format!(", mean {mean:.3} ms"));
         }
@@ -143,8 +165,8 @@ pub fn planned(kind: TaskKind, name: &str, round: i64, start: Timestamp, now: Ti
 /// `NetReach "task": finished, 3 rounds done, last round succeed`.
 pub fn finished(kind: TaskKind, name: &str, done: i64, last: Option<&str>) -> String {
     format!(
-        "{kind} {name:?}: finished, {done} {} done, last round {}",
-        if done == 1 { "round" } else { "rounds" },
+        "{kind} {name:?}: finished, {} done, last round {}",
+        count(done, "round"),
         last.unwrap_or("none")
     )
 }
@@ -255,5 +277,54 @@ mod tests {
         assert_eq!((t.targets, t.requests, t.failed), (2, 20, 0), "{report:?}");
         assert!(t.mean_ms.is_some_and(|m| m > 0.0));
         assert_eq!(totals(&self::report()), Totals::default());
+    }
+
+    /// Issue 19: a failed round's line names the error most of its failed requests had.
+    #[test]
+    fn a_failed_round_names_its_top_error_class() {
+        let mut report = kdoctor_api::fixtures::report_of(TaskKind::AppHttpHealthy, "n", 1, 2, 7);
+        let details = &mut report
+            .task_app_http_healthy
+            .as_mut()
+            .expect("an AppHttpHealthy report")
+            .round_task_detail;
+        let classes = [
+            [("dns: failed to lookup address", 6_i64), ("timeout", 3)],
+            [
+                ("dns: failed to lookup address", 2),
+                ("connection refused", 1),
+            ],
+        ];
+        for (detail, errors) in details.iter_mut().zip(classes) {
+            let m = &mut detail.request_target_metrics.requests;
+            m.errors = errors.iter().map(|(c, n)| (c.to_string(), *n)).collect();
+            m.success_counts = m.request_counts - errors.iter().map(|(_, n)| n).sum::<i64>();
+        }
+        let t = totals(&report);
+        assert_eq!(
+            t.top_error,
+            Some(("dns: failed to lookup address".to_string(), 8))
+        );
+        let record = StatusHistoryRecord {
+            status: RoundStatus::Fail,
+            failure_reason: None,
+            round_number: 1,
+            start_time_stamp: Time(Timestamp::UNIX_EPOCH),
+            end_time_stamp: None,
+            duration: None,
+            dead_line_time_stamp: Time(Timestamp::UNIX_EPOCH),
+            expected_actor_number: None,
+            failed_agent_node_list: vec![],
+            succeed_agent_node_list: vec![],
+            not_report_agent_node_list: vec![],
+        };
+        let line = ended(TaskKind::AppHttpHealthy, "app", &record, 1, Some(&report));
+        assert!(
+            line.contains(&format!(
+                "{} failed (8 dns: failed to lookup address)",
+                t.failed
+            )),
+            "{line}"
+        );
     }
 }
