@@ -165,6 +165,34 @@ pub fn report_of(
     report
 }
 
+/// An AppHttpHealthy task `name` whose inputs are the Secret `secret` (namespace, name) and the
+/// ConfigMap `body` (namespace, name).
+pub fn app_http_with_inputs(
+    name: &str,
+    secret: (&str, &str),
+    body: (&str, &str),
+) -> crate::task::AppHttpHealthy {
+    let yaml = format!(
+        "apiVersion: kdoctor.io/v1beta1
+kind: AppHttpHealthy
+metadata: {{name: {name}}}
+spec:
+  target:
+    host: https://example.test
+    method: GET
+    tlsSecretNamespace: {}
+    tlsSecretName: {}
+    bodyConfigmapNamespace: {}
+    bodyConfigmapName: {}
+",
+        secret.0, secret.1, body.0, body.1
+    );
+    match crate::document::parse_tasks(&yaml).remove(0).task {
+        Ok(crate::task::Task::AppHttpHealthy(task)) => task,
+        other => panic!("the fixture is an AppHttpHealthy task: {other:?}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -147,26 +147,15 @@ impl InputPolicy {
 #[cfg(test)]
 mod tests {
     use super::{InputKind, InputPolicy, of};
-    use crate::document::parse_tasks;
+    use crate::fixtures::app_http_with_inputs;
     use crate::task::Task;
 
     fn task(secret_ns: &str, secret: &str, map_ns: &str) -> Task {
-        let yaml = format!(
-            "apiVersion: kdoctor.io/v1beta1
-kind: AppHttpHealthy
-metadata: {{name: t}}
-spec:
-  target:
-    host: https://example.test
-    method: GET
-    tlsSecretName: {secret}
-    tlsSecretNamespace: {secret_ns}
-    bodyConfigmapName: body
-    bodyConfigmapNamespace: {map_ns}
-"
-        );
-        let document = parse_tasks(&yaml).remove(0);
-        document.task.expect("a valid task")
+        Task::AppHttpHealthy(app_http_with_inputs(
+            "t",
+            (secret_ns, secret),
+            (map_ns, "body"),
+        ))
     }
 
     #[test]

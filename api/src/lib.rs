@@ -6,7 +6,7 @@ pub mod config;
 pub mod crd;
 pub mod defaults;
 pub mod document;
-#[cfg(feature = "fixtures")]
+#[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod go_duration;
 pub mod inputs;

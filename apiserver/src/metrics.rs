@@ -170,13 +170,15 @@ fn method_verb(method: &Method) -> &'static str {
 }
 
 /// Counts, times and logs every request.
-pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn track(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let info = RequestInfo::of(
         request.method(),
         request.uri().path(),
         request.uri().query(),
     );
+    // Derived once per request: authorization reads the same one.
+    request.extensions_mut().insert(info.clone());
     let user = request.extensions().get::<User>().map(|u| u.name.clone());
     let response = next.run(request).await;
     let elapsed = started.elapsed();

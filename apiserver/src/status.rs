@@ -241,6 +241,10 @@ const MAX_DRAINED_BODY: usize = 32 * 1024 * 1024;
 /// dropped (up to [`MAX_DRAINED_BODY`]) and answered 413.
 pub async fn read_body(request: Request, next: Next) -> Response {
     use http_body_util::BodyExt;
+    // Reads (GET, watches) carry no body: nothing to do on the hot path.
+    if axum::body::HttpBody::is_end_stream(request.body()) {
+        return next.run(request).await;
+    }
     let (parts, mut body) = request.into_parts();
     let mut kept = Vec::new();
     let mut seen = 0usize;

@@ -248,29 +248,13 @@ impl Grants {
 #[cfg(test)]
 mod tests {
     use super::{desired, role};
+    use kdoctor_api::fixtures::app_http_with_inputs;
     use kdoctor_api::inputs::{InputKind, InputPolicy};
-    use kdoctor_api::task::{AppHttpHealthy, Task};
+    use kdoctor_api::task::AppHttpHealthy;
 
     fn task(name: &str, secret_ns: &str, secret: &str, finished: bool) -> AppHttpHealthy {
-        let yaml = format!(
-            "apiVersion: kdoctor.io/v1beta1
-kind: AppHttpHealthy
-metadata: {{name: {name}}}
-spec:
-  target:
-    host: https://example.test
-    method: GET
-    tlsSecretName: {secret}
-    tlsSecretNamespace: {secret_ns}
-    bodyConfigmapName: body-{name}
-    bodyConfigmapNamespace: kdoctor
-"
-        );
-        let Ok(Task::AppHttpHealthy(mut t)) =
-            kdoctor_api::document::parse_tasks(&yaml).remove(0).task
-        else {
-            panic!("an AppHttpHealthy task");
-        };
+        let body = format!("body-{name}");
+        let mut t = app_http_with_inputs(name, (secret_ns, secret), ("kdoctor", &body));
         if finished {
             t.status =
                 Some(serde_json::from_value(serde_json::json!({"finish": true})).expect("status"));

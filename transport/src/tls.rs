@@ -151,11 +151,27 @@ pub fn parse_identity(cert: &[u8], key: &[u8], source: &str) -> Result<Identity,
     Ok(Identity { certs, key })
 }
 
+/// Common name and organizations of a certificate's subject (a verified client's user and
+/// groups).
+pub fn subject(cert: &CertificateDer<'_>) -> Option<(String, Vec<String>)> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let subject = parsed.subject();
+    let cn = subject
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
+    let orgs = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_string))
+        .collect();
+    Some((cn, orgs))
+}
+
 /// The subject common name of a certificate (a verified client's identity).
 pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
-    let name = parsed.subject().iter_common_name().next()?.as_str().ok()?;
-    Some(name.to_string())
+    subject(cert).map(|(cn, _)| cn)
 }
 
 /// A server configuration offering HTTP/2 and HTTP/1.1 by ALPN; with `client_ca`, clients must

@@ -243,11 +243,14 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
         Ok(None) => return ApiError::unauthorized().into_response(),
         Err(e) => return e.into_response(),
     };
-    let info = RequestInfo::of(
-        request.method(),
-        request.uri().path(),
-        request.uri().query(),
-    );
+    let info = match request.extensions().get::<RequestInfo>() {
+        Some(info) => info.clone(),
+        None => RequestInfo::of(
+            request.method(),
+            request.uri().path(),
+            request.uri().query(),
+        ),
+    };
     match auth.authorize(&user, &info).await {
         Ok(decision) if decision.allowed => {
             request.extensions_mut().insert(user.clone());

@@ -72,19 +72,6 @@ impl CaPool {
     }
 }
 
-/// Common name and organizations of a certificate's subject.
-pub fn subject(cert: &CertificateDer<'_>) -> Option<(String, Vec<String>)> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
-    let subject = parsed.subject();
-    let cn = subject
-        .iter_common_name()
-        .next()?
-        .as_str()
-        .ok()?
-        .to_string();
-    let orgs = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok().map(str::to_string))
-        .collect();
-    Some((cn, orgs))
-}
+/// Common name and organizations of a certificate's subject (the same reading as the agent's
+/// report API).
+pub use kdoctor_transport::tls::subject;
