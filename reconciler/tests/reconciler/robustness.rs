@@ -167,17 +167,28 @@ async fn an_agent_dying_mid_round_fails_only_its_node_at_the_deadline() {
     assert_eq!(record.failed_agent_node_list, ["node-3"]);
     assert_eq!(record.not_report_agent_node_list, ["node-2"]);
     assert_eq!(record.failure_reason.as_deref(), Some("some agents failed"));
-    // Events tell the story.
+    // Events tell the story. The round's Event is created after its status is written, so it is
+    // waited for (bounded) rather than expected in the same instant.
     let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
-    let reasons: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .expect("events")
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("dies"))
-        .filter_map(|e| e.reason)
-        .collect();
+    let reasons = eventually(
+        Duration::from_secs(10),
+        "the RoundStarted and RoundFailed Events",
+        || async {
+            let reasons: Vec<String> = events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("dies"))
+                .filter_map(|e| e.reason)
+                .collect();
+            (reasons.iter().any(|r| r == "RoundStarted")
+                && reasons.iter().any(|r| r == "RoundFailed"))
+            .then_some(reasons)
+        },
+    )
+    .await;
     assert!(reasons.contains(&"RoundStarted".to_string()), "{reasons:?}");
     assert!(reasons.contains(&"RoundFailed".to_string()), "{reasons:?}");
 }
