@@ -15,6 +15,9 @@
 //!   and an omitted Netdns `target` means the cluster DNS;
 //! - the default NetReach `ingress` target needs IPv4 (ingress is probed over IPv4 only).
 
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::Ingress;
+
 use crate::config::Config;
 use crate::task::common::{DEFAULT_MEAN_ACCESS_DELAY_IN_MS, DEFAULT_SUCCESS_RATE};
 use crate::task::{
@@ -34,11 +37,59 @@ pub struct ClusterFacts {
     pub default_agent_has_ingress: bool,
 }
 
+impl ClusterFacts {
+    /// Whether defaulting `task` depends on the facts (a NetReach task without `target`); the
+    /// cluster is read only then.
+    pub fn needed(task: &Task) -> bool {
+        matches!(task, Task::NetReach(t) if t.spec.target.is_none())
+    }
+
+    /// The facts from the default agent's IPv4 Service and its Ingress (`None`: not found), as
+    /// the controller and the agents both read them.
+    pub fn of(service: Option<&Service>, ingress: Option<&Ingress>) -> ClusterFacts {
+        let service_lb = service
+            .and_then(|s| s.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref())
+            .is_some_and(|i| !i.is_empty());
+        let ingress_lb = ingress
+            .and_then(|i| i.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref())
+            .is_some_and(|i| !i.is_empty());
+        ClusterFacts {
+            default_agent_has_load_balancer: service_lb,
+            default_agent_has_ingress: ingress_lb,
+        }
+    }
+}
+
+/// The effective task: `task` with every omitted field defaulted from `config` (conf.yml) and
+/// `facts`. The one function the controller, the agents, `kdoctor local` and `kdoctor validate`
+/// use, so one task file means one thing everywhere; applying it twice changes nothing.
+pub fn effective(task: &Task, config: &Config, facts: ClusterFacts) -> Task {
+    let mut task = task.clone();
+    apply(&mut task, config, facts);
+    task
+}
+
+/// The `request` of a NetReach or AppHttpHealthy task that omits it (conf.yml's defaults).
+pub fn omitted_http_request(config: &Config) -> NetHttpRequest {
+    NetHttpRequest {
+        duration_in_second: config.net_http_default_request_duration_in_second,
+        qps: config.net_http_default_request_qps,
+        per_request_timeout_in_ms: Some(config.net_http_default_request_per_request_timeout_in_ms),
+    }
+}
+
+/// The `request` of a Netdns task that omits it.
+pub fn omitted_netdns_request(config: &Config) -> NetdnsRequest {
+    NetdnsRequest {
+        per_request_timeout_in_ms: Some(config.net_http_default_request_per_request_timeout_in_ms),
+        ..NetdnsRequest::default()
+    }
+}
+
 /// Fills every omitted field of the task's spec with its default.
 ///
-/// Meant for the object as the user wrote it or as the API server stores it: an omitted
-/// `expect` becomes `{successRate: 1}`, and the API server would add `meanAccessDelayInMs: 5000`
-/// to that block if it were applied as written.
+/// Meant for the object as the user wrote it or as the API server stores it; applying it to an
+/// effective task changes nothing.
 pub fn apply(task: &mut Task, config: &Config, facts: ClusterFacts) {
     match task {
         Task::NetReach(t) => net_reach(&mut t.spec, config, facts),
@@ -91,8 +142,8 @@ fn netdns(spec: &mut NetdnsSpec, config: &Config) {
         enable_latency_metric: false,
     });
     schedule(&mut spec.schedule);
-    let request = spec.request.get_or_insert_with(NetdnsRequest::default);
-    request
+    spec.request
+        .get_or_insert_with(|| omitted_netdns_request(config))
         .per_request_timeout_in_ms
         .get_or_insert(config.net_http_default_request_per_request_timeout_in_ms);
     expect(&mut spec.expect);
@@ -104,32 +155,23 @@ fn schedule(plan: &mut Option<SchedulePlan>) {
 }
 
 fn http_request(request: &mut Option<NetHttpRequest>, config: &Config) {
-    let request = request.get_or_insert_with(|| NetHttpRequest {
-        duration_in_second: config.net_http_default_request_duration_in_second,
-        qps: config.net_http_default_request_qps,
-        per_request_timeout_in_ms: None,
-    });
     request
+        .get_or_insert_with(|| omitted_http_request(config))
         .per_request_timeout_in_ms
         .get_or_insert(config.net_http_default_request_per_request_timeout_in_ms);
 }
 
 fn expect(expect: &mut Option<NetSuccessCondition>) {
-    match expect {
-        // Omitted: success rate only, as upstream's webhook.
-        None => {
-            *expect = Some(NetSuccessCondition {
-                success_rate: Some(DEFAULT_SUCCESS_RATE),
-                ..NetSuccessCondition::default()
-            })
-        }
-        // Present: the CRD's schema defaults, exactly as the API server applies them.
-        Some(e) => {
-            e.success_rate.get_or_insert(DEFAULT_SUCCESS_RATE);
-            e.mean_access_delay_in_ms
-                .get_or_insert(DEFAULT_MEAN_ACCESS_DELAY_IN_MS);
-        }
-    }
+    // Omitted: `{successRate: 1}`, as upstream's webhook set it, and then the CRD's defaults,
+    // which the API server applies to a webhook's patch too; present: the CRD's defaults. One
+    // rule for both keeps defaulting idempotent.
+    let e = expect.get_or_insert_with(|| NetSuccessCondition {
+        success_rate: Some(DEFAULT_SUCCESS_RATE),
+        ..NetSuccessCondition::default()
+    });
+    e.success_rate.get_or_insert(DEFAULT_SUCCESS_RATE);
+    e.mean_access_delay_in_ms
+        .get_or_insert(DEFAULT_MEAN_ACCESS_DELAY_IN_MS);
 }
 
 fn agent_spec(agent: &mut Option<AgentSpec>, config: &Config) {

@@ -191,10 +191,7 @@ async fn write_status<K: TaskObject>(
 /// Facts for defaulting an omitted NetReach target: whether the default agent has a load
 /// balancer address and an Ingress (looked up only when the target is omitted).
 async fn cluster_facts(ctx: &Context, task: &Task) -> Result<ClusterFacts, ReconcileError> {
-    let Task::NetReach(t) = task else {
-        return Ok(ClusterFacts::default());
-    };
-    if t.spec.target.is_some() {
+    if !ClusterFacts::needed(task) {
         return Ok(ClusterFacts::default());
     }
     let namespace = &ctx.options.namespace;
@@ -202,20 +199,11 @@ async fn cluster_facts(ctx: &Context, task: &Task) -> Result<ClusterFacts, Recon
         Api::namespaced(ctx.client.clone(), namespace);
     let ingresses: Api<k8s_openapi::api::networking::v1::Ingress> =
         Api::namespaced(ctx.client.clone(), namespace);
-    let has_lb = services
+    let service = services
         .get_opt(&ctx.config.agent_service_ipv4_name)
-        .await?
-        .and_then(|s| s.status?.load_balancer?.ingress)
-        .is_some_and(|i| !i.is_empty());
-    let has_ingress = ingresses
-        .get_opt(&ctx.config.agent_ingress_name)
-        .await?
-        .and_then(|i| i.status?.load_balancer?.ingress)
-        .is_some_and(|i| !i.is_empty());
-    Ok(ClusterFacts {
-        default_agent_has_load_balancer: has_lb,
-        default_agent_has_ingress: has_ingress,
-    })
+        .await?;
+    let ingress = ingresses.get_opt(&ctx.config.agent_ingress_name).await?;
+    Ok(ClusterFacts::of(service.as_ref(), ingress.as_ref()))
 }
 
 fn wait_until(now: Timestamp, then: Timestamp) -> Duration {
@@ -345,7 +333,8 @@ pub async fn reconcile<K: TaskObject>(
         None => ensure::default_carrier(&ctx),
         Some(agent) => {
             let carrier =
-                ensure::own_carrier(&ctx, &task, &uid, agent, status.resource.as_ref()).await?;
+                ensure::own_carrier(&ctx, &effective, &uid, agent, status.resource.as_ref())
+                    .await?;
             if carrier.applied && status.resource.is_none() {
                 ctx.event(
                     object.as_ref(),

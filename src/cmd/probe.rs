@@ -291,6 +291,7 @@ async fn run_task(args: &TaskArgs) -> Result<ExitCode> {
         // No stand-ins: one round from here probes only what the task names itself.
         let plan = local_plan(
             &task,
+            &config,
             &kdoctor_agent::config::host_name(),
             &format!("kdoctor-probe-{}", std::process::id()),
             &StandIns::default(),

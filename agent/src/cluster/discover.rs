@@ -12,7 +12,8 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kdoctor_api::config::Config;
-use kdoctor_api::task::{AppHttpHealthySpec, NetDnsTargetDns, NetReachTarget, TaskResource};
+use kdoctor_api::defaults::ClusterFacts;
+use kdoctor_api::task::{AppHttpHealthySpec, NetDnsTargetDns, NetReachTarget, Task, TaskResource};
 use kube::api::ListParams;
 use kube::{Api, Client};
 use rustls::ClientConfig;
@@ -304,6 +305,46 @@ impl Discovery {
             known.insert(name.clone(), text.clone());
         }
         Ok(text)
+    }
+
+    /// The install's conf.yml, whose defaults make a task effective.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The facts that default an omitted NetReach target, read as the controller reads them
+    /// (the default agent's IPv4 Service and Ingress); a read that fails leaves them unset and
+    /// says why, for the round's report.
+    pub async fn cluster_facts(&self, task: &Task) -> (ClusterFacts, Option<String>) {
+        if !ClusterFacts::needed(task) {
+            return (ClusterFacts::default(), None);
+        }
+        let services: Api<Service> = self.namespaced();
+        let ingresses: Api<Ingress> = self.namespaced();
+        let service_name = &self.config.agent_service_ipv4_name;
+        let ingress_name = &self.config.agent_ingress_name;
+        let read =
+            async {
+                let service =
+                    services
+                        .get_opt(service_name)
+                        .await
+                        .map_err(|source| DiscoveryError::Api {
+                            what: self.what("Service", service_name),
+                            source,
+                        })?;
+                let ingress = ingresses.get_opt(ingress_name).await.map_err(|source| {
+                    DiscoveryError::Api {
+                        what: self.what("Ingress", ingress_name),
+                        source,
+                    }
+                })?;
+                Ok::<_, DiscoveryError>(ClusterFacts::of(service.as_ref(), ingress.as_ref()))
+            };
+        match read.await {
+            Ok(facts) => (facts, None),
+            Err(e) => (ClusterFacts::default(), Some(e.to_string())),
+        }
     }
 
     /// This node's address of `family` for NodePort targets: `--node-ip` when it is of that

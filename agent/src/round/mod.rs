@@ -5,4 +5,5 @@
 
 pub mod execute;
 pub mod peers;
+pub mod prepare;
 pub mod targets;

@@ -36,22 +36,13 @@ fn load(duration_s: i64, qps: i64, timeout_ms: Option<i64>) -> Load {
     }
 }
 
-/// The load of a NetReach or AppHttpHealthy round (CRD defaults when `request` is absent).
-pub fn http_load(request: Option<&NetHttpRequest>) -> Load {
-    match request {
-        Some(r) => load(r.duration_in_second, r.qps, r.per_request_timeout_in_ms),
-        None => load(
-            kdoctor_api::task::common::DEFAULT_DURATION_IN_SECOND,
-            kdoctor_api::task::common::DEFAULT_QPS,
-            None,
-        ),
-    }
+/// The load of a NetReach or AppHttpHealthy round.
+pub fn http_load(r: &NetHttpRequest) -> Load {
+    load(r.duration_in_second, r.qps, r.per_request_timeout_in_ms)
 }
 
 /// The load of a Netdns round.
-pub fn dns_load(request: Option<&NetdnsRequest>) -> Load {
-    let default = NetdnsRequest::default();
-    let r = request.unwrap_or(&default);
+pub fn dns_load(r: &NetdnsRequest) -> Load {
     load(r.duration_in_second, r.qps, r.per_request_timeout_in_ms)
 }
 
@@ -120,7 +111,7 @@ pub fn netdns_targets(
 ) -> Result<Vec<DnsTarget>, TargetError> {
     let default_request = NetdnsRequest::default();
     let request = spec.request.as_ref().unwrap_or(&default_request);
-    let timeout = dns_load(Some(request)).timeout;
+    let timeout = dns_load(request).timeout;
     let target = spec.target.clone().unwrap_or_default();
     if let Some(user) = &target.target_user {
         let server = user.server.as_deref().unwrap_or_default();

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use kdoctor_agent::round::execute::{RoundPlan, execute};
+use kdoctor_agent::round::prepare::{Actor, prepare};
 use kdoctor_agent::round::targets::{Carrier, CarrierPod, Load, netdns_targets, netreach_targets};
 use kdoctor_api::task::{
     NetDnsTarget, NetDnsTargetUser, NetReachTarget, NetdnsRequest, NetdnsSpec, TaskKind,
@@ -130,7 +131,7 @@ async fn netdns_round_against_unbound_is_spooled_for_the_harvester() {
     };
     let mut p = plan(
         TaskKind::Netdns,
-        kdoctor_agent::round::targets::dns_load(spec.request.as_ref()),
+        kdoctor_agent::round::targets::dns_load(spec.request.as_ref().unwrap()),
     );
     p.dns = netdns_targets(&spec, &[]).unwrap();
     let report = execute(p, None).await;
@@ -181,4 +182,69 @@ async fn a_round_that_overruns_its_timeout_fails() {
         reason.starts_with("the round timed out after 500ms"),
         "{reason}"
     );
+}
+
+/// A task that omits `request` runs, through the agent's own planning, at conf.yml's default
+/// rate and length — not at the CRD's or a constant of the agent's.
+#[tokio::test]
+async fn an_omitted_request_runs_at_the_configured_default_rate() {
+    let _shared = crate::support::shared().await;
+    let agent = agent().await;
+    let v4 = agent.http.iter().find(|a| a.is_ipv4()).copied().unwrap();
+    let task = kdoctor_api::document::parse_tasks(
+        "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: defaults}\nspec:\n  \
+         target: {endpoint: true, clusterIP: false, nodePort: false, ipv4: true, ipv6: false}\n",
+    )
+    .remove(0)
+    .task
+    .unwrap();
+    let config = kdoctor_api::config::Config {
+        net_http_default_request_qps: 7,
+        net_http_default_request_duration_in_second: 2,
+        net_http_default_request_per_request_timeout_in_ms: 900,
+        ..kdoctor_api::config::Config::default()
+    };
+    let actor = Actor {
+        node: "node-1".into(),
+        pod: "kdoctor-agent-abc".into(),
+        resources: kdoctor_agent::resource::Source::Process,
+    };
+    let (effective, mut p) = prepare(
+        &task,
+        &config,
+        Default::default(),
+        &actor,
+        1,
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        p.load,
+        Load {
+            qps: 7.0,
+            duration: Duration::from_secs(2),
+            timeout: Duration::from_millis(900),
+        }
+    );
+    let kdoctor_api::task::Task::NetReach(nr) = &effective else {
+        panic!("a NetReach task")
+    };
+    let carrier = Carrier {
+        pods: vec![CarrierPod {
+            name: "kdoctor-agent-abc".into(),
+            ips: vec![v4.ip()],
+            multus: vec![],
+        }],
+        http_port: v4.port(),
+        ..Carrier::default()
+    };
+    let (http, missing) = netreach_targets(nr.spec.target.as_ref().unwrap(), &carrier);
+    assert!(missing.is_empty(), "{missing:?}");
+    p.http = http;
+    let before = agent.echo.count("default");
+    let report = execute(p, None).await;
+    assert_eq!(report.round_result, "succeed", "{:?}", report.failed_reason);
+    let detail = &report.task_net_reach.as_ref().unwrap().round_task_detail;
+    assert_eq!(detail.len(), 1);
+    assert_eq!(detail[0].request_target_metrics.requests.request_counts, 14);
+    assert_eq!(agent.echo.count("default") - before, 14);
 }

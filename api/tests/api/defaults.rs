@@ -49,11 +49,13 @@ fn omitted_net_reach_blocks_take_upstream_webhook_defaults() {
         ),
         (10, 2, Some(500))
     );
+    // The webhook's `{successRate: 1}`, with the CRD default the API server adds to a patch.
     assert_eq!(
         spec.expect,
         Some(NetSuccessCondition {
             success_rate: Some(1.0),
-            ..Default::default()
+            mean_access_delay_in_ms: Some(5000),
+            status_code: None,
         })
     );
     let schedule = spec.schedule.as_ref().expect("schedule");
@@ -245,5 +247,9 @@ fn crd_schema_defaults_agree_with_the_rust_defaults() {
         kdoctor_api::defaults::apply(&mut from_user, &config, ClusterFacts::default());
         kdoctor_api::defaults::apply(&mut from_server, &config, ClusterFacts::default());
         assert_eq!(from_user, from_server, "{kind} {spec}");
+        // Defaulting an effective task again changes nothing: whoever applies the defaults
+        // last (controller, agent, local mode) gets the same task.
+        let again = kdoctor_api::defaults::effective(&from_user, &config, ClusterFacts::default());
+        assert_eq!(again, from_user, "defaults applied twice: {kind} {spec}");
     }
 }

@@ -131,7 +131,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     };
     let mut plans = Vec::new();
     for task in &checked.valid {
-        plans.push(local_plan(task, &node, POD_NAME, &stand_ins)?);
+        plans.push(local_plan(task, &config, &node, POD_NAME, &stand_ins)?);
     }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use kdoctor_agent::round::execute::RoundPlan;
+use kdoctor_agent::round::prepare::{Actor, prepare};
 use kdoctor_agent::round::targets::{
-    Carrier, CarrierPod, app_http_target, dns_load, http_load, netdns_targets, netreach_targets,
+    Carrier, CarrierPod, app_http_target, netdns_targets, netreach_targets,
 };
-use kdoctor_api::task::{NetSuccessCondition, SchedulePlan, Task, TaskKind};
+use kdoctor_api::config::Config;
+use kdoctor_api::defaults::{self, ClusterFacts};
+use kdoctor_api::task::Task;
 
 /// What stands in for the cluster when a task runs on this machine.
 #[derive(Clone, Debug, Default)]
@@ -61,32 +64,33 @@ pub fn resolvers_of(resolv_conf: &str) -> Vec<IpAddr> {
         .collect()
 }
 
-/// The plan of round 1 of `task`, run by `node`/`pod`; the caller sets the round number, the
-/// task UID and the time box when it runs another round. An error says why the task cannot run
-/// here.
-pub fn local_plan(task: &Task, node: &str, pod: &str, stand_ins: &StandIns) -> Result<RoundPlan> {
-    let base = |kind,
-                load,
-                expect: Option<&NetSuccessCondition>,
-                schedule: Option<&SchedulePlan>| RoundPlan {
-        kind,
-        round: 1,
-        task_uid: None,
+/// The plan of round 1 of `task`, run by `node`/`pod`, with `config`'s defaults (the same
+/// effective task a cluster's agents plan from); the caller sets the round number, the task UID
+/// and the time box when it runs another round. An error says why the task cannot run here.
+pub fn local_plan(
+    task: &Task,
+    config: &Config,
+    node: &str,
+    pod: &str,
+    stand_ins: &StandIns,
+) -> Result<RoundPlan> {
+    let actor = Actor {
         node: node.to_string(),
         pod: pod.to_string(),
-        http: vec![],
-        dns: vec![],
-        load,
-        expect: expect.cloned(),
-        tls: None,
-        round_timeout: Duration::from_secs(
-            60 * schedule.map(|s| s.round_timeout_minute).unwrap_or(1).max(1) as u64,
-        ),
-        setup_failures: vec![],
         resources: kdoctor_agent::resource::Source::Process,
     };
+    let facts = ClusterFacts::default();
+    let effective = defaults::effective(task, config, facts);
+    let round_timeout = Duration::from_secs(
+        60 * effective
+            .schedule()
+            .map(|s| s.round_timeout_minute)
+            .unwrap_or(1)
+            .max(1) as u64,
+    );
+    let (task, mut plan) = prepare(&effective, config, facts, &actor, 1, round_timeout);
     let name = task.name();
-    match task {
+    match &task {
         Task::AppHttpHealthy(t) => {
             let target = &t.spec.target;
             if target.body_configmap_name.is_some() || target.tls_secret_name.is_some() {
@@ -95,12 +99,6 @@ pub fn local_plan(task: &Task, node: &str, pod: &str, stand_ins: &StandIns) -> R
                      use `kdoctor probe http` with --body-file, --ca, --cert and --key"
                 );
             }
-            let mut plan = base(
-                TaskKind::AppHttpHealthy,
-                http_load(t.spec.request.as_ref()),
-                t.spec.expect.as_ref(),
-                t.spec.schedule.as_ref(),
-            );
             plan.http = vec![app_http_target(&t.spec, None)?];
             Ok(plan)
         }
@@ -114,12 +112,6 @@ pub fn local_plan(task: &Task, node: &str, pod: &str, stand_ins: &StandIns) -> R
                      targetUser, or use `kdoctor local` (the system resolver stands in)"
                 ),
             };
-            let mut plan = base(
-                TaskKind::Netdns,
-                dns_load(t.spec.request.as_ref()),
-                t.spec.expect.as_ref(),
-                t.spec.schedule.as_ref(),
-            );
             plan.dns = netdns_targets(&t.spec, &resolvers)?;
             if plan.dns.is_empty() {
                 // No resolver of the asked family: the round fails saying so, as a cluster
@@ -136,12 +128,6 @@ pub fn local_plan(task: &Task, node: &str, pod: &str, stand_ins: &StandIns) -> R
                      (`kdoctor local` runs it against a local echo server)"
                 );
             };
-            let mut plan = base(
-                TaskKind::NetReach,
-                http_load(t.spec.request.as_ref()),
-                t.spec.expect.as_ref(),
-                t.spec.schedule.as_ref(),
-            );
             let target = t.spec.target.clone().unwrap_or_default();
             let (targets, missing) = netreach_targets(&target, carrier);
             plan.http = targets;
@@ -153,9 +139,8 @@ pub fn local_plan(task: &Task, node: &str, pod: &str, stand_ins: &StandIns) -> R
 
 #[cfg(test)]
 mod tests {
-    use kdoctor_api::config::Config;
-    use kdoctor_api::defaults::ClusterFacts;
     use kdoctor_api::document::parse_tasks;
+    use kdoctor_api::task::TaskKind;
 
     use super::*;
 
@@ -189,13 +174,20 @@ mod tests {
              target: {endpoint: true, clusterIP: true, nodePort: true, loadBalancer: true, \
              ingress: true, ipv4: true, ipv6: true}\n",
         );
-        let none = local_plan(&nr, "n", "p", &StandIns::default()).unwrap_err();
+        let none = local_plan(&nr, &Config::default(), "n", "p", &StandIns::default()).unwrap_err();
         assert!(none.to_string().contains("cannot run from here"), "{none}");
         let stand_ins = StandIns {
             carrier: Some(loopback_carrier("kdoctor-local", 18080, true)),
             resolvers: None,
         };
-        let plan = local_plan(&nr, "node-a", "kdoctor-local", &stand_ins).unwrap();
+        let plan = local_plan(
+            &nr,
+            &Config::default(),
+            "node-a",
+            "kdoctor-local",
+            &stand_ins,
+        )
+        .unwrap();
         let names: Vec<&str> = plan.http.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(
             names,
@@ -218,7 +210,14 @@ mod tests {
             carrier: Some(loopback_carrier("kdoctor-local", 18080, false)),
             resolvers: None,
         };
-        let plan = local_plan(&nr, "node-a", "kdoctor-local", &stand_ins).unwrap();
+        let plan = local_plan(
+            &nr,
+            &Config::default(),
+            "node-a",
+            "kdoctor-local",
+            &stand_ins,
+        )
+        .unwrap();
         assert_eq!(plan.http.len(), 5);
         assert_eq!(
             plan.setup_failures,
@@ -236,7 +235,7 @@ mod tests {
             "apiVersion: kdoctor.io/v1beta1\nkind: Netdns\nmetadata: {name: d}\nspec:\n  \
              target: {targetDns: {testIPv4: true}}\n",
         );
-        let err = local_plan(&dns, "n", "p", &StandIns::default()).unwrap_err();
+        let err = local_plan(&dns, &Config::default(), "n", "p", &StandIns::default()).unwrap_err();
         assert!(err.to_string().contains("targetDns"), "{err}");
         let stand_ins = StandIns {
             carrier: None,
@@ -245,7 +244,7 @@ mod tests {
                 "fd00::2".parse().unwrap(),
             ]),
         };
-        let plan = local_plan(&dns, "n", "p", &stand_ins).unwrap();
+        let plan = local_plan(&dns, &Config::default(), "n", "p", &stand_ins).unwrap();
         let names: Vec<&str> = plan.dns.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(
             names,
@@ -255,8 +254,100 @@ mod tests {
             carrier: None,
             resolvers: Some(vec!["fd00::2".parse().unwrap()]),
         };
-        let plan = local_plan(&dns, "n", "p", &stand_ins).unwrap();
+        let plan = local_plan(&dns, &Config::default(), "n", "p", &stand_ins).unwrap();
         assert!(plan.dns.is_empty());
         assert_eq!(plan.setup_failures.len(), 1);
+    }
+
+    /// One task file, one meaning: with every optional block omitted, the controller's
+    /// effective task (what it validates, schedules and builds carriers from), an agent's round
+    /// plan and local mode's are the same, and all carry conf.yml's defaults.
+    #[test]
+    fn the_controller_the_agents_and_local_mode_plan_one_effective_task() {
+        let config = Config {
+            enable_ipv6: false,
+            net_http_default_request_qps: 7,
+            net_http_default_request_duration_in_second: 3,
+            net_http_default_request_per_request_timeout_in_ms: 700,
+            ..Config::default()
+        };
+        let facts = ClusterFacts::default();
+        let stand_ins = StandIns {
+            carrier: Some(loopback_carrier("kdoctor-local", 18080, true)),
+            resolvers: Some(vec![
+                "10.0.0.2".parse().unwrap(),
+                "fd00::2".parse().unwrap(),
+            ]),
+        };
+        let actor = Actor {
+            node: "node-a".into(),
+            pod: "kdoctor-local".into(),
+            resources: kdoctor_agent::resource::Source::Process,
+        };
+        let files = [
+            "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: nr}\nspec: {}\n",
+            "apiVersion: kdoctor.io/v1beta1\nkind: AppHttpHealthy\nmetadata: {name: a}\nspec:\n  \
+             target: {host: \"127.0.0.1:18080\", method: GET}\n",
+            "apiVersion: kdoctor.io/v1beta1\nkind: Netdns\nmetadata: {name: d}\nspec: {}\n",
+        ];
+        for yaml in files {
+            let raw = parse_tasks(yaml).into_iter().next().unwrap().task.unwrap();
+            let controller = kdoctor_api::validation::check(raw.clone(), &config, facts).unwrap();
+            let local =
+                local_plan(&controller, &config, "node-a", "kdoctor-local", &stand_ins).unwrap();
+            // An agent plans from the object as the API server stores it: no defaults applied.
+            let (agent_task, mut agent) =
+                prepare(&raw, &config, facts, &actor, 1, local.round_timeout);
+            assert_eq!(agent_task, controller, "{yaml}");
+            match &agent_task {
+                Task::NetReach(t) => {
+                    let target = t.spec.target.as_ref().unwrap();
+                    assert!(
+                        target.ipv4 && !target.ipv6,
+                        "conf.yml's families: {target:?}"
+                    );
+                    let (http, missing) =
+                        netreach_targets(target, stand_ins.carrier.as_ref().unwrap());
+                    agent.http = http;
+                    agent.setup_failures = missing;
+                }
+                Task::AppHttpHealthy(t) => {
+                    agent.http = vec![app_http_target(&t.spec, None).unwrap()]
+                }
+                Task::Netdns(t) => {
+                    let resolvers = stand_ins.resolvers.as_deref().unwrap();
+                    agent.dns = netdns_targets(&t.spec, resolvers).unwrap();
+                }
+            }
+            assert_eq!(agent.load, local.load, "{yaml}");
+            assert_eq!(agent.expect, local.expect, "{yaml}");
+            assert_eq!(agent.round_timeout, local.round_timeout, "{yaml}");
+            assert_eq!(
+                format!("{:?}", agent.http),
+                format!("{:?}", local.http),
+                "{yaml}"
+            );
+            assert_eq!(
+                format!("{:?}", agent.dns),
+                format!("{:?}", local.dns),
+                "{yaml}"
+            );
+            assert_eq!(agent.setup_failures, local.setup_failures, "{yaml}");
+            let timeout = Duration::from_millis(700);
+            let expected = match agent.kind {
+                // conf.yml's rate and length for the HTTP kinds; Netdns keeps its CRD's.
+                TaskKind::Netdns => (5.0, Duration::from_secs(2)),
+                _ => (7.0, Duration::from_secs(3)),
+            };
+            assert_eq!((agent.load.qps, agent.load.duration), expected, "{yaml}");
+            assert_eq!(agent.load.timeout, timeout, "{yaml}");
+            assert_eq!(agent.round_timeout, Duration::from_secs(60), "{yaml}");
+            assert_eq!(
+                agent.expect.as_ref().and_then(|e| e.success_rate),
+                Some(1.0),
+                "{yaml}"
+            );
+            assert!(!agent.http.is_empty() || !agent.dns.is_empty(), "{yaml}");
+        }
     }
 }

@@ -271,7 +271,14 @@ mod tests {
             carrier: Some(loopback_carrier("p", agent.http[0].port(), false)),
             resolvers: None,
         };
-        let plan = local_plan(&task, "n", "p", &stand_ins).unwrap();
+        let plan = local_plan(
+            &task,
+            &kdoctor_api::config::Config::default(),
+            "n",
+            "p",
+            &stand_ins,
+        )
+        .unwrap();
         let report = kdoctor_agent::round::execute::execute(plan, None).await;
         let t = totals(&report);
         assert_eq!((t.targets, t.requests, t.failed), (2, 20, 0), "{report:?}");

@@ -322,7 +322,14 @@ mod tests {
             )),
             resolvers: None,
         };
-        let plan = local_plan(&nr, "node-a", "kdoctor-local", &stand_ins).unwrap();
+        let plan = local_plan(
+            &nr,
+            &Config::default(),
+            "node-a",
+            "kdoctor-local",
+            &stand_ins,
+        )
+        .unwrap();
         let local = LocalTask::new(nr, Timestamp::now()).unwrap();
         let uid = local.uid.clone();
         let (_stop, stop_rx) = watch::channel(false);
