@@ -193,7 +193,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
             running.reports.extend(local(&listener));
             running.tasks.push(serve(
                 listener,
-                crate::report_api::router(spool.clone()),
+                crate::report_api::router(spool.clone(), &args.report_token),
                 Some(report_tls.clone()),
                 // Harvests are not probe traffic: keep them out of the target counters.
                 Metrics::new(),

@@ -79,6 +79,12 @@ pub struct AgentArgs {
     #[arg(long, value_name = "FILE", default_value = "/etc/tls/ca.crt")]
     pub tls_ca_cert: PathBuf,
 
+    /// This pod's ServiceAccount token for the report API's audience (a projected volume,
+    /// rotated by the kubelet): the report API shows it to the harvester, which has the API
+    /// server check that it belongs to the pod it meant to reach.
+    #[arg(long, value_name = "FILE", default_value = kdoctor_transport::report_api::DEFAULT_TOKEN_PATH)]
+    pub report_token: PathBuf,
+
     /// Most time series the per-probe metrics hold (a histogram counts its buckets, +Inf,
     /// _sum and _count); a new label set beyond it is refused and counted.
     #[arg(long, value_name = "N", default_value_t = crate::probe_metrics::DEFAULT_MAX_SERIES)]
@@ -106,6 +112,7 @@ impl AgentArgs {
             dns_tls_port: 0,
             dns_upstream: None,
             tls_ca_cert: PathBuf::from("/etc/tls/ca.crt"),
+            report_token: PathBuf::from(kdoctor_transport::report_api::DEFAULT_TOKEN_PATH),
             metrics_max_series: crate::probe_metrics::DEFAULT_MAX_SERIES,
         }
     }

@@ -1,6 +1,6 @@
 //! The report API the harvester pulls from, over HTTPS with client certificates signed by the
 //! install's CA (the agent holds the CA certificate only, never its key). List, fetch,
-//! acknowledge — nothing else: no remote command execution of any kind (upstream's gRPC ran
+//! acknowledge, and show the pod's identity token — nothing else: no remote command execution of any kind (upstream's gRPC ran
 //! shell commands on agents to fetch reports).
 
 use std::sync::Arc;
@@ -68,6 +68,7 @@ async fn acknowledge(State(spool): State<Arc<Spool>>, Path(name): Path<String>) 
 }
 
 pub use kdoctor_transport::report_api::HARVESTER_NAME;
+use kdoctor_transport::report_api::{AgentIdentity, MAX_TOKEN_BYTES};
 
 async fn only_the_harvester(request: Request, next: Next) -> Response {
     match request.extensions().get::<ClientName>() {
@@ -88,14 +89,48 @@ async fn only_the_harvester(request: Request, next: Next) -> Response {
     }
 }
 
-/// `GET /v1/reports`, `GET /v1/reports/{name}`, `POST /v1/reports/{name}/ack`.
-pub fn router(spool: Arc<Spool>) -> Router {
+/// `GET /v1/identity`: the pod's token, read on every request (the kubelet rotates the file).
+async fn identity(State(token): State<Arc<std::path::Path>>) -> Response {
+    let unusable = |problem: String| {
+        tracing::warn!(path = %token.display(), %problem, "no identity token for the harvester");
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("identity token {}: {problem}", token.display()),
+        )
+    };
+    let text = match tokio::fs::metadata(&*token).await {
+        Ok(meta) if meta.len() > MAX_TOKEN_BYTES as u64 => {
+            return unusable(format!("larger than {MAX_TOKEN_BYTES} bytes"));
+        }
+        Ok(_) => match tokio::fs::read_to_string(&*token).await {
+            Ok(text) => text,
+            Err(e) => return unusable(e.to_string()),
+        },
+        Err(e) => return unusable(e.to_string()),
+    };
+    let token = text.trim();
+    if token.is_empty() {
+        return unusable("empty".to_string());
+    }
+    axum::Json(AgentIdentity {
+        token: token.to_string(),
+    })
+    .into_response()
+}
+
+/// `GET /v1/reports`, `GET /v1/reports/{name}`, `POST /v1/reports/{name}/ack`, and
+/// `GET /v1/identity` from the token file `token`.
+pub fn router(spool: Arc<Spool>, token: &std::path::Path) -> Router {
+    let identity = Router::new()
+        .route("/v1/identity", get(identity))
+        .with_state(Arc::<std::path::Path>::from(token));
     Router::new()
         .route("/v1/reports", get(list))
         .route("/v1/reports/{name}", get(fetch))
         .route("/v1/reports/{name}/ack", post(acknowledge))
-        .layer(axum::middleware::from_fn(only_the_harvester))
         .with_state(spool)
+        .merge(identity)
+        .layer(axum::middleware::from_fn(only_the_harvester))
 }
 
 /// Removes acknowledged and expired reports every [`SWEEP_INTERVAL`].

@@ -9,7 +9,8 @@ use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, Deploymen
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe,
-    SecretVolumeSource, Service, ServicePort, ServiceSpec, Toleration, Volume, VolumeMount,
+    ProjectedVolumeSource, SecretVolumeSource, Service, ServiceAccountTokenProjection, ServicePort,
+    ServiceSpec, Toleration, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
@@ -21,6 +22,7 @@ use kdoctor_api::config::Config;
 use kdoctor_api::labels;
 use kdoctor_api::naming::{IPV4_SERVICE_SUFFIX, IPV6_SERVICE_SUFFIX, carrier_name};
 use kdoctor_api::task::{API_VERSION, AgentKind, AgentSpec, RuntimeStatus, TaskKind, TaskResource};
+use kdoctor_transport::report_api;
 
 use crate::options::ControllerOptions;
 use crate::pod_security::agent_security;
@@ -283,6 +285,12 @@ fn pod_template(
                 mount_path: REPORT_DIR.to_string(),
                 ..VolumeMount::default()
             },
+            VolumeMount {
+                name: "report-token".to_string(),
+                mount_path: report_api::TOKEN_DIR.to_string(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
         ]),
         ..Container::default()
     };
@@ -312,6 +320,22 @@ fn pod_template(
         Volume {
             name: "reports".to_string(),
             empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+        // The pod's identity for the harvester (see kdoctor_reconciler::identity).
+        Volume {
+            name: "report-token".to_string(),
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(vec![VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        audience: Some(report_api::TOKEN_AUDIENCE.to_string()),
+                        expiration_seconds: Some(report_api::TOKEN_SECONDS),
+                        path: report_api::TOKEN_FILE.to_string(),
+                    }),
+                    ..VolumeProjection::default()
+                }]),
+                ..ProjectedVolumeSource::default()
+            }),
             ..Volume::default()
         },
     ];

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::Ingress;
 use kdoctor_api::config::Config;
 use kdoctor_api::task::RuntimeStatus;
 use kdoctor_store::Store;
@@ -35,6 +36,10 @@ pub struct Caches {
     pub deployments: Cache<Deployment>,
     /// EndpointSlices of the agents' Services (they carry the Services' labels).
     pub slices: Cache<EndpointSlice>,
+    /// The agents' Services (the default agent's and per-task carriers').
+    pub services: Cache<Service>,
+    /// Per-task carriers' Ingresses.
+    pub ingresses: Cache<Ingress>,
     /// When each carrier's Services first listed every ready agent, by workload name.
     pub routed_since: Arc<Mutex<BTreeMap<String, std::time::Instant>>>,
 }
@@ -49,6 +54,16 @@ impl Caches {
     pub fn deployment(&self, namespace: &str, name: &str) -> Option<Arc<Deployment>> {
         self.deployments
             .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The Service `name` in `namespace`.
+    pub fn service(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
+        self.services.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The Ingress `name` in `namespace`.
+    pub fn ingress(&self, namespace: &str, name: &str) -> Option<Arc<Ingress>> {
+        self.ingresses.get(&ObjectRef::new(name).within(namespace))
     }
 
     /// Whether Service traffic reaches every ready agent of the carrier `workload`: each of its

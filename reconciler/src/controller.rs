@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::Ingress;
 use kdoctor_api::config::Config;
 use kdoctor_api::labels::{APP_COMPONENT, MANAGED_BY, MANAGED_BY_KDOCTOR, TASK_KIND, TASK_NAME};
 use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns};
@@ -31,9 +32,11 @@ use crate::deletions;
 use crate::export::{self, ExportConfig};
 use crate::grants::Grants;
 use crate::harvest::Harvester;
+use crate::identity::IdentityCheck;
 use crate::leader::{Elector, LeaseTiming};
 use crate::metrics::ControllerMetrics;
 use crate::options::ControllerOptions;
+use crate::orphans;
 use crate::reconcile::{error_policy, reconcile};
 use crate::task::TaskObject;
 
@@ -133,6 +136,17 @@ async fn run_kind<K: TaskObject>(
             agent_watch_config(),
             task_of::<K, Deployment>,
         )
+        // An edited or deleted carrier Service or Ingress is declared again at once.
+        .watches(
+            Api::<Service>::namespaced(client.clone(), &namespace),
+            agent_watch_config(),
+            task_of::<K, Service>,
+        )
+        .watches(
+            Api::<Ingress>::namespaced(client.clone(), &namespace),
+            agent_watch_config(),
+            task_of::<K, Ingress>,
+        )
         .graceful_shutdown_on(shutdown)
         .run(reconcile::<K>, error_policy::<K>, ctx)
         .for_each(|result| {
@@ -200,6 +214,8 @@ pub async fn run(
         daemonsets: cache::<DaemonSet>(&setup.client, &namespace, &mut tasks),
         deployments: cache::<Deployment>(&setup.client, &namespace, &mut tasks),
         slices: cache::<EndpointSlice>(&setup.client, &namespace, &mut tasks),
+        services: cache::<Service>(&setup.client, &namespace, &mut tasks),
+        ingresses: cache::<Ingress>(&setup.client, &namespace, &mut tasks),
         routed_since: Default::default(),
     };
     tasks.spawn(deletions::track::<NetReach>(
@@ -221,6 +237,8 @@ pub async fn run(
         caches.pods.wait_until_ready().await.is_ok(),
         caches.daemonsets.wait_until_ready().await.is_ok(),
         caches.deployments.wait_until_ready().await.is_ok(),
+        caches.services.wait_until_ready().await.is_ok(),
+        caches.ingresses.wait_until_ready().await.is_ok(),
     ] {
         if !ready {
             tracing::warn!("an agent cache did not become ready");
@@ -244,6 +262,10 @@ pub async fn run(
         &setup.options.agent_service_account,
     ));
     tasks.spawn(grants.clone().run());
+    let identity = setup
+        .options
+        .verify_agent_identity
+        .then(|| Arc::new(IdentityCheck::new(setup.client.clone(), &namespace)));
     let ctx = Arc::new(Context {
         client: setup.client.clone(),
         store: setup.store.clone(),
@@ -255,6 +277,7 @@ pub async fn run(
             store: setup.store.clone(),
             metrics: metrics.clone(),
             export,
+            identity,
         },
         recorder: Recorder::new(
             setup.client.clone(),
@@ -267,6 +290,7 @@ pub async fn run(
         carriers: Mutex::new(BTreeMap::new()),
         grants,
     });
+    tasks.spawn(orphans::run(ctx.clone(), ctx.options.orphan_sweep));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;

@@ -4,8 +4,6 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::networking::v1::Ingress;
 use kdoctor_api::labels::{APP_NAME, FIELD_MANAGER};
 use kdoctor_api::task::{AgentSpec, RuntimeStatus, Task, TaskResource};
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -15,6 +13,7 @@ use serde::de::DeserializeOwned;
 
 use crate::carrier::{self, Owner, Workload};
 use crate::context::Context;
+use crate::drift;
 use crate::readiness::{AgentPod, daemonset_ready, deployment_ready};
 
 /// What the controller knows about a task's carrier after looking at it.
@@ -48,6 +47,41 @@ where
         &Patch::Apply(object),
     )
     .await
+}
+
+/// Makes `desired` true: applies it unless `live` (from the cache) already holds it. Returns
+/// the object's UID (for the ownerReferences of what it owns) and notes a write in `applied`.
+async fn converge<K>(
+    ctx: &Context,
+    live: Option<&K>,
+    desired: &K,
+    applied: &mut bool,
+) -> Result<String, kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    if let Some(live) = live
+        && drift::holds(live, desired)
+    {
+        return Ok(live.meta().uid.clone().unwrap_or_default());
+    }
+    let written = apply(ctx, desired).await?;
+    *applied = true;
+    ctx.metrics
+        .carrier_applies
+        .with_label_values(&[K::kind(&()).as_ref()])
+        .inc();
+    tracing::info!(
+        kind = %K::kind(&()),
+        name = written.meta().name.as_deref().unwrap_or_default(),
+        created = live.is_none(),
+        "applied a carrier object"
+    );
+    Ok(written.meta().uid.clone().unwrap_or_default())
 }
 
 /// The default agent DaemonSet: never created or deleted by tasks.
@@ -104,8 +138,8 @@ pub fn default_carrier(ctx: &Context) -> CarrierState {
     }
 }
 
-/// A task's own carrier: applied while it is being created (or when it went missing while the
-/// task still runs), ready once every agent is.
+/// A task's own carrier, declared on every reconcile (each object applied when it is missing
+/// or differs from the declaration), ready once every agent is.
 pub async fn own_carrier(
     ctx: &Context,
     task: &Task,
@@ -143,36 +177,43 @@ pub async fn own_carrier(
             .map(|d| deployment_ready(&d)),
     };
     let created = previous.is_some_and(|r| r.runtime_status == RuntimeStatus::Created);
+    // Declared, not created once: every object is compared with the cache and applied only
+    // when it is missing or differs, so an upgrade's new template, an edit and a deletion all
+    // converge, and a steady state costs no API request.
     let mut applied = false;
-    // Apply while creating (until everything is there and ready) and whenever the workload is
-    // missing; never touch a created, present carrier again (no write per reconcile).
-    if !created || cached_ready.is_none() {
-        let uid = match &built.workload {
-            Workload::DaemonSet(ds) => apply::<DaemonSet>(ctx, ds).await?.meta().uid.clone(),
-            Workload::Deployment(d) => apply::<Deployment>(ctx, d).await?.meta().uid.clone(),
+    let workload_uid = match &built.workload {
+        Workload::DaemonSet(ds) => {
+            let live = ctx.caches.daemonset(namespace, &built.name);
+            converge(ctx, live.as_deref(), ds, &mut applied).await?
         }
-        .unwrap_or_default();
-        for service in &built.services {
-            let mut service = service.clone();
-            carrier::owned_by(
-                &mut service.metadata,
-                built.workload.kind(),
-                &built.name,
-                &uid,
-            );
-            apply::<Service>(ctx, &service).await?;
+        Workload::Deployment(d) => {
+            let live = ctx.caches.deployment(namespace, &built.name);
+            converge(ctx, live.as_deref(), d, &mut applied).await?
         }
-        if let Some(ingress) = &built.ingress {
-            let mut ingress = ingress.clone();
-            carrier::owned_by(
-                &mut ingress.metadata,
-                built.workload.kind(),
-                &built.name,
-                &uid,
-            );
-            apply::<Ingress>(ctx, &ingress).await?;
-        }
-        applied = true;
+    };
+    for service in &built.services {
+        let mut service = service.clone();
+        carrier::owned_by(
+            &mut service.metadata,
+            built.workload.kind(),
+            &built.name,
+            &workload_uid,
+        );
+        let name = service.metadata.name.clone().unwrap_or_default();
+        let live = ctx.caches.service(namespace, &name);
+        converge(ctx, live.as_deref(), &service, &mut applied).await?;
+    }
+    if let Some(ingress) = &built.ingress {
+        let mut ingress = ingress.clone();
+        carrier::owned_by(
+            &mut ingress.metadata,
+            built.workload.kind(),
+            &built.name,
+            &workload_uid,
+        );
+        let name = ingress.metadata.name.clone().unwrap_or_default();
+        let live = ctx.caches.ingress(namespace, &name);
+        converge(ctx, live.as_deref(), &ingress, &mut applied).await?;
     }
     let agents = ctx.caches.agents(namespace, &selector);
     let workload_ready = cached_ready.unwrap_or(false);

@@ -1,4 +1,5 @@
-//! Harvesting: pull a task's reports from its agents' report APIs, store them durably, then
+//! Harvesting: check that the agent is the pod it should be (its pod-bound token, reviewed by
+//! the API server), pull a task's reports from its report API, store them durably, then
 //! acknowledge them (so an agent drops only what the store holds). Never remote commands.
 //!
 //! A report names the task incarnation it belongs to (`taskUID`): one of another incarnation
@@ -16,6 +17,7 @@ use kdoctor_transport::report_api::Entry;
 use kdoctor_transport::report_client::{ReportClient, ReportClientError};
 
 use crate::export::{ExportHook, Exported};
+use crate::identity::IdentityCheck;
 use crate::metrics::ControllerMetrics;
 use crate::readiness::AgentPod;
 
@@ -59,6 +61,9 @@ pub struct Harvester {
     pub metrics: ControllerMetrics,
     /// Report export: every stored report is offered to it (never waits).
     pub export: Option<ExportHook>,
+    /// Checks that an agent is the pod it should be before its reports are read; `None` only
+    /// where agents have no identity token (a test harness without a kubelet).
+    pub identity: Option<Arc<IdentityCheck>>,
 }
 
 fn reason(e: &ReportClientError) -> &'static str {
@@ -121,6 +126,15 @@ impl Harvester {
     ) -> Result<(), (&'static str, String)> {
         let client_error = |e: ReportClientError| (reason(&e), e.to_string());
         let mut agent = self.client.connect(pod.ip).await.map_err(client_error)?;
+        if let Some(check) = &self.identity {
+            let token = agent.identity().await.map_err(client_error)?;
+            check.verify(&token, pod).await.map_err(|e| {
+                (
+                    "identity",
+                    format!("{} is not agent pod {}: {e}", agent.addr(), pod.name),
+                )
+            })?;
+        }
         let entries: Vec<Entry> = agent
             .list()
             .await

@@ -14,12 +14,16 @@ pub struct ControllerMetrics {
     pub round_duration: HistogramVec,
     /// Time to harvest one agent (connect, list, fetch, store, acknowledge).
     pub harvest_duration: Histogram,
-    /// Failed agent harvests, by reason (connect, tls, http, decode, store).
+    /// Failed agent harvests, by reason (connect, tls, identity, http, timeout, decode, store).
     pub harvest_failures: IntCounterVec,
     /// Agent reports stored, by kind.
     pub reports_stored: IntCounterVec,
     /// Per-task carriers, by state (creating, created, deleted).
     pub carriers: IntGaugeVec,
+    /// Carrier objects written because they were missing or had drifted, by kind.
+    pub carrier_applies: IntCounterVec,
+    /// Carrier objects deleted because their task is gone, by kind.
+    pub orphans_deleted: IntCounterVec,
     /// Reconciles, by kind and outcome (ok, error).
     pub reconciles: IntCounterVec,
     /// Task status writes, by kind.
@@ -72,7 +76,7 @@ impl ControllerMetrics {
             .expect("valid metric"),
             harvest_failures: counter(
                 "kdoctor_controller_harvest_failures_total",
-                "Agent harvests that failed, by reason (connect, tls, http, timeout, decode, store).",
+                "Agent harvests that failed, by reason (connect, tls, identity, http, timeout, decode, store).",
                 &["reason"],
             ),
             reports_stored: counter(
@@ -88,6 +92,16 @@ impl ControllerMetrics {
                 &["state"],
             )
             .expect("valid metric"),
+            carrier_applies: counter(
+                "kdoctor_controller_carrier_applies_total",
+                "Carrier objects applied because they were missing or differed from the declaration, by kind.",
+                &["kind"],
+            ),
+            orphans_deleted: counter(
+                "kdoctor_controller_orphans_deleted_total",
+                "Carrier objects deleted because the task they were made for is gone, by kind.",
+                &["kind"],
+            ),
             reconciles: counter(
                 "kdoctor_controller_reconciles_total",
                 "Task reconciles, by kind and outcome (ok, error).",
@@ -118,6 +132,8 @@ impl ControllerMetrics {
             Box::new(metrics.harvest_failures.clone()),
             Box::new(metrics.reports_stored.clone()),
             Box::new(metrics.carriers.clone()),
+            Box::new(metrics.carrier_applies.clone()),
+            Box::new(metrics.orphans_deleted.clone()),
             Box::new(metrics.reconciles.clone()),
             Box::new(metrics.status_writes.clone()),
             Box::new(metrics.finalise_lag.clone()),

@@ -62,6 +62,11 @@ pub struct ControllerOptions {
     pub poll: Duration,
     /// Time allowed for one harvest request to an agent.
     pub harvest_timeout: Duration,
+    /// How often carrier objects whose task is gone are looked for and deleted.
+    pub orphan_sweep: Duration,
+    /// Whether an agent must prove, with its pod-bound ServiceAccount token, that it is the pod
+    /// the harvester meant to reach before its reports are read.
+    pub verify_agent_identity: bool,
 }
 
 impl ControllerOptions {
@@ -82,6 +87,8 @@ impl ControllerOptions {
             ports: AgentPorts::default(),
             poll: Duration::from_secs(5),
             harvest_timeout: Duration::from_secs(5),
+            orphan_sweep: Duration::from_secs(60),
+            verify_agent_identity: true,
         }
     }
 }

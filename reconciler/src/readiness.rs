@@ -68,6 +68,8 @@ pub fn ready_endpoints<'a>(
 pub struct AgentPod {
     /// Pod name.
     pub name: String,
+    /// Pod UID (its identity token names it).
+    pub uid: String,
     /// Node it runs on.
     pub node: String,
     /// Its address (the report API listens there).
@@ -79,6 +81,7 @@ pub struct AgentPod {
 /// The agent a pod is, if it is scheduled and has an address.
 pub fn agent_pod(pod: &Pod) -> Option<AgentPod> {
     let name = pod.metadata.name.clone()?;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
     let node = pod.spec.as_ref()?.node_name.clone()?;
     let status = pod.status.as_ref()?;
     let ip = status.pod_ip.as_deref()?.parse().ok()?;
@@ -90,6 +93,7 @@ pub fn agent_pod(pod: &Pod) -> Option<AgentPod> {
             .any(|c| c.type_ == "Ready" && c.status == "True");
     Some(AgentPod {
         name,
+        uid,
         node,
         ip,
         ready,

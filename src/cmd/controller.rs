@@ -154,6 +154,14 @@ pub struct Args {
     /// taskPollIntervalInSecond).
     #[arg(long = "poll-seconds", default_value_t = 5)]
     poll_seconds: u64,
+    /// How often carrier objects whose task is gone are looked for and deleted, in seconds.
+    #[arg(long = "orphan-sweep-seconds", default_value_t = 60)]
+    orphan_sweep_seconds: u64,
+    /// Whether an agent must prove with its pod-bound ServiceAccount token (audience
+    /// kdoctor-report-api, reviewed by the API server) that it is the pod the harvester meant to
+    /// reach before its reports are read. Turn off only for agents without that token volume.
+    #[arg(long = "verify-agent-identity", default_value_t = true, action = clap::ArgAction::Set)]
+    verify_agent_identity: bool,
     /// Extra names for the issued serving certificate.
     #[arg(long = "tls-san", value_name = "NAME")]
     tls_san: Vec<String>,
@@ -259,6 +267,8 @@ fn options(args: &Args) -> Result<ControllerOptions> {
         report: args.agent_report_port,
     };
     options.poll = Duration::from_secs(args.poll_seconds.max(1));
+    options.orphan_sweep = Duration::from_secs(args.orphan_sweep_seconds.max(1));
+    options.verify_agent_identity = args.verify_agent_identity;
     Ok(options)
 }
 

@@ -4,8 +4,8 @@
 //!
 //! The agent's server certificate is not verified: agents hold no CA key, so their certificates
 //! are self-signed. The agent authenticates the controller (mutual TLS); the channel is
-//! encrypted; the controller trusts what it fetches as much as it trusts the pod address it
-//! read from the Kubernetes API.
+//! encrypted; the agent proves which pod it is with its pod-bound ServiceAccount token
+//! ([`AgentConnection::identity`]), which the harvester has the API server review.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::TlsConnector;
 
-use crate::report_api::Entry;
+use crate::report_api::{AgentIdentity, Entry, MAX_TOKEN_BYTES};
 use crate::tls::{Identity, ServerTrust, TlsError, client_config};
 
 /// The largest answer read from an agent: a round report of 100,000 targets fits, and a
@@ -263,6 +263,25 @@ impl AgentConnection {
                 path: path.to_string(),
                 problem: e.to_string(),
             })
+    }
+
+    /// `GET /v1/identity`: the agent's pod-bound token, to be reviewed by the API server.
+    pub async fn identity(&mut self) -> Result<String, ReportClientError> {
+        let path = "/v1/identity";
+        let body = self.call(Method::GET, path).await?;
+        let problem = |problem: String| ReportClientError::Decode {
+            addr: self.addr,
+            path: path.to_string(),
+            problem,
+        };
+        if body.len() > MAX_TOKEN_BYTES + 64 {
+            return Err(problem(format!(
+                "identity larger than {MAX_TOKEN_BYTES} bytes"
+            )));
+        }
+        serde_json::from_slice::<AgentIdentity>(&body)
+            .map(|i| i.token)
+            .map_err(|e| problem(e.to_string()))
     }
 
     /// `GET /v1/reports/{name}`: the report's JSON.

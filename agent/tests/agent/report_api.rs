@@ -197,6 +197,60 @@ async fn harvester_lists_fetches_and_acknowledges_with_a_ca_signed_certificate()
     assert_eq!(status, 405, "nothing but list, fetch and acknowledge");
 }
 
+/// The agent shows the harvester, and only the harvester, its pod's identity token as the
+/// kubelet projected it (re-read on every request: the kubelet rotates it); without the file it
+/// says what is missing instead of answering anything.
+#[tokio::test]
+async fn the_identity_token_is_shown_to_the_harvester_only() {
+    let _shared = crate::support::shared().await;
+    let dir = TempDir::new("report-identity");
+    let install = ca("kdoctor-ca");
+    let ca_file = dir.0.join("ca.crt");
+    std::fs::write(&ca_file, &install.pem).unwrap();
+    let token_file = dir.0.join("token");
+    let mut args = AgentArgs::ephemeral(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+    args.report_dir = Some(dir.0.join("spool"));
+    args.tls_ca_cert = ca_file;
+    args.report_token = token_file.clone();
+    let agent = start(&args).await.expect("agent with report API");
+    let addr = agent.reports[0];
+    let me = || Some(client_identity(&install, HARVESTER_NAME));
+
+    let (status, body) = call(addr, me(), "GET", "/v1/identity").await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains(&token_file.display().to_string()), "{body}");
+
+    std::fs::write(&token_file, "first.jwt\n").unwrap();
+    let client = ReportClient::new(
+        client_identity(&install, HARVESTER_NAME),
+        addr.port(),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let mut connection = client.connect(addr.ip()).await.unwrap();
+    assert_eq!(connection.identity().await.unwrap(), "first.jwt");
+    std::fs::write(&token_file, "rotated.jwt").unwrap();
+    assert_eq!(connection.identity().await.unwrap(), "rotated.jwt");
+
+    let (status, body) = call(
+        addr,
+        Some(client_identity(&install, "kdoctor-agent")),
+        "GET",
+        "/v1/identity",
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 403, "another name of the install's CA: {body}");
+    assert!(!body.contains("rotated"), "{body}");
+    std::fs::write(
+        &token_file,
+        "x".repeat(kdoctor_transport::report_api::MAX_TOKEN_BYTES + 1),
+    )
+    .unwrap();
+    let error = connection.identity().await.unwrap_err();
+    assert!(error.to_string().contains("larger than"), "{error}");
+}
+
 /// Issue 20 M5: whatever answers on an agent's address cannot push more than
 /// [`MAX_ANSWER_BYTES`] into the harvester: a peer that streams without end is cut off.
 #[tokio::test]

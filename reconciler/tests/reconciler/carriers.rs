@@ -1,16 +1,17 @@
 //! Per-task carriers: DaemonSet and Deployment, their Services, removal after the grace period
 //! and with the task.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Service;
 use kdoctor_api::task::{NetReach, RoundStatus, RuntimeStatus, TaskKind};
 use kube::Api;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, Patch, PatchParams};
 
 use crate::flow::{apply, net_reach, status_when};
-use crate::support::{Cluster, ClusterConfig, NAMESPACE, eventually};
+use crate::support::{CONTROLLER_USER, Cluster, ClusterConfig, NAMESPACE, eventually};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemonset_carrier_is_created_used_and_deleted_after_the_grace_period() {
@@ -179,5 +180,181 @@ async fn a_deployment_carrier_runs_its_replicas_and_goes_with_the_task() {
         cluster.store.reports(tasks[0].id, 1).unwrap().len(),
         2,
         "harvested reports stay"
+    );
+}
+
+/// Writes of the controller to carrier objects so far, by "verb resource".
+fn carrier_writes(cluster: &Cluster) -> BTreeMap<String, u64> {
+    cluster
+        .requests(CONTROLLER_USER)
+        .into_iter()
+        .filter(|(what, _)| {
+            let mut words = what.split(' ');
+            let verb = words.next().unwrap_or_default();
+            let resource = words.next().unwrap_or_default();
+            ["create", "update", "patch", "delete"].contains(&verb)
+                && ["daemonsets", "deployments", "services", "ingresses"].contains(&resource)
+        })
+        .collect()
+}
+
+fn container_image(ds: &DaemonSet) -> String {
+    ds.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .image
+        .clone()
+        .unwrap_or_default()
+}
+
+/// A carrier is declared, not created once: a steady state costs no write, a deleted Service
+/// and an edited DaemonSet come back as declared, a controller with a new agent image updates
+/// the running carrier, and carrier objects of a task that no longer exists are deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carrier_converges_to_its_declaration_and_orphans_are_removed() {
+    let mut cluster = Cluster::start(ClusterConfig {
+        default_agent: false,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let task = net_reach(
+        "kept",
+        serde_json::json!({"agentSpec": {"kind": "DaemonSet", "terminationGracePeriodMinutes": 60}}),
+    );
+    apply::<NetReach>(&cluster, "kept", &task).await;
+    status_when(
+        &cluster,
+        "kept",
+        Duration::from_secs(30),
+        "the round to finish on the carrier",
+        |s| s.finish,
+    )
+    .await;
+    let dss: Api<DaemonSet> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let services: Api<Service> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let tasks: Api<NetReach> = Api::all(cluster.client.clone());
+
+    // Steady state: reconciles (each nudged by a metadata change) write nothing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = carrier_writes(&cluster);
+    for i in 0..3 {
+        let nudge = serde_json::json!({"metadata": {"annotations": {"test/nudge": i.to_string()}}});
+        tasks
+            .patch("kept", &PatchParams::default(), &Patch::Merge(&nudge))
+            .await
+            .expect("annotate the task");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        carrier_writes(&cluster),
+        before,
+        "no carrier writes on a steady state"
+    );
+
+    // A deleted Service is restored.
+    let service = "kdoctor-netreach-kept-ipv4";
+    let old_uid = services.get(service).await.expect("Service").metadata.uid;
+    services
+        .delete(service, &DeleteParams::default())
+        .await
+        .expect("delete the Service");
+    let restored = eventually(
+        Duration::from_secs(15),
+        "the Service to be restored",
+        || async {
+            let found = services.get_opt(service).await.ok().flatten()?;
+            (found.metadata.uid != old_uid).then_some(found)
+        },
+    )
+    .await;
+    let owner = &restored.metadata.owner_references.as_ref().expect("owner")[0];
+    assert_eq!(owner.name, "kdoctor-netreach-kept");
+
+    // An edited DaemonSet is put back.
+    let ds_name = "kdoctor-netreach-kept";
+    let declared = container_image(&dss.get(ds_name).await.expect("DaemonSet"));
+    let edit = serde_json::json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "agent", "image": "edited.example/agent:1"}
+    ]}}}});
+    let edited = dss
+        .patch(ds_name, &PatchParams::default(), &Patch::Strategic(&edit))
+        .await
+        .expect("edit the DaemonSet");
+    assert_eq!(container_image(&edited), "edited.example/agent:1");
+    eventually(
+        Duration::from_secs(15),
+        "the DaemonSet's image to be declared again",
+        || async {
+            let ds = dss.get(ds_name).await.ok()?;
+            (container_image(&ds) == declared).then_some(())
+        },
+    )
+    .await;
+
+    // A controller upgrade with another agent image reaches the running carrier.
+    let applies = cluster.metrics_text();
+    for kind in ["DaemonSet", "Service"] {
+        // Created once, written once more to undo the deletion or the edit: nothing else.
+        let line = format!("kdoctor_controller_carrier_applies_total{{kind=\"{kind}\"}} 2");
+        assert!(applies.contains(&line), "{line} in {applies}");
+    }
+    cluster.kill_controller().await;
+    cluster.options.agent_image = "registry.example/kdoctor:next".to_string();
+    // The new controller's metrics, not the stopped one's.
+    cluster.registry = prometheus::Registry::new();
+    cluster.restart_controller();
+    eventually(
+        Duration::from_secs(20),
+        "the carrier to run the new image",
+        || async {
+            let ds = dss.get(ds_name).await.ok()?;
+            (container_image(&ds) == "registry.example/kdoctor:next").then_some(())
+        },
+    )
+    .await;
+
+    // Carrier objects of a task that does not exist (no ownerReference: the garbage collector
+    // cannot see them) are deleted.
+    let orphan: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kdoctor-netreach-gone-ipv4", "namespace": NAMESPACE, "labels": {
+            "app.kubernetes.io/managed-by": "kdoctor",
+            "app.kubernetes.io/component": "agent",
+            "kdoctor.io/task-kind": "NetReach",
+            "kdoctor.io/task-name": "gone",
+        }},
+        "spec": {"ports": [{"name": "http", "port": 80}], "selector": {"app": "none"}},
+    }))
+    .expect("a Service");
+    services
+        .create(&Default::default(), &orphan)
+        .await
+        .expect("create the orphan");
+    eventually(
+        Duration::from_secs(15),
+        "the orphan to be deleted",
+        || async {
+            services
+                .get_opt("kdoctor-netreach-gone-ipv4")
+                .await
+                .ok()
+                .and_then(|s| s.is_none().then_some(()))
+        },
+    )
+    .await;
+    // The live task's carrier stays.
+    assert!(dss.get_opt(ds_name).await.unwrap().is_some());
+    assert!(services.get_opt(service).await.unwrap().is_some());
+    assert!(
+        cluster
+            .metrics_text()
+            .contains("kdoctor_controller_orphans_deleted_total{kind=\"Service\"} 1"),
+        "{}",
+        cluster.metrics_text()
     );
 }

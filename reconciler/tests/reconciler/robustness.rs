@@ -236,3 +236,78 @@ async fn a_second_replica_stays_passive_until_the_leader_is_gone() {
     .await;
     handle.abort();
 }
+
+/// Issue 20 M5: the harvester reads reports only from the pod it meant to reach. The agent on
+/// node-2 shows node-1's agent's (valid, pod-bound) token: the API server's review names
+/// another pod, so none of its reports is stored, the round ends with node-2 not reported, and
+/// the failure is counted as an identity failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_shows_another_pods_identity_is_not_harvested() {
+    let cluster = Cluster::start(ClusterConfig::default()).await;
+    eventually(Duration::from_secs(20), "three agents serving", || async {
+        (cluster.agents.serving() == 3).then_some(())
+    })
+    .await;
+    cluster.agents.impersonate("node-2", "node-1");
+    apply::<NetReach>(
+        &cluster,
+        "who",
+        &net_reach(
+            "who",
+            serde_json::json!({"schedule": {"schedule": "0 1", "roundTimeoutMinute": 1, "roundNumber": 1}}),
+        ),
+    )
+    .await;
+    let id = eventually(Duration::from_secs(20), "the task in the store", || async {
+        cluster
+            .store
+            .find(TaskKind::NetReach, "who")
+            .first()
+            .map(|t| t.id)
+    })
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "the honest agents' reports",
+        || async { (cluster.store.reports(id, 1).ok()?.len() == 2).then_some(()) },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(10),
+        "an identity failure counted",
+        || async {
+            cluster
+                .metrics_text()
+                .lines()
+                .any(|l| {
+                    l.starts_with("kdoctor_controller_harvest_failures_total{reason=\"identity\"}")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let nodes: Vec<String> = cluster
+        .store
+        .reports(id, 1)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.node)
+        .collect();
+    assert_eq!(
+        nodes,
+        ["node-1", "node-3"],
+        "nothing stored from the impostor"
+    );
+    let status = cluster
+        .task::<NetReach>("who")
+        .await
+        .and_then(|t| t.status)
+        .expect("status");
+    let round = &status.history.as_ref().expect("history")[0];
+    assert!(
+        round
+            .not_report_agent_node_list
+            .contains(&"node-2".to_string()),
+        "{round:?}"
+    );
+}

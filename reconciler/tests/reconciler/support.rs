@@ -103,6 +103,8 @@ pub struct Agents {
     /// The identity real agents talk to the API with (the agent ServiceAccount's user), so
     /// their requests can be counted apart from the test's own.
     agent_client: Client,
+    /// Each agent's identity token file, by node.
+    tokens: Arc<Mutex<BTreeMap<String, PathBuf>>>,
 }
 
 /// The user name of real agents (the agent ServiceAccount, as in a cluster).
@@ -155,6 +157,14 @@ impl Agents {
             .unwrap()
             .failing
             .insert(node.to_string());
+    }
+
+    /// The agent on `node` shows the identity token of the agent on `other` instead of its own
+    /// (a process that took over an agent's address with a stolen token).
+    pub fn impersonate(&self, node: &str, other: &str) {
+        let tokens = self.tokens.lock().unwrap();
+        let stolen = std::fs::read(&tokens[other]).expect("the other agent's token");
+        std::fs::write(&tokens[node], stolen).expect("overwrite the token");
     }
 
     /// How many agents serve (stand-ins and real ones).
@@ -320,6 +330,35 @@ where
         .collect()
 }
 
+/// A token of `pod`'s ServiceAccount for the report API's audience, bound to the pod (what the
+/// kubelet writes into the agents' projected volume).
+pub async fn identity_token(client: &Client, pod: &Pod) -> Option<String> {
+    let account = pod
+        .spec
+        .as_ref()?
+        .service_account_name
+        .clone()
+        .unwrap_or_else(|| "default".to_string());
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(serde_json::json!({"spec": {
+            "audiences": [kdoctor_transport::report_api::TOKEN_AUDIENCE],
+            "expirationSeconds": 3600,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
+                "name": pod.name_any(), "uid": pod.metadata.uid.clone()?},
+        }}))
+        .ok()?;
+    match Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
+        .create_token_request(&account, &PostParams::default(), &request)
+        .await
+    {
+        Ok(issued) => issued.status.map(|s| s.token),
+        Err(e) => {
+            eprintln!("no identity token for pod {}: {e}", pod.name_any());
+            None
+        }
+    }
+}
+
 impl Agents {
     async fn tick(&self, client: &Client, dir: &Path, ca_file: &Path) {
         let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
@@ -358,6 +397,23 @@ impl Agents {
             args.tls_ca_cert = ca_file.to_path_buf();
             args.node_name = Some(agent.node.clone());
             args.pod_name = Some(agent.name.clone());
+            // The pod's identity token, as the kubelet projects it: without it the harvester
+            // refuses the agent.
+            let Some(token) = identity_token(client, pod).await else {
+                continue;
+            };
+            let token_file = dir.join(format!("{}.token", agent.name));
+            let written =
+                std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&token_file, token));
+            if let Err(e) = written {
+                eprintln!("cannot write {}: {e}", token_file.display());
+                continue;
+            }
+            self.tokens
+                .lock()
+                .unwrap()
+                .insert(agent.node.clone(), token_file.clone());
+            args.report_token = token_file;
             if self.real != RealAgents::None {
                 // The ports the carrier's Services and probes name (upstream's defaults).
                 let ports = ControllerOptions::new(NAMESPACE).ports;
@@ -591,6 +647,7 @@ impl Cluster {
                 (false, n) => RealAgents::FirstNodes(n),
             },
             agent_client: service_account_client(&net, &client, &kube, "kdoctor-agent").await,
+            tokens: Arc::default(),
         };
         let runner = {
             let agents = agents.clone();
@@ -609,6 +666,7 @@ impl Cluster {
         options.ports.report = REPORT_PORT;
         options.poll = Duration::from_millis(300);
         options.harvest_timeout = Duration::from_secs(2);
+        options.orphan_sweep = Duration::from_secs(1);
         let config = Config {
             task_poll_interval_in_second: 1,
             enable_ipv6: settings.ipv6,

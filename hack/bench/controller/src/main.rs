@@ -285,6 +285,53 @@ impl Cluster {
         self.kube.requests(user)
     }
 
+    /// Every agent pod's identity token for the report API (what the kubelet projects into
+    /// real agents), written to a file each; by pod name.
+    async fn identity_tokens(&self) -> BTreeMap<String, PathBuf> {
+        let pods = Api::<Pod>::namespaced(self.admin.clone(), NAMESPACE)
+            .list(&ListParams::default())
+            .await
+            .expect("pods");
+        let dir = self.dir.join("tokens");
+        std::fs::create_dir_all(&dir).expect("token dir");
+        let accounts = Api::<ServiceAccount>::namespaced(self.admin.clone(), NAMESPACE);
+        let mut minted = futures::stream::iter(pods.items)
+            .map(|pod| {
+                let (accounts, dir) = (accounts.clone(), dir.clone());
+                async move {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+                        serde_json::from_value(serde_json::json!({"spec": {
+                            "audiences": [kdoctor_transport::report_api::TOKEN_AUDIENCE],
+                            "expirationSeconds": 3600,
+                            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
+                                "name": name, "uid": pod.metadata.uid},
+                        }}))
+                        .expect("token request");
+                    let account = pod
+                        .spec
+                        .and_then(|s| s.service_account_name)
+                        .unwrap_or_else(|| "default".into());
+                    let token = accounts
+                        .create_token_request(&account, &PostParams::default(), &request)
+                        .await
+                        .expect("identity token")
+                        .status
+                        .expect("token")
+                        .token;
+                    let path = dir.join(&name);
+                    std::fs::write(&path, token).expect("token file");
+                    (name, path)
+                }
+            })
+            .buffer_unordered(16);
+        let mut tokens = BTreeMap::new();
+        while let Some((pod, path)) = minted.next().await {
+            tokens.insert(pod, path);
+        }
+        tokens
+    }
+
     async fn apply_task(&self, name: &str, rounds: i64, target: serde_json::Value) {
         let task = serde_json::json!({
             "apiVersion": "kdoctor.io/v1beta1", "kind": "NetReach",
@@ -357,6 +404,7 @@ impl StandIns {
         );
         let mut spools = Vec::new();
         let mut servers = Vec::new();
+        let tokens = cluster.identity_tokens().await;
         for (pod, node, ip) in &cluster.agents {
             let spool = Arc::new(Spool::open(cluster.dir.join("spools").join(pod)).expect("spool"));
             let listener =
@@ -365,7 +413,7 @@ impl StandIns {
                     .expect("bind the report API on the pod address");
             servers.push(kdoctor_agent::server::serve(
                 listener,
-                kdoctor_agent::report_api::router(spool.clone()),
+                kdoctor_agent::report_api::router(spool.clone(), &tokens[pod]),
                 Some(tls.clone()),
                 kdoctor_agent::metrics::Metrics::new(),
             ));
@@ -708,8 +756,10 @@ async fn agents(o: Options, kube: TestCluster) {
         let token = cluster.token("kdoctor-agent").await;
         let agent_client = client_from(&cluster.kube.inner_kubeconfig(), Some(token)).await;
         std::fs::write(cluster.dir.join("agent-ca.crt"), &cluster.ca.pem.cert).expect("ca");
+        let tokens = cluster.identity_tokens().await;
         for (pod, node, ip) in &cluster.agents {
             let mut args = AgentArgs::ephemeral(vec![*ip]);
+            args.report_token = tokens[pod].clone();
             args.report_dir = Some(cluster.dir.join("agents").join(pod));
             args.report_port = REPORT_PORT;
             args.tls_ca_cert = cluster.dir.join("agent-ca.crt");
