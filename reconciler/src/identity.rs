@@ -2,9 +2,11 @@
 //! pod-bound ServiceAccount token (audience `kdoctor-report-api`) and has the API server review
 //! it (TokenReview). The answer must name the pod the harvester meant to reach — its name and
 //! UID, in the install's namespace — so a process that took over a dead agent's address, or any
-//! other pod, cannot feed reports into the store. Reviews are cached per token for a few
-//! minutes (a token is valid for an hour and rotated by the kubelet), at most
-//! [`MAX_CACHED`] of them.
+//! other pod, cannot feed reports into the store. A review is trusted, per token, until the
+//! token expires (at most [`CACHE_FOR`]): the token is bound to the pod's UID and the harvester
+//! compares that UID with the live pod on every harvest, so a deleted pod's token never passes.
+//! Each agent thus costs one review per token (the kubelet rotates it after about 48 minutes),
+//! not one per round; at most [`MAX_CACHED`] reviews are kept.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -23,8 +25,8 @@ pub const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
 /// See [`POD_NAME_EXTRA`].
 pub const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
 
-/// How long a successful review is trusted.
-pub const CACHE_FOR: Duration = Duration::from_secs(300);
+/// The longest a successful review is trusted (a token's own expiry comes first).
+pub const CACHE_FOR: Duration = Duration::from_secs(3600);
 
 /// The most reviews kept.
 pub const MAX_CACHED: usize = 10_000;
@@ -34,6 +36,26 @@ pub struct IdentityCheck {
     client: Client,
     namespace: String,
     reviewed: Mutex<HashMap<[u8; 32], (String, Instant)>>,
+}
+
+/// How long a reviewed token stays good: until its `exp` claim, at most [`CACHE_FOR`]; zero
+/// when the token carries no readable expiry (it is then reviewed every time).
+pub fn trust_for(token: &str, now_unix: u64) -> Duration {
+    use base64::Engine;
+    let exp = token
+        .split('.')
+        .nth(1)
+        .and_then(|payload| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(payload.trim_end_matches('='))
+                .ok()
+        })
+        .and_then(|json| serde_json::from_slice::<serde_json::Value>(&json).ok())
+        .and_then(|claims| claims.get("exp")?.as_u64());
+    match exp {
+        Some(exp) => Duration::from_secs(exp.saturating_sub(now_unix)).min(CACHE_FOR),
+        None => Duration::ZERO,
+    }
 }
 
 impl std::fmt::Debug for IdentityCheck {
@@ -97,18 +119,22 @@ impl IdentityCheck {
         let reviewed = self.reviewed.lock().unwrap_or_else(|p| p.into_inner());
         reviewed
             .get(key)
-            .is_some_and(|(uid, at)| *uid == pod.uid && at.elapsed() < CACHE_FOR)
+            .is_some_and(|(uid, until)| *uid == pod.uid && Instant::now() < *until)
     }
 
-    fn remember(&self, key: [u8; 32], pod: &AgentPod) {
+    fn remember(&self, key: [u8; 32], pod: &AgentPod, trust: Duration) {
+        if trust.is_zero() {
+            return;
+        }
         let mut reviewed = self.reviewed.lock().unwrap_or_else(|p| p.into_inner());
         if reviewed.len() >= MAX_CACHED {
-            reviewed.retain(|_, (_, at)| at.elapsed() < CACHE_FOR);
+            let now = Instant::now();
+            reviewed.retain(|_, (_, until)| now < *until);
             if reviewed.len() >= MAX_CACHED {
                 reviewed.clear();
             }
         }
-        reviewed.insert(key, (pod.uid.clone(), Instant::now()));
+        reviewed.insert(key, (pod.uid.clone(), Instant::now() + trust));
     }
 
     /// Ok when `token` is `pod`'s; otherwise why not (the harvest of that agent fails).
@@ -130,7 +156,10 @@ impl IdentityCheck {
             .map_err(|e| format!("reviewing its identity token: {e}"))?;
         let status = answer.status.unwrap_or_default();
         judge(&status, pod, &self.namespace)?;
-        self.remember(key, pod);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.remember(key, pod, trust_for(token, now));
         Ok(())
     }
 }
@@ -170,6 +199,37 @@ mod tests {
     }
 
     const AGENT: &str = "system:serviceaccount:kdoctor:kdoctor-agent";
+
+    #[test]
+    fn a_review_is_trusted_until_the_token_expires_and_no_longer_than_an_hour() {
+        use base64::Engine;
+        let jwt = |claims: serde_json::Value| {
+            let b64 = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+            format!(
+                "{}.{}.sig",
+                b64(br#"{"alg":"RS256"}"#),
+                b64(claims.to_string().as_bytes())
+            )
+        };
+        let now = 1_800_000_000;
+        assert_eq!(
+            trust_for(&jwt(serde_json::json!({"exp": now + 600})), now),
+            Duration::from_secs(600)
+        );
+        assert_eq!(
+            trust_for(&jwt(serde_json::json!({"exp": now + 86_400})), now),
+            CACHE_FOR
+        );
+        assert_eq!(
+            trust_for(&jwt(serde_json::json!({"exp": now - 5})), now),
+            Duration::ZERO
+        );
+        assert_eq!(
+            trust_for(&jwt(serde_json::json!({"sub": "x"})), now),
+            Duration::ZERO
+        );
+        assert_eq!(trust_for("not a token", now), Duration::ZERO);
+    }
 
     #[test]
     fn only_the_token_of_the_pod_meant_is_accepted() {
