@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Pod;
 use kdoctor_api::defaults::{ClusterFacts, omitted_schedule};
 use kdoctor_api::labels::FIELD_MANAGER;
 use kdoctor_api::schedule::Schedule;
@@ -20,6 +21,7 @@ use kdoctor_store::{RoundResult, RoundSummary, StoreError, TaskRecord};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use crate::conditions::{self, CARRIER_READY, VALID, Wanted};
@@ -27,6 +29,7 @@ use crate::context::Context;
 use crate::ensure::{self, CarrierState};
 use crate::harvest::Harvestee;
 use crate::markers;
+use crate::readiness::AgentPod;
 use crate::references;
 use crate::rounds::{self, Inputs, RoundEvent, round_expected_nodes};
 use crate::task::TaskObject;
@@ -90,8 +93,19 @@ async fn mark_nodes<K: TaskObject>(
     name: &str,
     policy: &MarkerPolicy,
     history: &[StatusHistoryRecord],
+    agents: &[AgentPod],
 ) {
-    match markers::mark(&ctx.client, kind, name, policy, history).await {
+    // The task's agent pods, as the cache holds them (for `markPods`).
+    let pods: Vec<Arc<Pod>> = agents
+        .iter()
+        .filter(|_| policy.mark_pods)
+        .filter_map(|a| {
+            ctx.caches
+                .pods
+                .get(&ObjectRef::new(&a.name).within(&ctx.options.namespace))
+        })
+        .collect();
+    match markers::mark(&ctx.client, kind, name, policy, history, &pods).await {
         Ok(flips) => {
             for flip in flips {
                 let (warning, reason, what) = match flip.state {
@@ -227,7 +241,15 @@ pub async fn reconcile<K: TaskObject>(
     if meta.deletion_timestamp.is_some() {
         // A task with markers goes once its marks are off every Node.
         if has_finalizer(object.as_ref()) {
-            let removed = markers::unmark(&ctx.client, kind, &name).await?;
+            let task = object.to_task();
+            let removed = markers::unmark(
+                &ctx.client,
+                kind,
+                &name,
+                task.marker_policy(),
+                &ctx.options.namespace,
+            )
+            .await?;
             tracing::info!(%kind, task = %name, nodes = removed, "removed the task's node markers");
             set_finalizer(&ctx, object.as_ref(), false).await?;
         }
@@ -546,7 +568,16 @@ pub async fn reconcile<K: TaskObject>(
                         .tasks
                         .node_streaks(kind, &name, &crate::streaks::streaks(history));
                     if let Some(policy) = task.marker_policy() {
-                        mark_nodes(&ctx, object.as_ref(), kind, &name, policy, history).await;
+                        mark_nodes(
+                            &ctx,
+                            object.as_ref(),
+                            kind,
+                            &name,
+                            policy,
+                            history,
+                            &carrier.agents,
+                        )
+                        .await;
                     }
                 }
                 if let Ok(d) = Duration::try_from(now.duration_since(summary.start)) {

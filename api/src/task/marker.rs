@@ -2,8 +2,10 @@
 //! OpenKruise's PodProbeMarker does for pods. After a node's agent fails a task for
 //! `failureThreshold` finished rounds in a row, the controller sets the Node condition
 //! `conditionType` to False and the `unhealthy` labels and annotations; after
-//! `successThreshold` good rounds, True and the `healthy` ones. Removed from every Node when the
-//! task is deleted.
+//! `successThreshold` good rounds, True and the `healthy` ones. Opt-in, markers that act: a
+//! `taint` the scheduler honours while the node is unhealthy, and (`markPods`) the same
+//! condition and labels on the task's agent pod of the node, for selectors and readiness gates.
+//! Removed from every Node and Pod when the task is deleted.
 
 use std::collections::BTreeMap;
 
@@ -36,6 +38,60 @@ pub struct MarkerPolicy {
     /// Labels and annotations a Node carries while healthy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthy: Option<MarkerSet>,
+    /// A taint put on a Node while it is unhealthy (removed when it is healthy again). Its key
+    /// should be the task's own: another task with the same key and effect shares it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taint: Option<MarkerTaint>,
+    /// Also mark the task's agent pod on each marked Node: the Pod condition `conditionType`
+    /// and the state's labels.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mark_pods: bool,
+}
+
+/// The taint of an unhealthy Node.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MarkerTaint {
+    /// Taint key, a qualified name such as `kdoctor.io/netreach-unhealthy`.
+    #[schemars(
+        length(min = 1, max = 316),
+        regex(
+            pattern = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+        )
+    )]
+    pub key: String,
+    /// Taint value (a label value; empty by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 63),
+        regex(pattern = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+    )]
+    pub value: Option<String>,
+    /// `PreferNoSchedule` (default: the scheduler avoids the node) or `NoSchedule` (new pods
+    /// that do not tolerate it are not placed there). Never `NoExecute`: a network check does
+    /// not evict workloads.
+    #[serde(default)]
+    pub effect: TaintEffect,
+}
+
+/// What a marker taint does.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TaintEffect {
+    /// The scheduler tries to avoid the node.
+    #[default]
+    PreferNoSchedule,
+    /// Pods that do not tolerate the taint are not scheduled there.
+    NoSchedule,
+}
+
+impl TaintEffect {
+    /// The name Kubernetes uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+            TaintEffect::NoSchedule => "NoSchedule",
+        }
+    }
 }
 
 fn default_failure_threshold() -> u32 {

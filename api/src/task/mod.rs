@@ -11,7 +11,7 @@ pub mod status;
 pub use apphttphealthy::{AppHttpHealthy, AppHttpHealthySpec, AppHttpHealthyTarget, HttpMethod};
 pub use common::{AgentKind, AgentSpec, NetHttpRequest, NetSuccessCondition, SchedulePlan};
 pub use kind::{API_VERSION, GROUP, Task, TaskKind, UnknownKind, VERSION};
-pub use marker::{Marked, MarkerPolicy, MarkerSet};
+pub use marker::{Marked, MarkerPolicy, MarkerSet, MarkerTaint, TaintEffect};
 pub use netdns::{
     DnsProtocol, NetDnsTarget, NetDnsTargetDns, NetDnsTargetUser, Netdns, NetdnsRequest, NetdnsSpec,
 };
