@@ -305,9 +305,11 @@ async fn pod_marks(cluster: &Cluster, node: &str) -> (Option<String>, Option<Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_node_is_tainted_and_its_agent_pod_marked_until_it_passes_again() {
     let cluster = Cluster::start(ClusterConfig::default()).await;
-    eventually(Duration::from_secs(30), "an agent pod on every node", || async {
-        (cluster.agents.serving() == 3).then_some(())
-    })
+    eventually(
+        Duration::from_secs(30),
+        "an agent pod on every node",
+        || async { (cluster.agents.serving() == 3).then_some(()) },
+    )
     .await;
     let client = &cluster.client;
     let nodes: Api<Node> = Api::all(client.clone());
