@@ -143,6 +143,8 @@ pub struct Context {
     pub caches: Caches,
     /// Report harvesting.
     pub harvester: Harvester,
+    /// What the reconciles want harvested (the harvest loop does it).
+    pub harvests: Arc<crate::harvest_loop::Harvests>,
     /// Kubernetes Events.
     pub recorder: Recorder,
     /// Metrics.

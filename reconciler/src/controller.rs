@@ -13,7 +13,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 use kdoctor_api::config::Config;
 use kdoctor_api::labels::{APP_COMPONENT, MANAGED_BY, MANAGED_BY_KDOCTOR, TASK_KIND, TASK_NAME};
-use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns};
+use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns, TaskKind};
 use kdoctor_store::Store;
 use kdoctor_transport::report_client::ReportClient;
 use kdoctor_transport::tls::Identity;
@@ -32,6 +32,7 @@ use crate::deletions;
 use crate::export::{self, ExportConfig};
 use crate::grants::Grants;
 use crate::harvest::Harvester;
+use crate::harvest_loop::{self, Harvests};
 use crate::identity::IdentityCheck;
 use crate::leader::{Elector, LeaseTiming};
 use crate::metrics::ControllerMetrics;
@@ -121,6 +122,7 @@ fn task_of<K: TaskObject, O: ResourceExt>(object: O) -> Option<ObjectRef<K>> {
 async fn run_kind<K: TaskObject>(
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    harvested: futures::channel::mpsc::UnboundedReceiver<ObjectRef<K>>,
 ) {
     let client = ctx.client.clone();
     let namespace = ctx.options.namespace.clone();
@@ -147,6 +149,7 @@ async fn run_kind<K: TaskObject>(
             agent_watch_config(),
             task_of::<K, Ingress>,
         )
+        .reconcile_on(harvested)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::<K>, error_policy::<K>, ctx)
         .for_each(|result| {
@@ -266,6 +269,7 @@ pub async fn run(
         .options
         .verify_agent_identity
         .then(|| Arc::new(IdentityCheck::new(setup.client.clone(), &namespace)));
+    let agent_deadline = setup.options.harvest_timeout * 6;
     let ctx = Arc::new(Context {
         client: setup.client.clone(),
         store: setup.store.clone(),
@@ -278,7 +282,9 @@ pub async fn run(
             metrics: metrics.clone(),
             export,
             identity,
+            agent_deadline,
         },
+        harvests: Arc::new(Harvests::default()),
         recorder: Recorder::new(
             setup.client.clone(),
             Reporter {
@@ -291,14 +297,35 @@ pub async fn run(
         grants,
     });
     tasks.spawn(orphans::run(ctx.clone(), ctx.options.orphan_sweep));
+    // The harvest loop wakes a task's reconcile when its store holds something new.
+    let (net_reach_tx, net_reach_rx) = futures::channel::mpsc::unbounded();
+    let (app_http_tx, app_http_rx) = futures::channel::mpsc::unbounded();
+    let (netdns_tx, netdns_rx) = futures::channel::mpsc::unbounded();
+    let trigger: harvest_loop::Trigger = Arc::new(move |kind: TaskKind, name: &str| {
+        let _ = match kind {
+            TaskKind::NetReach => net_reach_tx.unbounded_send(ObjectRef::new(name)).is_ok(),
+            TaskKind::AppHttpHealthy => app_http_tx.unbounded_send(ObjectRef::new(name)).is_ok(),
+            TaskKind::Netdns => netdns_tx.unbounded_send(ObjectRef::new(name)).is_ok(),
+        };
+    });
+    let every = Duration::from_secs(ctx.config.task_poll_interval_in_second.max(1) as u64)
+        .min(ctx.options.poll);
+    let store = ctx.store.clone();
+    tasks.spawn(harvest_loop::run(
+        ctx.harvests.clone(),
+        ctx.harvester.clone(),
+        every,
+        trigger,
+        move |uid| store.by_uid(uid).is_none_or(|t| t.deleted.is_some()),
+    ));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
     let controllers = futures::future::join3(
-        run_kind::<NetReach>(ctx.clone(), stopped(stop_rx.clone())),
-        run_kind::<AppHttpHealthy>(ctx.clone(), stopped(stop_rx.clone())),
-        run_kind::<Netdns>(ctx.clone(), stopped(stop_rx.clone())),
+        run_kind::<NetReach>(ctx.clone(), stopped(stop_rx.clone()), net_reach_rx),
+        run_kind::<AppHttpHealthy>(ctx.clone(), stopped(stop_rx.clone()), app_http_rx),
+        run_kind::<Netdns>(ctx.clone(), stopped(stop_rx.clone()), netdns_rx),
     );
     let mut controllers = std::pin::pin!(controllers);
     tracing::info!(%namespace, "reconciling NetReach, AppHttpHealthy and Netdns tasks");

@@ -64,6 +64,9 @@ pub struct Harvester {
     /// Checks that an agent is the pod it should be before its reports are read; `None` only
     /// where agents have no identity token (a test harness without a kubelet).
     pub identity: Option<Arc<IdentityCheck>>,
+    /// The longest one agent's whole pass may take (each call has the client's own timeout;
+    /// an agent that answers every call slowly is cut off here).
+    pub agent_deadline: std::time::Duration,
 }
 
 fn reason(e: &ReportClientError) -> &'static str {
@@ -104,7 +107,18 @@ impl Harvester {
     async fn harvest_one(&self, task: &Harvestee, pod: &AgentPod) -> HarvestOutcome {
         let started = Instant::now();
         let mut outcome = HarvestOutcome::default();
-        if let Err((why, error)) = self.pull(task, pod, &mut outcome).await {
+        let pulled = tokio::time::timeout(self.agent_deadline, self.pull(task, pod, &mut outcome))
+            .await
+            .unwrap_or_else(|_| {
+                Err((
+                    "timeout",
+                    format!(
+                        "agent pod {} not harvested within {:?}",
+                        pod.name, self.agent_deadline
+                    ),
+                ))
+            });
+        if let Err((why, error)) = pulled {
             self.metrics
                 .harvest_failures
                 .with_label_values(&[why])

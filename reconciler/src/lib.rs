@@ -12,6 +12,7 @@ pub mod ensure;
 pub mod export;
 pub mod grants;
 pub mod harvest;
+pub mod harvest_loop;
 pub mod identity;
 pub mod leader;
 pub mod markers;

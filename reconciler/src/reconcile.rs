@@ -28,6 +28,7 @@ use crate::conditions::{self, CARRIER_READY, VALID, Wanted};
 use crate::context::Context;
 use crate::ensure::{self, CarrierState};
 use crate::harvest::Harvestee;
+use crate::harvest_loop::WantedHarvest;
 use crate::markers;
 use crate::readiness::AgentPod;
 use crate::references;
@@ -239,6 +240,7 @@ pub async fn reconcile<K: TaskObject>(
         return Ok(Action::await_change());
     }
     if meta.deletion_timestamp.is_some() {
+        ctx.harvests.drop_task(&uid);
         // A task with markers goes once its marks are off every Node.
         if has_finalizer(object.as_ref()) {
             let task = object.to_task();
@@ -396,7 +398,8 @@ pub async fn reconcile<K: TaskObject>(
         );
     }
 
-    // 4. Harvest the ongoing round from agents whose node has not reported yet.
+    // 4. The ongoing round as the store holds it; the harvest loop is asked for the agents
+    //    whose node has not reported yet (it wakes this reconcile when it stored something).
     let harvestee = Harvestee {
         kind,
         name: name.clone(),
@@ -424,19 +427,14 @@ pub async fn reconcile<K: TaskObject>(
             .filter(|a| !have.contains(a.node.as_str()))
             .cloned()
             .collect();
-        let stored = if pending.is_empty() {
-            stored
+        if pending.is_empty() {
+            ctx.harvests.forget(&uid);
         } else {
-            let outcome = ctx.harvester.harvest(&harvestee, &pending).await;
-            if !outcome.failures.is_empty() {
-                tracing::debug!(%kind, task = %name, failures = ?outcome.failures, "harvest incomplete");
-            }
-            if outcome.stored > 0 {
-                read(&ctx).await?
-            } else {
-                stored
-            }
-        };
+            ctx.harvests.want(WantedHarvest {
+                harvestee: harvestee.clone(),
+                agents: pending,
+            });
+        }
         for meta in stored {
             last_stored = last_stored.max(Some(meta.stored_at));
             reports.insert(meta.node, meta.result == RoundResult::Succeed);
@@ -485,11 +483,23 @@ pub async fn reconcile<K: TaskObject>(
             .max(0);
         let finished = next.finish_time.as_ref().map(|t| t.0).unwrap_or(now);
         let due = finished + SignedDuration::from_mins(grace);
-        if now >= due {
-            let outcome = ctx.harvester.harvest(&harvestee, &carrier.agents).await;
+        // One last harvest of every agent, by the harvest loop, after the grace period.
+        let last = ctx.harvests.last(&uid).filter(|p| p.started >= due);
+        if now >= due && last.is_none() {
+            ctx.harvests.want(WantedHarvest {
+                harvestee: harvestee.clone(),
+                agents: carrier.agents.clone(),
+            });
+            requeue = Some(requeue.map_or(poll, |r| r.min(poll)));
+        } else if let Some(outcome) = last {
             if !outcome.failures.is_empty() && now < due + HARVEST_BEFORE_DELETE {
+                ctx.harvests.want(WantedHarvest {
+                    harvestee: harvestee.clone(),
+                    agents: carrier.agents.clone(),
+                });
                 requeue = Some(Duration::from_secs(10));
             } else {
+                ctx.harvests.forget(&uid);
                 if !outcome.failures.is_empty() {
                     ctx.event(
                         object.as_ref(),
@@ -517,9 +527,21 @@ pub async fn reconcile<K: TaskObject>(
                 .await;
             }
         } else {
+            ctx.harvests.forget(&uid);
             let wait = wait_until(now, due);
             requeue = Some(requeue.map_or(wait, |r| r.min(wait)));
         }
+    }
+    // Nothing left to harvest: no ongoing round, no last harvest before a carrier goes.
+    let ongoing = next
+        .history
+        .as_ref()
+        .and_then(|h| h.first())
+        .is_some_and(|r| r.status == RoundStatus::Ongoing);
+    let last_harvest_due =
+        next.finish && agent_spec.is_some() && resource.runtime_status != RuntimeStatus::Deleted;
+    if !ongoing && !last_harvest_due {
+        ctx.harvests.drop_task(&uid);
     }
 
     ctx.track_carrier(&uid, agent_spec.as_ref().map(|_| resource.runtime_status));

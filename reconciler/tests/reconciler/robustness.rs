@@ -311,3 +311,74 @@ async fn an_agent_that_shows_another_pods_identity_is_not_harvested() {
         "{round:?}"
     );
 }
+
+/// Issue 15: harvesting runs on its own loop. The agent on node-3 hangs (connections accepted,
+/// never answered): two tasks' rounds still get the other agents' reports at once, and both
+/// end at their deadline with node-3 not reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_never_answers_holds_up_no_round_and_is_not_reported_at_the_deadline() {
+    let cluster = Cluster::start(ClusterConfig::default()).await;
+    eventually(Duration::from_secs(20), "three agents serving", || async {
+        (cluster.agents.serving() == 3).then_some(())
+    })
+    .await;
+    cluster.hang_agent("node-3").await;
+    let names = ["stuck-a", "stuck-b"];
+    for name in names {
+        apply::<NetReach>(&cluster, name, &net_reach(name, serde_json::json!({}))).await;
+    }
+    for name in names {
+        let id = eventually(Duration::from_secs(20), "the task in the store", || async {
+            cluster
+                .store
+                .find(TaskKind::NetReach, name)
+                .first()
+                .map(|t| t.id)
+        })
+        .await;
+        let started = std::time::Instant::now();
+        status_when(
+            &cluster,
+            name,
+            Duration::from_secs(20),
+            "the round",
+            ongoing,
+        )
+        .await;
+        eventually(
+            Duration::from_secs(15),
+            "the answering agents' reports",
+            || async { (cluster.store.reports(id, 1).ok()?.len() == 2).then_some(()) },
+        )
+        .await;
+        eprintln!(
+            "{name}: two reports {:?} after the round was seen ongoing",
+            started.elapsed()
+        );
+    }
+    for name in names {
+        let status = status_when(
+            &cluster,
+            name,
+            Duration::from_secs(100),
+            "the round to end at its deadline",
+            |s| s.finish,
+        )
+        .await;
+        let round = &status.history.as_ref().expect("history")[0];
+        assert_eq!(round.status, RoundStatus::Fail, "{round:?}");
+        assert_eq!(round.not_report_agent_node_list, ["node-3"], "{round:?}");
+        assert_eq!(
+            round.succeed_agent_node_list,
+            ["node-1", "node-2"],
+            "{round:?}"
+        );
+    }
+    let metrics = cluster.metrics_text();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("kdoctor_controller_harvest_failures_total{reason=\"timeout\"}")),
+        "{metrics}"
+    );
+}

@@ -73,6 +73,8 @@ struct Behaviour {
     silent: BTreeSet<String>,
     /// Nodes whose agents report a failed round.
     failing: BTreeSet<String>,
+    /// Nodes whose agents accept report API connections and never answer.
+    hung: BTreeSet<String>,
 }
 
 struct StandIn {
@@ -378,7 +380,10 @@ impl Agents {
             // would be serving by the time its pod turns Ready: a round that starts at once
             // must not find a peer's echo server missing.
             let real = self.real.on(&agent.node);
-            if self.running.lock().unwrap().contains_key(&agent.name) || !(agent.ready || real) {
+            if self.running.lock().unwrap().contains_key(&agent.name)
+                || !(agent.ready || real)
+                || self.behaviour.lock().unwrap().hung.contains(&agent.node)
+            {
                 continue;
             }
             // Every address of the pod, as `--bind=$(POD_IPS)` gives a real agent.
@@ -850,6 +855,49 @@ impl Cluster {
             .spawn(f)
             .await
             .expect("a task inside the cluster")
+    }
+
+    /// The agent on `node` hangs: its report API accepts connections and never answers (not
+    /// even the TLS handshake), as a wedged process would.
+    pub async fn hang_agent(&self, node: &str) {
+        let addrs: Vec<std::net::SocketAddr> = {
+            self.agents
+                .behaviour
+                .lock()
+                .unwrap()
+                .hung
+                .insert(node.to_string());
+            let mut running = self.agents.running.lock().unwrap();
+            let names: Vec<String> = running
+                .iter()
+                .filter(|(_, s)| s.node == node)
+                .map(|(n, _)| n.clone())
+                .collect();
+            names
+                .iter()
+                .filter_map(|n| running.remove(n))
+                .flat_map(|s| s.agent.reports.clone())
+                .collect()
+        };
+        assert!(!addrs.is_empty(), "no agent serving on {node}");
+        for addr in addrs {
+            self.inside(async move {
+                // The stopped server's socket goes as its task is dropped.
+                let listener = loop {
+                    match tokio::net::TcpListener::bind(addr).await {
+                        Ok(l) => break l,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    }
+                };
+                tokio::spawn(async move {
+                    let mut held = Vec::new();
+                    while let Ok((socket, _)) = listener.accept().await {
+                        held.push(socket);
+                    }
+                });
+            })
+            .await;
+        }
     }
 
     /// The requests of `user` so far, by "verb resource[/subresource]" (the audit log).
