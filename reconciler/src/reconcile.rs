@@ -13,8 +13,8 @@ use kdoctor_api::defaults::{ClusterFacts, omitted_schedule};
 use kdoctor_api::labels::FIELD_MANAGER;
 use kdoctor_api::schedule::Schedule;
 use kdoctor_api::task::{
-    API_VERSION, Marked, MarkerPolicy, RoundStatus, RuntimeStatus, StatusHistoryRecord, Task,
-    TaskKind, TaskStatus,
+    API_VERSION, AgentSpec, Marked, MarkerPolicy, RoundStatus, RuntimeStatus, StatusHistoryRecord,
+    Task, TaskKind, TaskResource, TaskStatus,
 };
 use kdoctor_api::validation;
 use kdoctor_store::{RoundResult, RoundSummary, StoreError, TaskRecord};
@@ -227,6 +227,119 @@ fn wait_until(now: Timestamp, then: Timestamp) -> Duration {
         .max(Duration::from_secs(1))
 }
 
+/// The ongoing round's reports as the store holds them (node → succeeded) and when the last
+/// was stored; the harvest loop is asked for the agents whose node has not reported yet (it
+/// wakes the reconcile when it stored something).
+async fn ongoing_reports(
+    ctx: &Arc<Context>,
+    status: &TaskStatus,
+    harvestee: &Harvestee,
+    agents: &[AgentPod],
+) -> Result<(BTreeMap<String, bool>, Option<Timestamp>), ReconcileError> {
+    let mut reports: BTreeMap<String, bool> = BTreeMap::new();
+    let mut last_stored: Option<Timestamp> = None;
+    let Some(current) = status
+        .history
+        .as_ref()
+        .and_then(|h| h.first())
+        .filter(|r| r.status == RoundStatus::Ongoing)
+    else {
+        return Ok((reports, last_stored));
+    };
+    let (store, id) = (ctx.store.clone(), harvestee.id);
+    let round = current.round_number.max(0) as u64;
+    let stored = blocking(move || store.reports(id, round)).await?;
+    let have: BTreeSet<&str> = stored.iter().map(|r| r.node.as_str()).collect();
+    let pending: Vec<AgentPod> = agents
+        .iter()
+        .filter(|a| !have.contains(a.node.as_str()))
+        .cloned()
+        .collect();
+    if pending.is_empty() {
+        ctx.harvests.forget(&harvestee.uid);
+    } else {
+        ctx.harvests.want(WantedHarvest {
+            harvestee: harvestee.clone(),
+            agents: pending,
+        });
+    }
+    for meta in stored {
+        last_stored = last_stored.max(Some(meta.stored_at));
+        reports.insert(meta.node, meta.result == RoundResult::Succeed);
+    }
+    Ok((reports, last_stored))
+}
+
+/// A finished task's own carrier: deleted after its grace period, once the harvest loop made
+/// one last pass over every agent (retried for [`HARVEST_BEFORE_DELETE`] while agents fail).
+/// Returns when to look again (`None`: the carrier is gone, nothing is due).
+#[allow(clippy::too_many_arguments)]
+async fn retire_carrier<K: TaskObject>(
+    ctx: &Arc<Context>,
+    object: &K,
+    next: &TaskStatus,
+    agent: &AgentSpec,
+    resource: &mut TaskResource,
+    harvestee: &Harvestee,
+    agents: &[AgentPod],
+    now: Timestamp,
+    poll: Duration,
+) -> Result<Option<Duration>, ReconcileError> {
+    let uid = &harvestee.uid;
+    let grace = agent
+        .termination_grace_period_minutes
+        .unwrap_or(ctx.config.agent_default_termination_grace_period_minutes)
+        .max(0);
+    let finished = next.finish_time.as_ref().map(|t| t.0).unwrap_or(now);
+    let due = finished + SignedDuration::from_mins(grace);
+    let last = ctx.harvests.last(uid).filter(|p| p.started >= due);
+    let again = || {
+        ctx.harvests.want(WantedHarvest {
+            harvestee: harvestee.clone(),
+            agents: agents.to_vec(),
+        })
+    };
+    let Some(outcome) = last else {
+        if now < due {
+            ctx.harvests.forget(uid);
+            return Ok(Some(wait_until(now, due)));
+        }
+        again();
+        return Ok(Some(poll));
+    };
+    if !outcome.failures.is_empty() && now < due + HARVEST_BEFORE_DELETE {
+        again();
+        return Ok(Some(Duration::from_secs(10)));
+    }
+    ctx.harvests.forget(uid);
+    if !outcome.failures.is_empty() {
+        ctx.event(
+            object,
+            true,
+            "HarvestIncomplete",
+            format!(
+                "deleting the carrier although {} agents could not be harvested; \
+                 their nodes stay 'not reported' in the round summaries",
+                outcome.failures.len()
+            ),
+        )
+        .await;
+    }
+    ensure::delete_carrier(ctx, resource).await?;
+    resource.runtime_status = RuntimeStatus::Deleted;
+    ctx.event(
+        object,
+        false,
+        "CarrierDeleted",
+        format!(
+            "{} {}/{} deleted {grace} minutes after the task finished",
+            resource.runtime_type, ctx.options.namespace, resource.runtime_name
+        ),
+    )
+    .await;
+    Ok(None)
+}
+
 /// Reconciles one task.
 pub async fn reconcile<K: TaskObject>(
     object: Arc<K>,
@@ -406,40 +519,8 @@ pub async fn reconcile<K: TaskObject>(
         uid: uid.clone(),
         id,
     };
-    let mut reports: BTreeMap<String, bool> = BTreeMap::new();
-    let mut last_stored: Option<Timestamp> = None;
-    if let Some(current) = status
-        .history
-        .as_ref()
-        .and_then(|h| h.first())
-        .filter(|r| r.status == RoundStatus::Ongoing)
-    {
-        let round = current.round_number.max(0) as u64;
-        let read = |ctx: &Arc<Context>| {
-            let store = ctx.store.clone();
-            blocking(move || store.reports(id, round))
-        };
-        let stored = read(&ctx).await?;
-        let have: BTreeSet<&str> = stored.iter().map(|r| r.node.as_str()).collect();
-        let pending: Vec<_> = carrier
-            .agents
-            .iter()
-            .filter(|a| !have.contains(a.node.as_str()))
-            .cloned()
-            .collect();
-        if pending.is_empty() {
-            ctx.harvests.forget(&uid);
-        } else {
-            ctx.harvests.want(WantedHarvest {
-                harvestee: harvestee.clone(),
-                agents: pending,
-            });
-        }
-        for meta in stored {
-            last_stored = last_stored.max(Some(meta.stored_at));
-            reports.insert(meta.node, meta.result == RoundResult::Succeed);
-        }
-    }
+    let (reports, last_stored) =
+        ongoing_reports(&ctx, &status, &harvestee, &carrier.agents).await?;
 
     // 5. Rounds.
     let plan = effective
@@ -477,58 +558,19 @@ pub async fn reconcile<K: TaskObject>(
     if let (true, Some(agent)) = (next.finish, &agent_spec)
         && resource.runtime_status != RuntimeStatus::Deleted
     {
-        let grace = agent
-            .termination_grace_period_minutes
-            .unwrap_or(ctx.config.agent_default_termination_grace_period_minutes)
-            .max(0);
-        let finished = next.finish_time.as_ref().map(|t| t.0).unwrap_or(now);
-        let due = finished + SignedDuration::from_mins(grace);
-        // One last harvest of every agent, by the harvest loop, after the grace period.
-        let last = ctx.harvests.last(&uid).filter(|p| p.started >= due);
-        if now >= due && last.is_none() {
-            ctx.harvests.want(WantedHarvest {
-                harvestee: harvestee.clone(),
-                agents: carrier.agents.clone(),
-            });
-            requeue = Some(requeue.map_or(poll, |r| r.min(poll)));
-        } else if let Some(outcome) = last {
-            if !outcome.failures.is_empty() && now < due + HARVEST_BEFORE_DELETE {
-                ctx.harvests.want(WantedHarvest {
-                    harvestee: harvestee.clone(),
-                    agents: carrier.agents.clone(),
-                });
-                requeue = Some(Duration::from_secs(10));
-            } else {
-                ctx.harvests.forget(&uid);
-                if !outcome.failures.is_empty() {
-                    ctx.event(
-                        object.as_ref(),
-                        true,
-                        "HarvestIncomplete",
-                        format!(
-                            "deleting the carrier although {} agents could not be harvested; \
-                             their nodes stay 'not reported' in the round summaries",
-                            outcome.failures.len()
-                        ),
-                    )
-                    .await;
-                }
-                ensure::delete_carrier(&ctx, &resource).await?;
-                resource.runtime_status = RuntimeStatus::Deleted;
-                ctx.event(
-                    object.as_ref(),
-                    false,
-                    "CarrierDeleted",
-                    format!(
-                        "{} {}/{} deleted {grace} minutes after the task finished",
-                        resource.runtime_type, ctx.options.namespace, resource.runtime_name
-                    ),
-                )
-                .await;
-            }
-        } else {
-            ctx.harvests.forget(&uid);
-            let wait = wait_until(now, due);
+        let wait = retire_carrier(
+            &ctx,
+            object.as_ref(),
+            &next,
+            agent,
+            &mut resource,
+            &harvestee,
+            &carrier.agents,
+            now,
+            poll,
+        )
+        .await?;
+        if let Some(wait) = wait {
             requeue = Some(requeue.map_or(wait, |r| r.min(wait)));
         }
     }
