@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
-use kdoctor_api::task::{RoundStatus, TaskKind, TaskStatus};
+use kdoctor_api::task::{TaskKind, TaskStatus};
 use kdoctor_store::{IncarnationId, RoundResult, Store, StoreError};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
@@ -45,12 +45,7 @@ pub fn cut_short(
     now: Timestamp,
     reason: &str,
 ) -> Result<(), StoreError> {
-    let Some(record) = status
-        .history
-        .as_ref()
-        .and_then(|h| h.first())
-        .filter(|r| r.status == RoundStatus::Ongoing)
-    else {
+    let Some(record) = crate::rounds::ongoing(status) else {
         return Ok(());
     };
     let mut round = summary(record);

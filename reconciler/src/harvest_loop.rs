@@ -32,8 +32,6 @@ pub struct WantedHarvest {
 pub struct Pass {
     /// When it started (only agents asked after this instant count for a decision taken later).
     pub started: Timestamp,
-    /// Agents it asked.
-    pub agents: usize,
     /// Agents it could not harvest, with the reason.
     pub failures: Vec<(String, String)>,
     /// Reports it stored.
@@ -172,7 +170,6 @@ pub async fn run(
                 }
                 let pass = Pass {
                     started,
-                    agents: wanted.agents.len(),
                     failures,
                     stored,
                 };
@@ -235,7 +232,6 @@ mod tests {
             "a",
             Pass {
                 started: Timestamp::UNIX_EPOCH,
-                agents: 1,
                 failures: vec![],
                 stored: 1,
             },

@@ -99,7 +99,6 @@ async fn mark_nodes<K: TaskObject>(
     // The task's agent pods, as the cache holds them (for `markPods`).
     let pods: Vec<Arc<Pod>> = agents
         .iter()
-        .filter(|_| policy.mark_pods)
         .filter_map(|a| {
             ctx.caches
                 .pods
@@ -238,12 +237,7 @@ async fn ongoing_reports(
 ) -> Result<(BTreeMap<String, bool>, Option<Timestamp>), ReconcileError> {
     let mut reports: BTreeMap<String, bool> = BTreeMap::new();
     let mut last_stored: Option<Timestamp> = None;
-    let Some(current) = status
-        .history
-        .as_ref()
-        .and_then(|h| h.first())
-        .filter(|r| r.status == RoundStatus::Ongoing)
-    else {
+    let Some(current) = rounds::ongoing(status) else {
         return Ok((reports, last_stored));
     };
     let (store, id) = (ctx.store.clone(), harvestee.id);
@@ -575,11 +569,7 @@ pub async fn reconcile<K: TaskObject>(
         }
     }
     // Nothing left to harvest: no ongoing round, no last harvest before a carrier goes.
-    let ongoing = next
-        .history
-        .as_ref()
-        .and_then(|h| h.first())
-        .is_some_and(|r| r.status == RoundStatus::Ongoing);
+    let ongoing = rounds::ongoing(&next).is_some();
     let last_harvest_due =
         next.finish && agent_spec.is_some() && resource.runtime_status != RuntimeStatus::Deleted;
     if !ongoing && !last_harvest_due {

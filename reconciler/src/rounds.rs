@@ -99,6 +99,15 @@ fn until(now: Timestamp, then: Timestamp, floor: Duration) -> Duration {
     }
 }
 
+/// The task's round in progress, if one is.
+pub fn ongoing(status: &TaskStatus) -> Option<&StatusHistoryRecord> {
+    status
+        .history
+        .as_ref()
+        .and_then(|h| h.first())
+        .filter(|r| r.status == RoundStatus::Ongoing)
+}
+
 /// The nodes an ongoing round expects: fixed when it started (kept in its node lists, so a
 /// restarted controller knows them).
 pub fn round_expected_nodes(record: &StatusHistoryRecord) -> BTreeSet<String> {

@@ -321,26 +321,25 @@ impl Discovery {
         }
         let services: Api<Service> = self.namespaced();
         let ingresses: Api<Ingress> = self.namespaced();
-        let service_name = &self.config.agent_service_ipv4_name;
-        let ingress_name = &self.config.agent_ingress_name;
-        let read =
-            async {
-                let service =
-                    services
-                        .get_opt(service_name)
-                        .await
-                        .map_err(|source| DiscoveryError::Api {
-                            what: self.what("Service", service_name),
-                            source,
-                        })?;
-                let ingress = ingresses.get_opt(ingress_name).await.map_err(|source| {
-                    DiscoveryError::Api {
-                        what: self.what("Ingress", ingress_name),
-                        source,
-                    }
-                })?;
-                Ok::<_, DiscoveryError>(ClusterFacts::of(service.as_ref(), ingress.as_ref()))
-            };
+        let (service_name, ingress_name) = (
+            &self.config.agent_service_ipv4_name,
+            &self.config.agent_ingress_name,
+        );
+        let failed = |kind: &str, name: &str| {
+            let what = self.what(kind, name);
+            move |source| DiscoveryError::Api { what, source }
+        };
+        let read = async {
+            let service = services
+                .get_opt(service_name)
+                .await
+                .map_err(failed("Service", service_name))?;
+            let ingress = ingresses
+                .get_opt(ingress_name)
+                .await
+                .map_err(failed("Ingress", ingress_name))?;
+            Ok::<_, DiscoveryError>(ClusterFacts::of(service.as_ref(), ingress.as_ref()))
+        };
         match read.await {
             Ok(facts) => (facts, None),
             Err(e) => (ClusterFacts::default(), Some(e.to_string())),

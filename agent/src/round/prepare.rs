@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kdoctor_api::config::Config;
 use kdoctor_api::defaults::{self, ClusterFacts};
-use kdoctor_api::task::Task;
+use kdoctor_api::task::{NetHttpRequest, Task};
 
 use super::execute::RoundPlan;
 use super::targets::{dns_load, http_load};
@@ -35,35 +35,23 @@ pub fn prepare(
     round_timeout: Duration,
 ) -> (Task, RoundPlan) {
     let task = defaults::effective(task, config, facts);
+    // Defaults filled every `request`; the fallbacks only keep this total.
+    let http = |r: Option<&NetHttpRequest>| match r {
+        Some(r) => http_load(r),
+        None => http_load(&defaults::omitted_http_request(config)),
+    };
     let (load, expect) = match &task {
-        Task::NetReach(t) => (
-            http_load(
-                t.spec
-                    .request
-                    .as_ref()
-                    .unwrap_or(&defaults::omitted_http_request(config)),
-            ),
-            t.spec.expect.clone(),
-        ),
-        Task::AppHttpHealthy(t) => (
-            http_load(
-                t.spec
-                    .request
-                    .as_ref()
-                    .unwrap_or(&defaults::omitted_http_request(config)),
-            ),
-            t.spec.expect.clone(),
-        ),
+        Task::NetReach(t) => (http(t.spec.request.as_ref()), &t.spec.expect),
+        Task::AppHttpHealthy(t) => (http(t.spec.request.as_ref()), &t.spec.expect),
         Task::Netdns(t) => (
-            dns_load(
-                t.spec
-                    .request
-                    .as_ref()
-                    .unwrap_or(&defaults::omitted_netdns_request(config)),
-            ),
-            t.spec.expect.clone(),
+            match &t.spec.request {
+                Some(r) => dns_load(r),
+                None => dns_load(&defaults::omitted_netdns_request(config)),
+            },
+            &t.spec.expect,
         ),
     };
+    let expect = expect.clone();
     let plan = RoundPlan {
         kind: task.kind(),
         round,

@@ -12,7 +12,7 @@ use kdoctor_agent::round::targets::{
     Carrier, CarrierPod, app_http_target, netdns_targets, netreach_targets,
 };
 use kdoctor_api::config::Config;
-use kdoctor_api::defaults::{self, ClusterFacts};
+use kdoctor_api::defaults::ClusterFacts;
 use kdoctor_api::task::Task;
 
 /// What stands in for the cluster when a task runs on this machine.
@@ -79,16 +79,22 @@ pub fn local_plan(
         pod: pod.to_string(),
         resources: kdoctor_agent::resource::Source::Process,
     };
-    let facts = ClusterFacts::default();
-    let effective = defaults::effective(task, config, facts);
-    let round_timeout = Duration::from_secs(
-        60 * effective
+    let (task, mut plan) = prepare(
+        task,
+        config,
+        ClusterFacts::default(),
+        &actor,
+        1,
+        Duration::ZERO,
+    );
+    // One machine has no controller to time-box rounds: the task's own timeout does.
+    plan.round_timeout = Duration::from_secs(
+        60 * task
             .schedule()
             .map(|s| s.round_timeout_minute)
             .unwrap_or(1)
             .max(1) as u64,
     );
-    let (task, mut plan) = prepare(&effective, config, facts, &actor, 1, round_timeout);
     let name = task.name();
     match &task {
         Task::AppHttpHealthy(t) => {
