@@ -12,7 +12,8 @@ use kdoctor_store::{IncarnationId, RoundResult, Store, StoreError};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 
-use crate::reconcile::{FAILURE_REASON_TASK_DELETED, summary};
+use crate::plan::summary;
+use crate::reconcile::FAILURE_REASON_TASK_DELETED;
 use crate::task::TaskObject;
 use crate::task_metrics::TaskMetrics;
 

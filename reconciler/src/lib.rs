@@ -19,6 +19,7 @@ pub mod markers;
 pub mod metrics;
 pub mod options;
 pub mod orphans;
+pub mod plan;
 pub mod pod_security;
 pub mod readiness;
 pub mod reconcile;

@@ -6,6 +6,7 @@ mod export;
 mod flow;
 mod invalid;
 mod markers;
+mod plan;
 mod real_agents;
 mod robustness;
 mod rounds;

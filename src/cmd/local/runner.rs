@@ -13,7 +13,7 @@ use kdoctor_agent::round::execute::{RoundPlan, execute};
 use kdoctor_api::report::Report;
 use kdoctor_api::task::{RoundStatus, StatusHistoryRecord, TaskStatus};
 use kdoctor_apiserver::tasks::TaskObjects;
-use kdoctor_reconciler::reconcile::summary;
+use kdoctor_reconciler::plan::summary;
 use kdoctor_reconciler::rounds::{self, Inputs, RoundEvent};
 use kdoctor_store::{IncarnationId, RoundResult, Store};
 use tokio::sync::{mpsc, watch};
