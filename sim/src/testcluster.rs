@@ -89,6 +89,32 @@ fn script() -> PathBuf {
         .join("cluster.sh")
 }
 
+/// The kubectl tests pin: `KDOCTOR_KUBECTL` when set, else the kubectl of the control plane's
+/// release that `hack/kube/build.sh` built (hack/test.sh builds it first). Never whatever
+/// `kubectl` is on PATH: Debian's is a dispatcher that picks a version by the server's.
+pub fn pinned_kubectl() -> PathBuf {
+    static KUBECTL: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    KUBECTL
+        .get_or_init(|| {
+            if let Some(path) = std::env::var_os("KDOCTOR_KUBECTL") {
+                return PathBuf::from(path);
+            }
+            let build = script().with_file_name("kube").join("build.sh");
+            let out = Command::new(&build)
+                .arg("--print")
+                .output()
+                .unwrap_or_else(|e| panic!("{} cannot run: {e}", build.display()));
+            let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let kubectl = PathBuf::from(dir).join("kubectl");
+            assert!(
+                out.status.success() && kubectl.exists(),
+                "no pinned kubectl: run hack/kube/build.sh (or hack/test.sh), or set KDOCTOR_KUBECTL"
+            );
+            kubectl
+        })
+        .clone()
+}
+
 impl TestCluster {
     /// Starts a cluster (about 15 s).
     pub fn start(opts: &TestClusterOptions) -> Result<TestCluster, TestClusterError> {

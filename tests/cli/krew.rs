@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_yaml::Value;
 
-use crate::support::{KUBECTL, repo, scratch};
+use crate::support::{kubectl_bin, repo, scratch};
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().expect("command runs");
@@ -105,11 +105,11 @@ fn the_krew_manifest_installs_the_release_archive_as_kubectl_kdoctor() {
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let listed = run(Command::new(KUBECTL)
+    let listed = run(Command::new(kubectl_bin())
         .args(["plugin", "list"])
         .env("PATH", &path));
     assert!(listed.contains("kubectl-kdoctor"), "{listed}");
-    let help = run(Command::new(KUBECTL)
+    let help = run(Command::new(kubectl_bin())
         .args(["kdoctor", "--help"])
         .env("PATH", &path));
     assert!(help.contains("kubectl kdoctor"), "{help}");

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{KUBECTL, free_port, kdoctor_with_stdin, scratch, stderr, write};
+use crate::support::{free_port, kdoctor_with_stdin, kubectl_bin, scratch, stderr, write};
 
-/// The kubectl the tests pin (the newest the simulated cluster is tested with).
+/// The node name reports carry.
 const NODE: &str = "local-test-node";
 
 struct Ports {
@@ -151,7 +151,7 @@ impl Drop for Local {
 /// Runs the pinned kubectl with the generated kubeconfig and a fresh cache.
 fn kubectl(dir: &Path, args: &[&str]) -> String {
     let cache = dir.join(format!("kubectl-cache-{}", free_port()));
-    let output = Command::new(KUBECTL)
+    let output = Command::new(kubectl_bin())
         .arg("--kubeconfig")
         .arg(dir.join("kubeconfig"))
         .arg("--cache-dir")

@@ -679,9 +679,6 @@ fn the_dashboard_is_a_grafana_dashboard_on_metrics_and_labels_the_code_exports()
     assert!(zone_pairs >= 2, "{zone_pairs} queries by zone pair");
 }
 
-/// The kubectl the tests pin; a missing one fails the tests that need it.
-const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
-
 /// `(kind, namespace, name)` of an object.
 fn identity(o: &serde_json::Value) -> (String, String, String) {
     let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
@@ -778,11 +775,11 @@ fn kubectl_kustomize_renders_exactly_the_objects_of_the_manifest_files() {
         "manifests/kustomization.yaml must list every manifest file"
     );
 
-    let out = std::process::Command::new(KUBECTL)
+    let out = std::process::Command::new(crate::support::kubectl_bin())
         .args(["kustomize", "manifests/"])
         .current_dir(repo())
         .output()
-        .unwrap_or_else(|e| panic!("{KUBECTL} cannot run ({e}): this test needs kubectl 1.32"));
+        .unwrap_or_else(|e| panic!("kubectl cannot run ({e})"));
     assert!(
         out.status.success(),
         "kubectl kustomize manifests/: {}",

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use kdoctor_api::fixtures::net_reach_report;
 use kdoctor_api::report::Report;
 
-use crate::support::{KUBECTL, free_port, kdoctor, scratch, stderr};
+use crate::support::{free_port, kdoctor, kubectl_bin, scratch, stderr};
 
 /// Round `number`: three nodes probing each other's agent pods; node-1's requests to node-2
 /// half fail, which fails node-1's part of round 2.
@@ -120,7 +120,7 @@ fn plugin(dir: &Path, args: &[&str]) -> Output {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    Command::new(KUBECTL)
+    Command::new(kubectl_bin())
         .arg("kdoctor")
         .args(args)
         .arg("--kubeconfig")
@@ -350,7 +350,7 @@ fn kubectl_kdoctor_run_applies_follows_the_round_and_exits_by_its_result() {
     for (result, code) in [("succeed", 0), ("fail", 1)] {
         let _ = runtime.block_on(tasks.delete("web", &Default::default()));
         let bin = dir.join("bin");
-        let child = Command::new(KUBECTL)
+        let child = Command::new(kubectl_bin())
             .args([
                 "kdoctor",
                 "run",

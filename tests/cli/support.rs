@@ -58,8 +58,10 @@ pub fn write(dir: &Path, name: &str, content: &[u8]) -> String {
     path.display().to_string()
 }
 
-/// The pinned kubectl client.
-pub const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
+/// The pinned kubectl client (kube_sim::testcluster::pinned_kubectl).
+pub fn kubectl_bin() -> PathBuf {
+    kube_sim::testcluster::pinned_kubectl()
+}
 
 /// A port nobody listens on now.
 pub fn free_port() -> u16 {

@@ -17,14 +17,8 @@ use kdoctor_store::{Store, StoreConfig};
 
 use crate::support::{fill, reviews, scratch};
 
-const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
-
-fn kubectl_path() -> &'static str {
-    assert!(
-        Path::new(KUBECTL).exists(),
-        "{KUBECTL} is missing: install the kubectl package (it provides the versioned binaries)"
-    );
-    KUBECTL
+fn kubectl_path() -> std::path::PathBuf {
+    kube_sim::testcluster::pinned_kubectl()
 }
 
 struct Cluster {

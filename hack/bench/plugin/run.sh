@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../../.."
 SIZES=("$@")
 [ ${#SIZES[@]} -gt 0 ] || SIZES=(100 300 1000)
 TARGET="${CARGO_TARGET_DIR:-target}"
-KUBECTL=/usr/lib/google-cloud-sdk/bin/kubectl.1.32
+KUBECTL="$(hack/kube/build.sh)/kubectl"
 cargo build --release -q --locked -p kdoctor
 KDOCTOR="$(pwd)/$TARGET/release/kdoctor"
 case "$TARGET" in /*) KDOCTOR="$TARGET/release/kdoctor" ;; esac
