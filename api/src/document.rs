@@ -144,6 +144,8 @@ pub struct Document {
     pub name: Option<String>,
     /// The decoded task.
     pub task: Result<Task, DocumentError>,
+    /// The object as written (`Null` when the text was not YAML).
+    pub object: Value,
 }
 
 /// Splits manifest text into documents and decodes each. Empty documents are skipped; text that
@@ -155,6 +157,7 @@ pub fn parse_tasks(text: &str) -> Vec<Document> {
             kind: None,
             name: None,
             task: Err(e),
+            object: Value::Null,
         }];
     }
     let mut values = Vec::new();
@@ -190,21 +193,35 @@ pub fn parse_tasks(text: &str) -> Vec<Document> {
                 kind: None,
                 name: None,
                 task: Err(e),
+                object: Value::Null,
             },
         })
         .collect()
+}
+
+/// One YAML (or JSON) object, within [`check_bounds`] (a server-side apply body).
+pub fn parse_object(text: &str) -> Result<Value, DocumentError> {
+    check_bounds(text)?;
+    let value: Value =
+        serde_yaml::from_str(text).map_err(|e| DocumentError::NotYaml(e.to_string()))?;
+    if !value.is_object() {
+        return Err(DocumentError::NotAnObject);
+    }
+    Ok(value)
 }
 
 fn decode(index: usize, mut value: Value) -> Document {
     let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
     let name = value.get("metadata").and_then(|m| text(m, "name"));
     let kind = text(&value, "kind");
+    let object = value.clone();
     let task = decode_task(&mut value);
     Document {
         index,
         kind,
         name,
         task,
+        object,
     }
 }
 

@@ -20,15 +20,40 @@ pub struct ApiError {
     pub message: String,
     /// The object's name, when there is one.
     pub name: Option<String>,
+    /// The resource named in `details` when it is not the report (with the fields at fault).
+    pub details: Option<Box<Details>>,
+}
+
+/// A Status's `details` beyond the name: the resource and the fields at fault.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Details {
+    /// API group of the resource.
+    pub group: String,
+    /// Its plural (the Go server puts the resource plural in `details.kind`).
+    pub kind: String,
+    /// The fields at fault, as `details.causes`.
+    pub causes: Vec<Cause>,
+}
+
+/// One field at fault (`details.causes[]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    /// `FieldValueRequired`, `FieldValueInvalid`, …
+    pub reason: String,
+    /// The field path (`spec.request.qps`).
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
 }
 
 impl ApiError {
-    fn new(code: StatusCode, reason: &'static str, message: String) -> ApiError {
+    pub(crate) fn new(code: StatusCode, reason: &'static str, message: String) -> ApiError {
         ApiError {
             code,
             reason,
             message,
             name: None,
+            details: None,
         }
     }
 
@@ -147,9 +172,28 @@ impl ApiError {
         let mut details = serde_json::Map::new();
         if let Some(name) = &self.name {
             details.insert("name".into(), json!(name));
-            details.insert("group".into(), json!(crate::GROUP));
-            // As the Go server: `details.kind` holds the resource plural.
-            details.insert("kind".into(), json!(crate::PLURAL));
+        }
+        match &self.details {
+            Some(d) => {
+                details.insert("group".into(), json!(d.group));
+                details.insert("kind".into(), json!(d.kind));
+                if !d.causes.is_empty() {
+                    let causes: Vec<_> = d
+                        .causes
+                        .iter()
+                        .map(
+                            |c| json!({"reason": c.reason, "message": c.message, "field": c.field}),
+                        )
+                        .collect();
+                    details.insert("causes".into(), json!(causes));
+                }
+            }
+            None if self.name.is_some() => {
+                details.insert("group".into(), json!(crate::GROUP));
+                // As the Go server: `details.kind` holds the resource plural.
+                details.insert("kind".into(), json!(crate::PLURAL));
+            }
+            None => {}
         }
         let mut status = json!({
             "kind": "Status",

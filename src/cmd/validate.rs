@@ -71,8 +71,22 @@ pub struct Checked {
     pub report: String,
     /// The valid tasks, defaults applied, in file order.
     pub valid: Vec<Task>,
+    /// The valid tasks as written (what `kubectl apply` would send), in file order.
+    pub objects: Vec<serde_json::Value>,
     /// Every file held tasks and every task was valid.
     pub all_valid: bool,
+}
+
+impl Default for Checked {
+    /// Nothing checked: no tasks, nothing wrong.
+    fn default() -> Checked {
+        Checked {
+            report: String::new(),
+            valid: Vec::new(),
+            objects: Vec::new(),
+            all_valid: true,
+        }
+    }
 }
 
 /// Checks every task of every file (directories: their task files; `-`: standard input). An
@@ -80,6 +94,7 @@ pub struct Checked {
 pub fn check_files(files: &[PathBuf], config: &Config) -> Result<Checked> {
     let mut report = String::new();
     let mut valid: Vec<Task> = Vec::new();
+    let mut objects = Vec::new();
     let mut all_valid = true;
     for (source, text) in read_sources(files)? {
         let Ok(text) = text else {
@@ -93,8 +108,10 @@ pub fn check_files(files: &[PathBuf], config: &Config) -> Result<Checked> {
             let _ = writeln!(report, "{source}: no kdoctor task found");
         }
         for document in documents {
+            let object = document.object.clone();
             match check(document, config) {
                 Ok(task) => {
+                    objects.push(object);
                     let _ = writeln!(report, "{source}: {} {:?}: valid", task.kind(), task.name());
                     valid.push(task);
                 }
@@ -108,6 +125,7 @@ pub fn check_files(files: &[PathBuf], config: &Config) -> Result<Checked> {
     Ok(Checked {
         report,
         valid,
+        objects,
         all_valid,
     })
 }

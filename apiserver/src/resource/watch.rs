@@ -220,7 +220,7 @@ fn bookmark(rv: u64, initial_events_end: bool) -> Vec<u8> {
     bytes
 }
 
-fn expired(message: String) -> Vec<u8> {
+pub(crate) fn expired(message: String) -> Vec<u8> {
     let status = ApiError::expired(message).to_status();
     let mut bytes =
         serde_json::to_vec(&json!({"type": "ERROR", "object": status})).unwrap_or_default();
@@ -229,7 +229,7 @@ fn expired(message: String) -> Vec<u8> {
 }
 
 /// A watch timeout between 30 and 60 minutes, as the Go server picks when none is asked.
-fn default_timeout() -> Duration {
+pub(crate) fn default_timeout() -> Duration {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())

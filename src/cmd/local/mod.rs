@@ -8,6 +8,7 @@
 pub mod plan;
 pub mod progress;
 pub mod runner;
+pub mod supervisor;
 pub mod task;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -23,11 +24,10 @@ use kdoctor_apiserver::pki::write_private;
 use kdoctor_apiserver::server::{ServerOptions, start};
 use kdoctor_apiserver::tasks::TaskObjects;
 use kdoctor_store::{Store, StoreConfig};
-use tokio::sync::watch;
 
 use self::plan::{StandIns, local_plan, loopback_carrier, resolvers_of};
 use self::runner::Shared;
-use self::task::LocalTask;
+use self::supervisor::{Planner, supervise};
 
 /// The agent pod's name in reports and echo answers.
 pub const POD_NAME: &str = "kdoctor-local";
@@ -36,7 +36,8 @@ pub const POD_NAME: &str = "kdoctor-local";
 #[derive(clap::Args)]
 pub struct Args {
     /// Task files or directories of them (`.yaml`, `.yml`, `.json`); `-` reads standard input.
-    #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
+    /// Without any, local starts empty: `kubectl apply -f` adds tasks while it runs.
+    #[arg(short = 'f', long = "filename", num_args = 1..)]
     files: Vec<PathBuf>,
     /// The report store directory (kept across runs).
     #[arg(long = "data", value_name = "DIR", default_value = "./kdoctor-data")]
@@ -98,7 +99,11 @@ fn common_port(port: u16, ips: &[IpAddr]) -> Result<u16> {
 pub fn run(args: &Args) -> Result<ExitCode> {
     // Everything about the task files is checked before anything starts.
     let config = super::validate::load_config(args.config.as_deref())?;
-    let checked = super::validate::check_files(&args.files, &config)?;
+    let checked = if args.files.is_empty() {
+        super::validate::Checked::default()
+    } else {
+        super::validate::check_files(&args.files, &config)?
+    };
     if !checked.all_valid {
         eprint!("{}", checked.report);
         eprintln!("kdoctor local: not started: fix the task files above");
@@ -129,9 +134,15 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         carrier: Some(loopback_carrier(POD_NAME, http_port, ipv6)),
         resolvers: Some(resolvers.clone()),
     };
-    let mut plans = Vec::new();
+    let planner = Arc::new(Planner {
+        config: config.clone(),
+        node: node.clone(),
+        pod: POD_NAME.to_string(),
+        stand_ins,
+    });
+    // What one machine cannot run is refused before anything starts, as validation is.
     for task in &checked.valid {
-        plans.push(local_plan(task, &config, &node, POD_NAME, &stand_ins)?);
+        local_plan(task, &config, &node, POD_NAME, &planner.stand_ins)?;
     }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -179,7 +190,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             Duration::from_secs(600),
         ));
 
-        let objects = TaskObjects::default();
+        let objects = TaskObjects::new(planner.admit());
+        // Before any object exists, so that the files' tasks reach the supervisor too.
+        let feed = objects.subscribe();
         let server = start(ServerOptions {
             store: Some(store.clone()),
             tasks: Some(objects.clone()),
@@ -214,72 +227,28 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         eprintln!(
             "        kubectl --kubeconfig {kubeconfig} get netreach,apphttphealthy,netdns"
         );
+        eprintln!("  add:  kubectl --kubeconfig {kubeconfig} apply -f TASK.yaml");
         eprintln!("  Ctrl-C stops.");
 
         let shared = Arc::new(Shared {
             store: store.clone(),
-            objects,
+            objects: objects.clone(),
             node,
             max_history: config.crd_max_history.max(1) as usize,
             poll: Duration::from_secs(config.task_poll_interval_in_second.max(1) as u64),
         });
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let now = Timestamp::now();
-        // Each slot empties when its loop has ended, so that stopping waits only for the rest.
-        let mut tasks = Vec::new();
-        let mut uids = Vec::new();
-        for (task, plan) in checked.valid.into_iter().zip(plans) {
-            let task = LocalTask::new(task, now)?;
-            uids.push(task.uid.clone());
-            let (kind, name) = (task.kind, task.name.clone());
-            let handle = tokio::spawn(runner::run(shared.clone(), task, plan, stop_rx.clone()));
-            tasks.push((kind, name, Some(handle)));
+        // The files' tasks are created as `kubectl create` would (they are valid: checked above).
+        for document in &checked.objects {
+            let kind = document
+                .get("kind")
+                .and_then(serde_json::Value::as_str)
+                .and_then(|k| k.parse().ok())
+                .context("a checked task has a kind")?;
+            objects
+                .create(kind, document.clone(), false)
+                .map_err(|e| anyhow::anyhow!("{}", e.message))?;
         }
-        let report = |kind: &kdoctor_api::task::TaskKind, name: &str, result| match result {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("{kind} {name:?}: stopped: {e:#}"),
-            Err(e) => eprintln!("{kind} {name:?}: stopped: {e}"),
-        };
-        let all_done = async {
-            for (kind, name, slot) in tasks.iter_mut() {
-                if let Some(handle) = slot.as_mut() {
-                    let result = handle.await;
-                    *slot = None;
-                    report(kind, name, result);
-                }
-            }
-        };
-        tokio::select! {
-            _ = all_done => {
-                eprintln!("kdoctor local: every task finished; serving the reports until Ctrl-C");
-                super::stopped().await;
-            }
-            _ = super::stopped() => {}
-        }
-        eprintln!("kdoctor local: stopping");
-        let _ = stop_tx.send(true);
-        for (kind, name, slot) in tasks {
-            let Some(handle) = slot else { continue };
-            // A task loop records its interrupted round; bounded, so that a stuck store cannot
-            // hang the exit.
-            match tokio::time::timeout(Duration::from_secs(10), handle).await {
-                Ok(result) => report(&kind, &name, result),
-                Err(_) => eprintln!("{kind} {name:?}: did not stop in time"),
-            }
-        }
-        // The tasks end with this run: their reports stay, marked as of an ended task.
-        let ended = store.clone();
-        tokio::task::spawn_blocking(move || {
-            let now = Timestamp::now();
-            for uid in uids {
-                if let Some(task) = ended.by_uid(&uid)
-                    && let Err(e) = ended.mark_deleted(task.id, now)
-                {
-                    tracing::warn!(error = %e, "marking a task ended");
-                }
-            }
-        })
-        .await?;
+        supervise(shared, planner, feed, super::stopped()).await?;
         server.stop().await;
         drop(running);
         Ok(ExitCode::SUCCESS)

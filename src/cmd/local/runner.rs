@@ -92,9 +92,7 @@ pub async fn run(
     };
     let expected_nodes = BTreeSet::from([shared.node.clone()]);
     let mut status = TaskStatus::default();
-    shared
-        .objects
-        .publish(task.kind, &task.name, task.object(&status));
+    show(&shared, &task, &status);
     let (done_tx, mut done_rx) = mpsc::channel::<Report>(1);
     let mut probing: Option<tokio::task::JoinHandle<()>> = None;
     let mut last_report: Option<Report> = None;
@@ -172,9 +170,7 @@ pub async fn run(
             let record = task.record(&status);
             let store = store.clone();
             blocking(move || store.record_task(&record)).await?;
-            shared
-                .objects
-                .publish(task.kind, &task.name, task.object(&status));
+            show(&shared, &task, &status);
             if let Some(top) = status.history.as_ref().and_then(|h| h.first())
                 && top.status == RoundStatus::Notstarted
                 && top.start_time_stamp.0 > now
@@ -215,6 +211,14 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Shows `status` on the task's object (the runner is its only writer).
+fn show(shared: &Shared, task: &LocalTask, status: &TaskStatus) {
+    let status = serde_json::to_value(status).unwrap_or_default();
+    shared
+        .objects
+        .set_status(task.kind, &task.name, &task.uid, status);
 }
 
 /// Probes one round and stores its report (durably) before handing it back.
@@ -303,7 +307,7 @@ mod tests {
         let (store, dir) = store("run");
         let shared = Arc::new(Shared {
             store: store.clone(),
-            objects: TaskObjects::default(),
+            objects: TaskObjects::new(std::sync::Arc::new(|_| Ok(()))),
             node: "node-a".into(),
             max_history: 10,
             poll: Duration::from_secs(1),
@@ -330,8 +334,16 @@ mod tests {
             &stand_ins,
         )
         .unwrap();
-        let local = LocalTask::new(nr, Timestamp::now()).unwrap();
-        let uid = local.uid.clone();
+        let object = shared
+            .objects
+            .create(
+                kdoctor_api::task::TaskKind::NetReach,
+                serde_json::to_value(&nr).unwrap(),
+                false,
+            )
+            .unwrap();
+        let uid = object["metadata"]["uid"].as_str().unwrap().to_string();
+        let local = LocalTask::new(nr, uid.clone(), Timestamp::now()).unwrap();
         let (_stop, stop_rx) = watch::channel(false);
         tokio::time::timeout(
             Duration::from_secs(30),
@@ -372,7 +384,12 @@ mod tests {
         let nr = task(
             "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: nr}\nspec: {}\n",
         );
-        let local = LocalTask::new(nr, Timestamp::now()).unwrap();
+        let local = LocalTask::new(
+            nr,
+            kdoctor_apiserver::tasks::uid::new_uid(),
+            Timestamp::now(),
+        )
+        .unwrap();
         let now = Timestamp::now();
         let status = TaskStatus {
             expected_round: Some(1),
@@ -405,7 +422,7 @@ mod tests {
         interrupted(&store, id, &TaskStatus::default(), now).unwrap();
         // A killed run's task: ended at the next start, once.
         let mut status = status;
-        let other = LocalTask::new(task("apiVersion: kdoctor.io/v1beta1\nkind: Netdns\nmetadata: {name: d}\nspec: {target: {targetUser: {server: 127.0.0.1, port: 53}}}\n"), now).unwrap();
+        let other = LocalTask::new(task("apiVersion: kdoctor.io/v1beta1\nkind: Netdns\nmetadata: {name: d}\nspec: {target: {targetUser: {server: 127.0.0.1, port: 53}}}\n"), kdoctor_apiserver::tasks::uid::new_uid(), now).unwrap();
         status.history.as_mut().unwrap()[0].round_number = 1;
         let (other_id, _) = store.record_task(&other.record(&status)).unwrap();
         assert_eq!(end_earlier_runs(&store, now).unwrap(), 2);

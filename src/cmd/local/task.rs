@@ -3,8 +3,6 @@
 //! Each run of `kdoctor local` is a new incarnation of its tasks (as a task deleted and
 //! re-created in a cluster), so earlier runs' reports stay apart in the store.
 
-use std::hash::{BuildHasher, Hasher};
-
 use anyhow::{Context, Result};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -32,45 +30,6 @@ pub struct LocalTask {
     pub schedule: Schedule,
 }
 
-/// A random UUID (version 4 layout). The std hasher's per-process random keys, the clock and a
-/// counter are enough for a UID no other run of this store will repeat; no crate needed.
-pub fn new_uid() -> String {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let mut words = [0u64; 2];
-    for (i, word) in words.iter_mut().enumerate() {
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0),
-        );
-        hasher.write_u32(std::process::id());
-        hasher.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        hasher.write_usize(i);
-        *word = hasher.finish();
-    }
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
-    let hex: String = bytes
-        .iter()
-        .enumerate()
-        .map(|(i, b)| match i {
-            // Version 4 and the RFC 4122 variant, so the UID looks like any other.
-            6 => format!("{:02x}", (b & 0x0f) | 0x40),
-            8 => format!("{:02x}", (b & 0x3f) | 0x80),
-            _ => format!("{b:02x}"),
-        })
-        .collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
-}
-
 fn metadata_mut(task: &mut Task) -> &mut kube::core::ObjectMeta {
     match task {
         Task::NetReach(t) => &mut t.metadata,
@@ -88,9 +47,8 @@ fn set_status(task: &mut Task, status: TaskStatus) {
 }
 
 impl LocalTask {
-    /// The incarnation of an effective (validated) task created at `now`.
-    pub fn new(mut task: Task, now: Timestamp) -> Result<LocalTask> {
-        let uid = new_uid();
+    /// The incarnation `uid` of an effective (validated) task created at `now`.
+    pub fn new(mut task: Task, uid: String, now: Timestamp) -> Result<LocalTask> {
         let meta = metadata_mut(&mut task);
         meta.uid = Some(uid.clone());
         meta.creation_timestamp = Some(Time(now));
@@ -143,21 +101,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn uids_are_uuid_shaped_and_differ() {
-        let a = new_uid();
-        let b = new_uid();
-        assert_ne!(a, b);
-        assert_eq!(a.len(), 36);
-        let parts: Vec<&str> = a.split('-').collect();
-        assert_eq!(
-            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
-            [8, 4, 4, 4, 12]
-        );
-        assert!(parts[2].starts_with('4'), "{a}");
-        assert!(a.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
-    }
-
-    #[test]
     fn incarnation_has_metadata_schedule_and_record() {
         let document = parse_tasks(
             "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: nr}\nspec: {}\n",
@@ -172,7 +115,7 @@ mod tests {
         )
         .unwrap();
         let now: Timestamp = "2025-01-01T00:00:00Z".parse().unwrap();
-        let local = LocalTask::new(task, now).unwrap();
+        let local = LocalTask::new(task, kdoctor_apiserver::tasks::uid::new_uid(), now).unwrap();
         assert_eq!(local.name, "nr");
         assert_eq!(local.plan.round_number, 1);
         assert_eq!(local.schedule.first_start(now), Some(now));
