@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use axum::extract::RawQuery;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use kdoctor_api::report::{KIND, KdoctorReport, LIST_KIND};
@@ -14,15 +14,32 @@ use sha2::{Digest, Sha512};
 
 use crate::discovery::hex_upper;
 use crate::query::Query;
+use crate::state::AppState;
 use crate::status::ApiError;
 use crate::{GROUP, PLURAL, VERSION};
 
-/// The documents, serialized.
+/// One served document, serialized, with its hash (the v3 URL's `hash`, the v2 ETag).
+pub struct Doc {
+    body: Vec<u8>,
+    hash: String,
+}
+
+impl Doc {
+    /// Serializes `document` once.
+    pub fn new(document: &Value) -> Doc {
+        let body = serde_json::to_vec(document).unwrap_or_default();
+        Doc {
+            hash: hex_upper(&Sha512::digest(&body)),
+            body,
+        }
+    }
+}
+
+/// The documents of the report group, and the v2 document with and without the task kinds.
 struct Docs {
-    v3: Vec<u8>,
-    v3_hash: String,
-    v2: Vec<u8>,
-    v2_etag: String,
+    v3: Doc,
+    v2: Doc,
+    v2_with_tasks: Doc,
 }
 
 fn gvk() -> Value {
@@ -122,13 +139,18 @@ fn docs() -> &'static Docs {
             "paths": paths(&reference2, false),
             "definitions": schemas2,
         });
-        let v3 = serde_json::to_vec(&v3).unwrap_or_default();
-        let v2 = serde_json::to_vec(&v2).unwrap_or_default();
+        let mut v2_with_tasks = v2.clone();
+        let (task_paths, task_definitions) = crate::tasks::openapi::v2_parts();
+        if let Some(paths) = v2_with_tasks["paths"].as_object_mut() {
+            paths.extend(task_paths);
+        }
+        if let Some(definitions) = v2_with_tasks["definitions"].as_object_mut() {
+            definitions.extend(task_definitions);
+        }
         Docs {
-            v3_hash: hex_upper(&Sha512::digest(&v3)),
-            v2_etag: format!("\"{}\"", hex_upper(&Sha512::digest(&v2))),
-            v3,
-            v2,
+            v3: Doc::new(&v3),
+            v2: Doc::new(&v2),
+            v2_with_tasks: Doc::new(&v2_with_tasks),
         }
     })
 }
@@ -158,14 +180,21 @@ fn json_body(body: Vec<u8>) -> Response {
     response
 }
 
-/// `GET /openapi/v3`: the index.
-pub async fn v3_index() -> Response {
-    let url = format!("{}?hash={}", path_v3(), docs().v3_hash);
-    let key = format!("apis/{GROUP}/{VERSION}");
-    json_body(
-        serde_json::to_vec(&json!({"paths": {key: {"serverRelativeURL": url}}}))
-            .unwrap_or_default(),
-    )
+/// `GET /openapi/v3`: the index (with the task kinds' group where the server shows tasks).
+pub async fn v3_index(State(state): State<AppState>) -> Response {
+    let mut paths = serde_json::Map::new();
+    paths.insert(
+        format!("apis/{GROUP}/{VERSION}"),
+        json!({"serverRelativeURL": format!("{}?hash={}", path_v3(), docs().v3.hash)}),
+    );
+    if state.tasks.is_some() {
+        let (path, doc) = crate::tasks::openapi::v3();
+        paths.insert(
+            path.trim_start_matches("/openapi/v3/").to_string(),
+            json!({"serverRelativeURL": format!("{path}?hash={}", doc.hash)}),
+        );
+    }
+    json_body(serde_json::to_vec(&json!({ "paths": paths })).unwrap_or_default())
 }
 
 /// `GET /openapi/v3/apis/system.kdoctor.io/v1beta1`.
@@ -173,25 +202,32 @@ pub async fn v3_group_version(
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    if !accepts_json(&headers) {
+    serve_v3(&path_v3(), &docs().v3, raw.as_deref(), &headers)
+}
+
+/// One group-version's v3 document: immutable under its hash URL, moved when the hash is stale.
+pub fn serve_v3(
+    path: &str,
+    doc: &Doc,
+    raw: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    if !accepts_json(headers) {
         return Err(ApiError::not_acceptable(
             "the OpenAPI document is served as application/json only",
         ));
     }
-    let query = Query::parse(raw.as_deref());
-    let docs = docs();
+    let query = Query::parse(raw);
     let mut response = match query.get("hash") {
-        Some(hash) if hash != docs.v3_hash => {
+        Some(hash) if hash != doc.hash => {
             let mut r = StatusCode::MOVED_PERMANENTLY.into_response();
-            if let Ok(location) =
-                HeaderValue::from_str(&format!("{}?hash={}", path_v3(), docs.v3_hash))
-            {
+            if let Ok(location) = HeaderValue::from_str(&format!("{path}?hash={}", doc.hash)) {
                 r.headers_mut().insert(header::LOCATION, location);
             }
             return Ok(r);
         }
         Some(_) => {
-            let mut r = json_body(docs.v3.clone());
+            let mut r = json_body(doc.body.clone());
             let h = r.headers_mut();
             h.insert(
                 header::CACHE_CONTROL,
@@ -205,10 +241,10 @@ pub async fn v3_group_version(
             }
             r
         }
-        None => json_body(docs.v3.clone()),
+        None => json_body(doc.body.clone()),
     };
     let h = response.headers_mut();
-    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", docs.v3_hash)) {
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", doc.hash)) {
         h.insert(header::ETAG, etag);
     }
     h.insert(header::VARY, HeaderValue::from_static("Accept"));
@@ -216,22 +252,27 @@ pub async fn v3_group_version(
 }
 
 /// `GET /openapi/v2` (JSON only; protobuf is refused with 406).
-pub async fn v2(headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn v2(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     if !accepts_json(&headers) {
         return Err(ApiError::not_acceptable(
             "the OpenAPI v2 document is served as application/json only",
         ));
     }
-    let docs = docs();
+    let doc = if state.tasks.is_some() {
+        &docs().v2_with_tasks
+    } else {
+        &docs().v2
+    };
+    let etag = format!("\"{}\"", doc.hash);
     if headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        == Some(docs.v2_etag.as_str())
+        == Some(etag.as_str())
     {
         return Ok(StatusCode::NOT_MODIFIED.into_response());
     }
-    let mut response = json_body(docs.v2.clone());
-    if let Ok(etag) = HeaderValue::from_str(&docs.v2_etag) {
+    let mut response = json_body(doc.body.clone());
+    if let Ok(etag) = HeaderValue::from_str(&etag) {
         response.headers_mut().insert(header::ETAG, etag);
     }
     Ok(response)

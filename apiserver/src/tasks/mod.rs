@@ -6,6 +6,7 @@
 //! against the local server too.
 
 pub mod objects;
+pub mod openapi;
 mod table;
 pub mod uid;
 mod watch;
@@ -127,6 +128,10 @@ pub fn routes() -> Router<AppState> {
                 .delete(write::delete),
         )
         .route(&format!("{base}/{{plural}}/{{name}}/status"), get(get_one))
+        .route(
+            &format!("/openapi/v3/apis/{GROUP}/{VERSION}"),
+            get(openapi::v3_group_version),
+        )
 }
 
 /// `/apis/kdoctor.io/v1beta1`.

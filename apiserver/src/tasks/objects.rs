@@ -162,12 +162,22 @@ pub fn invalid(kind: TaskKind, name: &str, errors: &ErrorList) -> ApiError {
             }
             .to_string(),
             field: e.field.as_str().to_string(),
-            message: e.to_string(),
+            // kubectl prints `<field>: <message>`: the field is not repeated.
+            message: e
+                .to_string()
+                .strip_prefix(&format!("{}: ", e.field.as_str()))
+                .map(str::to_string)
+                .unwrap_or_else(|| e.to_string()),
         })
         .collect();
     ApiError {
         name: Some(name.to_string()),
-        details: details(kind, causes),
+        // As the Go server's NewInvalid: the kind, not the resource, in `details.kind`.
+        details: Some(Box::new(Details {
+            group: GROUP.to_string(),
+            kind: kind.as_str().to_string(),
+            causes,
+        })),
         ..ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "Invalid",
@@ -558,7 +568,11 @@ mod tests {
         );
         let status = err.to_status();
         assert_eq!(status["details"]["causes"][0]["field"], "spec");
-        assert_eq!(status["details"]["kind"], "netreaches");
+        assert_eq!(status["details"]["kind"], "NetReach");
+        assert_eq!(
+            status["details"]["causes"][0]["message"],
+            "Forbidden: spec is immutable: delete and re-create the task to change it"
+        );
         let mut relabelled = (*created).clone();
         relabelled["metadata"]["labels"]["a"] = json!("2");
         let updated = objects
