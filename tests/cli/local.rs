@@ -71,14 +71,21 @@ struct Local {
 
 impl Local {
     fn start(dir: &Path, task_dir: &Path, ports: &Ports) -> Local {
+        Local::start_with(dir, Some(task_dir), ports)
+    }
+
+    /// Without task files when `task_dir` is `None`.
+    fn start_with(dir: &Path, task_dir: Option<&Path>, ports: &Ports) -> Local {
         let log = dir.join(format!("local-{}.log", ports.api));
         let file = std::fs::File::create(&log).expect("log file");
         let data = dir.join("data");
         let kubeconfig = dir.join("kubeconfig");
-        let child = Command::new(env!("CARGO_BIN_EXE_kdoctor"))
-            .arg("local")
-            .arg("-f")
-            .arg(task_dir)
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kdoctor"));
+        command.arg("local");
+        if let Some(task_dir) = task_dir {
+            command.arg("-f").arg(task_dir);
+        }
+        let child = command
             .arg("--data")
             .arg(&data)
             .arg("--kubeconfig-out")
@@ -148,17 +155,29 @@ impl Drop for Local {
     }
 }
 
-/// Runs the pinned kubectl with the generated kubeconfig and a fresh cache.
-fn kubectl(dir: &Path, args: &[&str]) -> String {
+/// The pinned kubectl with the generated kubeconfig and a fresh cache.
+fn kubectl_command(dir: &Path, args: &[&str]) -> Command {
     let cache = dir.join(format!("kubectl-cache-{}", free_port()));
-    let output = Command::new(kubectl_bin())
+    let mut command = Command::new(kubectl_bin());
+    command
         .arg("--kubeconfig")
         .arg(dir.join("kubeconfig"))
         .arg("--cache-dir")
         .arg(&cache)
-        .args(args)
-        .output()
-        .expect("kubectl runs");
+        .args(args);
+    command
+}
+
+/// Runs kubectl that must fail; its standard error.
+fn kubectl_fails(dir: &Path, args: &[&str]) -> String {
+    let output = kubectl_command(dir, args).output().expect("kubectl runs");
+    assert!(!output.status.success(), "kubectl {args:?} succeeded");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Runs the pinned kubectl with the generated kubeconfig and a fresh cache.
+fn kubectl(dir: &Path, args: &[&str]) -> String {
+    let output = kubectl_command(dir, args).output().expect("kubectl runs");
     assert!(
         output.status.success(),
         "kubectl {args:?}: {}",
@@ -457,6 +476,120 @@ fn the_local_examples_run_as_they_are() {
     }
     let list = json(&kubectl(&dir, &["get", "kdr", "-o", "json"]));
     assert_eq!(list["items"].as_array().map(Vec::len), Some(3), "{list}");
+    let (code, log) = local.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn kubectl_applies_explains_watches_and_deletes_tasks_on_local_as_on_a_cluster() {
+    let dir = scratch("local-apply");
+    let ports = Ports::new();
+    // Started with no task files: the tasks come by kubectl apply.
+    let mut local = Local::start_with(&dir, None, &ports);
+    local.wait_for("Ctrl-C stops", 1);
+    let file = write(&dir, "tasks.yaml", tasks(&ports).as_bytes());
+    let applied = kubectl(&dir, &["apply", "-f", &file]);
+    for created in [
+        "netreach.kdoctor.io/reach created",
+        "apphttphealthy.kdoctor.io/web created",
+        "netdns.kdoctor.io/dns created",
+    ] {
+        assert!(applied.contains(created), "{applied}");
+    }
+    local.wait_for("finished, 1 round done", 3);
+    let again = kubectl(&dir, &["apply", "-f", &file]);
+    assert_eq!(again.matches("unchanged").count(), 3, "{again}");
+    let server_side = kubectl(&dir, &["apply", "--server-side", "-f", &file]);
+    assert_eq!(
+        server_side.matches("serverside-applied").count(),
+        3,
+        "{server_side}"
+    );
+    let task = json(&kubectl(&dir, &["get", "nr", "reach", "-o", "json"]));
+    assert_eq!(task["status"]["finish"], true);
+    assert_eq!(task["status"]["lastRoundStatus"], "succeed");
+
+    // What the real apiserver refuses, refused in its words.
+    let changed = tasks(&ports).replace("qps: 5, durationInSecond: 1, perRequestTimeoutInMS: 1000}\n  schedule: {schedule: \"0 1\", roundNumber: 1, roundTimeoutMinute: 1}\n---\napiVersion: kdoctor.io/v1beta1\nkind: AppHttpHealthy", "qps: 6, durationInSecond: 1, perRequestTimeoutInMS: 1000}\n  schedule: {schedule: \"0 1\", roundNumber: 1, roundTimeoutMinute: 1}\n---\napiVersion: kdoctor.io/v1beta1\nkind: AppHttpHealthy");
+    assert_ne!(changed, tasks(&ports));
+    let changed = write(&dir, "changed.yaml", changed.as_bytes());
+    let refused = kubectl_fails(&dir, &["apply", "-f", &changed]);
+    assert!(
+        refused.contains("The NetReach \"reach\" is invalid: spec: Forbidden: spec is immutable"),
+        "{refused}"
+    );
+    let invalid = write(
+        &dir,
+        "invalid.yaml",
+        b"apiVersion: kdoctor.io/v1beta1\nkind: Netdns\nmetadata: {name: bad}\nspec:\n  request: {qps: 0}\n  nonsense: 1\n",
+    );
+    let refused = kubectl_fails(&dir, &["apply", "-f", &invalid]);
+    assert!(refused.contains("spec.request.qps"), "{refused}");
+    assert!(refused.contains("spec.nonsense"), "{refused}");
+
+    // explain reads the served OpenAPI.
+    let explained = kubectl(&dir, &["explain", "netreach.spec.request"]);
+    assert!(explained.contains("qps"), "{explained}");
+    assert!(explained.contains("KIND:       NetReach"), "{explained}");
+
+    // A watch sees the deletion; the deleted task's runner stops and its report stays.
+    let watcher = kubectl_command(
+        &dir,
+        &["get", "nr", "-w", "--output-watch-events", "-o", "json"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("kubectl watch starts");
+    std::thread::sleep(Duration::from_secs(1));
+    let deleted = kubectl(&dir, &["delete", "netreach", "reach"]);
+    assert!(
+        deleted.contains("netreach.kdoctor.io \"reach\" deleted"),
+        "{deleted}"
+    );
+    local.wait_for("deleted; its reports stay", 1);
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = Command::new("kill").arg(watcher.id().to_string()).status();
+    let watched = watcher.wait_with_output().expect("watch output");
+    let watched = String::from_utf8_lossy(&watched.stdout);
+    assert!(watched.contains("{\"type\":\"ADDED\""), "{watched}");
+    assert!(watched.contains("{\"type\":\"DELETED\""), "{watched}");
+    let gone = kubectl_fails(&dir, &["get", "nr", "reach"]);
+    assert!(
+        gone.contains("netreaches.kdoctor.io \"reach\" not found"),
+        "{gone}"
+    );
+    let report = json(&kubectl(
+        &dir,
+        &["get", "kdr", "netreach-reach", "-o", "json"],
+    ));
+    assert_eq!(
+        (
+            &report["status"]["taskState"],
+            &report["status"]["roundFinishedNumber"]
+        ),
+        (&Value::from("Deleted"), &Value::from(1)),
+        "{report}"
+    );
+
+    // The plugin runs a task against local and exits by its result.
+    let quick = write(
+        &dir,
+        "quick.yaml",
+        b"apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: quick}\nspec:\n  target: {endpoint: true, ipv4: true}\n  request: {qps: 5, durationInSecond: 1}\n  schedule: {schedule: \"0 1\", roundNumber: 1, roundTimeoutMinute: 1}\n",
+    );
+    let run = Command::new(env!("CARGO_BIN_EXE_kdoctor"))
+        .args(["kubectl", "run", "-f", &quick, "--wait", "--kubeconfig"])
+        .arg(dir.join("kubeconfig"))
+        .output()
+        .expect("kdoctor kubectl run");
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(run.status.code(), Some(0), "{out}{}", stderr(&run));
+    assert!(
+        out.contains("every task finished and its last round succeeded"),
+        "{out}"
+    );
+
     let (code, log) = local.stop();
     assert_eq!(code, Some(0), "{log}");
 }

@@ -39,10 +39,15 @@ impl Planner {
     /// `kdoctor validate`, and what one machine cannot run).
     pub fn effective(&self, object: &Value) -> Result<Task, ErrorList> {
         let mut value = object.clone();
+        // Unknown fields are reported with every other problem of the task, not alone.
+        let mut unknown = ErrorList::default();
         let task = match decode_task(&mut value) {
             Ok(task) => task,
             Err(DocumentError::Schema(errors)) => return Err(errors),
-            Err(DocumentError::UnknownFields { errors, .. }) => return Err(errors),
+            Err(DocumentError::UnknownFields { errors, task }) => {
+                unknown = errors;
+                *task
+            }
             Err(other) => {
                 return Err(ErrorList(vec![FieldError::invalid(
                     FieldPath::root(),
@@ -51,7 +56,14 @@ impl Planner {
                 )]));
             }
         };
-        let task = validation::check(task, &self.config, ClusterFacts::default())?;
+        let task = match validation::check(task, &self.config, ClusterFacts::default()) {
+            Ok(task) if unknown.is_empty() => task,
+            Ok(_) => return Err(unknown),
+            Err(errors) => {
+                unknown.extend(errors);
+                return Err(unknown);
+            }
+        };
         local_plan(&task, &self.config, &self.node, &self.pod, &self.stand_ins).map_err(|e| {
             ErrorList(vec![FieldError::forbidden(
                 FieldPath::new("spec"),
