@@ -446,12 +446,14 @@ fn local_refuses_tasks_it_cannot_run_here_before_starting_anything() {
     assert!(!data.exists(), "the store was created");
 }
 
-/// examples/local/ is usable as it is: every task's first round succeeds against the default
-/// local targets (the fixed ports the files name).
+/// examples/local/ is usable as it is, whatever ports local picked: every task's first round
+/// succeeds against local's own targets, which the files name `kdoctor.localhost`. The default
+/// HTTP echo port is held by the test, so local picks another and says which.
 #[test]
 fn the_local_examples_run_as_they_are() {
     let dir = scratch("local-examples");
-    let api = free_port();
+    // Held (by this test, or already by someone else): either way taken.
+    let _held = std::net::TcpListener::bind("127.0.0.1:18080");
     let log = dir.join("log");
     let child = Command::new(env!("CARGO_BIN_EXE_kdoctor"))
         .current_dir(crate::support::repo())
@@ -460,7 +462,6 @@ fn the_local_examples_run_as_they_are() {
         .arg(dir.join("data"))
         .arg("--kubeconfig-out")
         .arg(dir.join("kubeconfig"))
-        .args(["--listen", &format!("127.0.0.1:{api}")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(&log).expect("log")))
@@ -476,6 +477,13 @@ fn the_local_examples_run_as_they_are() {
     }
     let list = json(&kubectl(&dir, &["get", "kdr", "-o", "json"]));
     assert_eq!(list["items"].as_array().map(Vec::len), Some(3), "{list}");
+    assert!(
+        local
+            .log()
+            .contains("port 18080 is taken: the HTTP echo target uses"),
+        "{}",
+        local.log()
+    );
     let (code, log) = local.stop();
     assert_eq!(code, Some(0), "{log}");
 }

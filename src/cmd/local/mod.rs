@@ -25,7 +25,7 @@ use kdoctor_apiserver::server::{ServerOptions, start};
 use kdoctor_apiserver::tasks::TaskObjects;
 use kdoctor_store::{Store, StoreConfig};
 
-use self::plan::{StandIns, local_plan, loopback_carrier, resolvers_of};
+use self::plan::{LocalPorts, StandIns, local_plan, loopback_carrier, resolvers_of};
 use self::runner::Shared;
 use self::supervisor::{Planner, supervise};
 
@@ -42,9 +42,10 @@ pub struct Args {
     /// The report store directory (kept across runs).
     #[arg(long = "data", value_name = "DIR", default_value = "./kdoctor-data")]
     data: PathBuf,
-    /// Address of the API server (HTTPS).
-    #[arg(long = "listen", value_name = "ADDR", default_value = "127.0.0.1:6443")]
-    listen: SocketAddr,
+    /// Address of the API server (HTTPS) [default: 127.0.0.1:6443, or a free port when that
+    /// is taken].
+    #[arg(long = "listen", value_name = "ADDR")]
+    listen: Option<SocketAddr>,
     /// Where to write the kubeconfig for the API server (a client certificate of its CA).
     #[arg(
         long = "kubeconfig-out",
@@ -55,17 +56,20 @@ pub struct Args {
     /// The kdoctor configuration (`conf.yml`) whose defaults and limits apply.
     #[arg(long = "config", short = 'C', value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Port of the local HTTP echo target on 127.0.0.1 and ::1 (NetReach probes it; tasks may
-    /// name it, e.g. AppHttpHealthy `http://127.0.0.1:18080/`); 0: any free port.
-    #[arg(long, value_name = "PORT", default_value_t = 18080)]
-    app_http_port: u16,
-    /// Port of the local HTTPS echo target (HTTP/2 by ALPN, self-signed certificate).
-    #[arg(long, value_name = "PORT", default_value_t = 18443)]
-    app_https_port: u16,
+    /// Port of the local HTTP echo target on 127.0.0.1 and ::1 (NetReach probes it; tasks name
+    /// it `http://kdoctor.localhost/`); 0: any free port [default: 18080, or a free port when
+    /// that is taken].
+    #[arg(long, value_name = "PORT")]
+    app_http_port: Option<u16>,
+    /// Port of the local HTTPS echo target (HTTP/2 by ALPN, self-signed certificate; tasks name
+    /// it `https://kdoctor.localhost/`) [default: 18443, or a free port when that is taken].
+    #[arg(long, value_name = "PORT")]
+    app_https_port: Option<u16>,
     /// UDP and TCP port of the local DNS test server (`netdns-e2e*` names answered, others
-    /// forwarded to the system resolver); Netdns `targetUser` may name it.
-    #[arg(long, value_name = "PORT", default_value_t = 15353)]
-    dns_port: u16,
+    /// forwarded to the system resolver; Netdns `targetUser.server: kdoctor.localhost` names
+    /// it) [default: 15353, or a free port when that is taken].
+    #[arg(long, value_name = "PORT")]
+    dns_port: Option<u16>,
     /// The node name reports carry (default: the host name).
     #[arg(long, value_name = "NAME")]
     node_name: Option<String>,
@@ -76,23 +80,47 @@ fn ipv6_available() -> bool {
     std::net::TcpListener::bind((Ipv6Addr::LOCALHOST, 0)).is_ok()
 }
 
+/// Whether `port` is free for TCP (and UDP when `udp`) on every address of `ips`.
+fn free_everywhere(port: u16, ips: &[IpAddr], udp: bool) -> bool {
+    ips.iter().all(|ip| {
+        std::net::TcpListener::bind((*ip, port)).is_ok()
+            && (!udp || std::net::UdpSocket::bind((*ip, port)).is_ok())
+    })
+}
+
 /// A port free on every address of `ips` (one port for both families, so that a NetReach
-/// carrier has one echo port, as an agent does); `port` itself unless it is 0.
-fn common_port(port: u16, ips: &[IpAddr]) -> Result<u16> {
-    if port != 0 {
-        return Ok(port);
-    }
-    for _ in 0..20 {
-        let first = std::net::TcpListener::bind((ips[0], 0))?;
-        let candidate = first.local_addr()?.port();
-        if ips[1..]
-            .iter()
-            .all(|ip| std::net::TcpListener::bind((*ip, candidate)).is_ok())
-        {
+/// carrier has one echo port, as an agent does; for TCP and UDP when `udp`).
+fn any_free_port(ips: &[IpAddr], udp: bool) -> Result<u16> {
+    for _ in 0..50 {
+        let candidate = std::net::TcpListener::bind((ips[0], 0))?
+            .local_addr()?
+            .port();
+        if free_everywhere(candidate, ips, udp) {
             return Ok(candidate);
         }
     }
     bail!("no port free on every loopback address")
+}
+
+/// The port of one local target: the one asked for (0: any free one), else `default` when it
+/// is free, else any free one — said on standard error, so that nobody wonders where it went.
+fn pick_port(
+    asked: Option<u16>,
+    default: u16,
+    what: &str,
+    ips: &[IpAddr],
+    udp: bool,
+) -> Result<u16> {
+    match asked {
+        Some(0) => any_free_port(ips, udp),
+        Some(port) => Ok(port),
+        None if free_everywhere(default, ips, udp) => Ok(default),
+        None => {
+            let port = any_free_port(ips, udp)?;
+            eprintln!("kdoctor local: port {default} is taken: the {what} uses {port}");
+            Ok(port)
+        }
+    }
 }
 
 /// Runs local mode until SIGINT or SIGTERM.
@@ -128,9 +156,34 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     if ipv6 {
         loopback.push(IpAddr::V6(Ipv6Addr::LOCALHOST));
     }
-    let http_port = common_port(args.app_http_port, &loopback)?;
+    let ports = LocalPorts {
+        http: pick_port(
+            args.app_http_port,
+            18080,
+            "HTTP echo target",
+            &loopback,
+            false,
+        )?,
+        https: pick_port(
+            args.app_https_port,
+            18443,
+            "HTTPS echo target",
+            &loopback,
+            false,
+        )?,
+        dns: pick_port(args.dns_port, 15353, "DNS test server", &loopback, true)?,
+    };
+    let listen = match args.listen {
+        Some(listen) => listen,
+        None => {
+            let ip = [IpAddr::V4(Ipv4Addr::LOCALHOST)];
+            SocketAddr::new(ip[0], pick_port(None, 6443, "API server", &ip, false)?)
+        }
+    };
+    let http_port = ports.http;
     let resolvers = resolvers_of(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
     let stand_ins = StandIns {
+        local: Some(ports),
         carrier: Some(loopback_carrier(POD_NAME, http_port, ipv6)),
         resolvers: Some(resolvers.clone()),
     };
@@ -152,13 +205,13 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     runtime.block_on(async {
         let agent = AgentArgs {
             app_http_port: http_port,
-            app_https_port: common_port(args.app_https_port, &loopback)?,
+            app_https_port: ports.https,
             bind: loopback.clone(),
             pod_name: Some(POD_NAME.to_string()),
             node_name: Some(node.clone()),
             dns_server: true,
-            dns_udp_port: args.dns_port,
-            dns_tcp_port: args.dns_port,
+            dns_udp_port: ports.dns,
+            dns_tcp_port: ports.dns,
             // Names other than netdns-e2e* go to the system resolver, as a cluster DNS would
             // forward them.
             dns_upstream: resolvers
@@ -196,7 +249,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         let server = start(ServerOptions {
             store: Some(store.clone()),
             tasks: Some(objects.clone()),
-            ..ServerOptions::standalone(&args.data, args.listen)
+            ..ServerOptions::standalone(&args.data, listen)
         })
         .await
         .context("cannot start the API server (--listen chooses another address)")?;
@@ -222,6 +275,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             list(&running.dns[0]),
             list(&running.dns[1])
         );
+        eprintln!("  tasks name them kdoctor.localhost (e.g. https://kdoctor.localhost/, targetUser.server: kdoctor.localhost)");
         eprintln!("  API server: {} (kubeconfig {kubeconfig})", server.url());
         eprintln!("  look: kubectl --kubeconfig {kubeconfig} get kdoctorreport");
         eprintln!(

@@ -15,6 +15,24 @@ use kdoctor_api::config::Config;
 use kdoctor_api::defaults::ClusterFacts;
 use kdoctor_api::task::Task;
 
+/// The host name that means local mode's own targets in a task, so that a task file works
+/// whatever ports local picked: AppHttpHealthy `http://kdoctor.localhost/…` (the HTTP echo
+/// target) and `https://kdoctor.localhost/…` (the HTTPS one), Netdns `targetUser.server:
+/// kdoctor.localhost` (the DNS test server). A `.localhost` name (RFC 6761) never leaves the
+/// machine, whoever resolves it.
+pub const LOCAL_NAME: &str = "kdoctor.localhost";
+
+/// The ports of local mode's own targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalPorts {
+    /// The HTTP echo target.
+    pub http: u16,
+    /// The HTTPS echo target.
+    pub https: u16,
+    /// The DNS test server (UDP and TCP).
+    pub dns: u16,
+}
+
 /// What stands in for the cluster when a task runs on this machine.
 #[derive(Clone, Debug, Default)]
 pub struct StandIns {
@@ -23,6 +41,52 @@ pub struct StandIns {
     /// Name servers standing in for the cluster DNS of Netdns `targetDns` (`None`: it cannot
     /// run).
     pub resolvers: Option<Vec<IpAddr>>,
+    /// Local mode's own targets, which [`LOCAL_NAME`] names (`None`: the name is not special).
+    pub local: Option<LocalPorts>,
+}
+
+/// `url` with [`LOCAL_NAME`] (and no port of its own) as the loopback address and local's
+/// port for its scheme; any other URL as it is.
+pub fn resolve_local_url(url: &str, ports: LocalPorts) -> String {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return url.to_string();
+    };
+    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return url.to_string();
+    };
+    if !authority.host().eq_ignore_ascii_case(LOCAL_NAME) || authority.port().is_some() {
+        return url.to_string();
+    }
+    let port = match scheme {
+        "http" => ports.http,
+        "https" => ports.https,
+        _ => return url.to_string(),
+    };
+    let rest = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    format!("{scheme}://127.0.0.1:{port}{rest}")
+}
+
+/// The task with [`LOCAL_NAME`] resolved to local's own targets.
+fn resolve_local_names(task: &Task, ports: LocalPorts) -> Task {
+    let mut task = task.clone();
+    match &mut task {
+        Task::AppHttpHealthy(t) => {
+            t.spec.target.host = resolve_local_url(&t.spec.target.host, ports);
+        }
+        Task::Netdns(t) => {
+            if let Some(user) = t.spec.target.as_mut().and_then(|t| t.target_user.as_mut())
+                && user
+                    .server
+                    .as_deref()
+                    .is_some_and(|s| s.eq_ignore_ascii_case(LOCAL_NAME))
+            {
+                user.server = Some(Ipv4Addr::LOCALHOST.to_string());
+                user.port = i64::from(ports.dns);
+            }
+        }
+        Task::NetReach(_) => {}
+    }
+    task
 }
 
 /// The local echo server as a NetReach carrier: one "pod" at the loopback addresses, and the
@@ -74,6 +138,10 @@ pub fn local_plan(
     pod: &str,
     stand_ins: &StandIns,
 ) -> Result<RoundPlan> {
+    let resolved = stand_ins
+        .local
+        .map(|ports| resolve_local_names(task, ports));
+    let task = resolved.as_ref().unwrap_or(task);
     let actor = Actor {
         node: node.to_string(),
         pod: pod.to_string(),
@@ -150,6 +218,41 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn the_local_name_means_local_targets_whatever_their_ports() {
+        let ports = LocalPorts {
+            http: 1080,
+            https: 1443,
+            dns: 1053,
+        };
+        for (url, resolved) in [
+            (
+                "http://kdoctor.localhost/a?b=1",
+                "http://127.0.0.1:1080/a?b=1",
+            ),
+            ("https://KDOCTOR.localhost", "https://127.0.0.1:1443/"),
+            // A port of its own, another host: as written.
+            ("http://kdoctor.localhost:9/", "http://kdoctor.localhost:9/"),
+            ("https://example.com/", "https://example.com/"),
+        ] {
+            assert_eq!(resolve_local_url(url, ports), resolved);
+        }
+        let task = kdoctor_api::document::parse_tasks(
+            "apiVersion: kdoctor.io/v1beta1\nkind: Netdns\nmetadata: {name: d}\nspec: {target: {targetUser: {server: kdoctor.localhost}}}\n",
+        )
+        .remove(0)
+        .task
+        .unwrap();
+        let Task::Netdns(resolved) = resolve_local_names(&task, ports) else {
+            panic!("a Netdns task");
+        };
+        let user = resolved.spec.target.unwrap().target_user.unwrap();
+        assert_eq!(
+            (user.server.as_deref(), user.port),
+            (Some("127.0.0.1"), 1053)
+        );
+    }
+
     fn task(yaml: &str) -> Task {
         let document = parse_tasks(yaml).into_iter().next().unwrap();
         kdoctor_api::validation::check(
@@ -183,6 +286,7 @@ mod tests {
         let none = local_plan(&nr, &Config::default(), "n", "p", &StandIns::default()).unwrap_err();
         assert!(none.to_string().contains("cannot run from here"), "{none}");
         let stand_ins = StandIns {
+            local: None,
             carrier: Some(loopback_carrier("kdoctor-local", 18080, true)),
             resolvers: None,
         };
@@ -213,6 +317,7 @@ mod tests {
         assert_eq!(plan.node, "node-a");
         // Without IPv6 on the machine, asked-for IPv6 Service targets fail the round by name.
         let stand_ins = StandIns {
+            local: None,
             carrier: Some(loopback_carrier("kdoctor-local", 18080, false)),
             resolvers: None,
         };
@@ -244,6 +349,7 @@ mod tests {
         let err = local_plan(&dns, &Config::default(), "n", "p", &StandIns::default()).unwrap_err();
         assert!(err.to_string().contains("targetDns"), "{err}");
         let stand_ins = StandIns {
+            local: None,
             carrier: None,
             resolvers: Some(vec![
                 "10.0.0.2".parse().unwrap(),
@@ -257,6 +363,7 @@ mod tests {
             ["typeA_10.0.0.2:53_kubernetes.default.svc.cluster.local"]
         );
         let stand_ins = StandIns {
+            local: None,
             carrier: None,
             resolvers: Some(vec!["fd00::2".parse().unwrap()]),
         };
@@ -279,6 +386,7 @@ mod tests {
         };
         let facts = ClusterFacts::default();
         let stand_ins = StandIns {
+            local: None,
             carrier: Some(loopback_carrier("kdoctor-local", 18080, true)),
             resolvers: Some(vec![
                 "10.0.0.2".parse().unwrap(),

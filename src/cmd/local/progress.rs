@@ -268,6 +268,7 @@ mod tests {
         .task
         .unwrap();
         let stand_ins = StandIns {
+            local: None,
             carrier: Some(loopback_carrier("p", agent.http[0].port(), false)),
             resolvers: None,
         };

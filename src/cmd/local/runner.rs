@@ -319,6 +319,7 @@ mod tests {
              schedule: {schedule: '0 1', roundNumber: 1, roundTimeoutMinute: 1}\n",
         );
         let stand_ins = StandIns {
+            local: None,
             carrier: Some(loopback_carrier(
                 "kdoctor-local",
                 agent.http[0].port(),
