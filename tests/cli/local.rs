@@ -601,3 +601,54 @@ fn kubectl_applies_explains_watches_and_deletes_tasks_on_local_as_on_a_cluster()
     let (code, log) = local.stop();
     assert_eq!(code, Some(0), "{log}");
 }
+
+/// Every v3 document the local server serves parses as OpenAPI 3 (the `openapiv3` crate), and
+/// `kubectl explain` answers for every top-level field of every kind it describes.
+#[test]
+fn every_served_openapi_document_parses_and_explains_every_top_level_field() {
+    let dir = scratch("local-openapi");
+    let ports = Ports::new();
+    let mut local = Local::start_with(&dir, None, &ports);
+    local.wait_for("Ctrl-C stops", 1);
+    let index = json(&kubectl(&dir, &["get", "--raw", "/openapi/v3"]));
+    let paths = index["paths"].as_object().expect("an index of paths");
+    assert_eq!(paths.len(), 2, "{index}");
+    let mut explained = 0;
+    for entry in paths.values() {
+        let url = entry["serverRelativeURL"].as_str().expect("a URL");
+        let text = kubectl(&dir, &["get", "--raw", url]);
+        let document: openapiv3::OpenAPI =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{url}: not OpenAPI 3: {e}"));
+        let schemas = document.components.expect("components").schemas;
+        for schema in schemas.values() {
+            let openapiv3::ReferenceOr::Item(schema) = schema else {
+                continue;
+            };
+            let Some(kind) = schema
+                .schema_data
+                .extensions
+                .get("x-kubernetes-group-version-kind")
+                .and_then(|gvk| gvk[0]["kind"].as_str())
+                .filter(|k| !k.ends_with("List"))
+            else {
+                continue;
+            };
+            let openapiv3::SchemaKind::Type(openapiv3::Type::Object(object)) = &schema.schema_kind
+            else {
+                panic!("{kind}: not an object schema");
+            };
+            for field in object.properties.keys() {
+                let out = kubectl(&dir, &["explain", &format!("{kind}.{field}")]);
+                assert!(
+                    out.contains(&format!("FIELD: {field}")),
+                    "{kind}.{field}: {out}"
+                );
+                explained += 1;
+            }
+        }
+    }
+    // NetReach, AppHttpHealthy, Netdns (apiVersion, kind, metadata, spec, status) and the report.
+    assert!(explained >= 18, "{explained} fields explained");
+    let (code, log) = local.stop();
+    assert_eq!(code, Some(0), "{log}");
+}

@@ -2,6 +2,8 @@
 //! GVK extension, so that `kubectl explain kdoctorreport.status` works), and a v2 JSON document
 //! for aggregators that only read v2. Built once from the Rust types' schemas.
 
+pub mod v3;
+
 use std::sync::OnceLock;
 
 use axum::extract::{RawQuery, State};
@@ -85,58 +87,98 @@ fn schemas(definitions_path: &'static str) -> (Map<String, Value>, String) {
     (definitions, reference)
 }
 
-fn operation(action: &str, id: &str, response_ref: &str, v3: bool) -> Value {
-    let ok = if v3 {
-        json!({"description": "OK", "content": {"application/json": {"schema": {"$ref": response_ref}}}})
-    } else {
-        json!({"description": "OK", "schema": {"$ref": response_ref}})
-    };
+/// A v2 operation of the report.
+fn v2_operation(action: &str, id: &str, response_ref: &str) -> Value {
     json!({
         "operationId": id,
         "description": format!("{action} KdoctorReport"),
-        "tags": ["systemKdoctorIo_v1beta1"],
+        "tags": [TAG],
         "x-kubernetes-action": action,
         "x-kubernetes-group-version-kind": gvk(),
-        "responses": {"200": ok},
+        "responses": {"200": {"description": "OK", "schema": {"$ref": response_ref}}},
     })
 }
 
-fn paths(reference: &str, v3: bool) -> Value {
-    let collection = format!("/apis/{GROUP}/{VERSION}/{PLURAL}");
-    let named = format!("{collection}/{{name}}");
+const TAG: &str = "systemKdoctorIo_v1beta1";
+const NAME_DESCRIPTION: &str = "name of the KdoctorReport";
+
+fn collection() -> String {
+    format!("/apis/{GROUP}/{VERSION}/{PLURAL}")
+}
+
+fn v2_paths(reference: &str) -> Value {
     let list_ref = format!("{reference}List");
-    let name_parameter = if v3 {
-        json!({"name": "name", "in": "path", "required": true, "description": "name of the KdoctorReport", "schema": {"type": "string"}})
-    } else {
-        json!({"name": "name", "in": "path", "required": true, "description": "name of the KdoctorReport", "type": "string"})
-    };
     json!({
-        collection: {
-            "get": operation("list", "listSystemKdoctorIoV1beta1KdoctorReport", &list_ref, v3),
+        collection(): {
+            "get": v2_operation("list", "listSystemKdoctorIoV1beta1KdoctorReport", &list_ref),
         },
-        named: {
-            "get": operation("get", "readSystemKdoctorIoV1beta1KdoctorReport", reference, v3),
-            "delete": operation("delete", "deleteSystemKdoctorIoV1beta1KdoctorReport", reference, v3),
-            "parameters": [name_parameter],
+        format!("{}/{{name}}", collection()): {
+            "get": v2_operation("get", "readSystemKdoctorIoV1beta1KdoctorReport", reference),
+            "delete": v2_operation("delete", "deleteSystemKdoctorIoV1beta1KdoctorReport", reference),
+            "parameters": [{"name": "name", "in": "path", "required": true, "description": NAME_DESCRIPTION, "type": "string"}],
         },
     })
+}
+
+/// The typed v3 document of the report group.
+fn v3_document() -> Result<openapiv3::OpenAPI, serde_json::Error> {
+    let (schemas, reference) = schemas("/components/schemas");
+    let name = reference.rsplit('/').next().unwrap_or(KIND).to_string();
+    let schemas = schemas
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), v3::schema(v)?)))
+        .collect::<Result<indexmap::IndexMap<_, _>, serde_json::Error>>()?;
+    let action = |action, id: &str| v3::Action {
+        id: id.to_string(),
+        action,
+        gvk: gvk(),
+        tag: TAG,
+    };
+    let mut paths = indexmap::IndexMap::new();
+    paths.insert(
+        collection(),
+        v3::path(v3::Methods {
+            get: Some(v3::operation(
+                action("list", "listSystemKdoctorIoV1beta1KdoctorReport"),
+                &format!("{name}List"),
+                vec![],
+            )),
+            ..v3::Methods::default()
+        }),
+    );
+    paths.insert(
+        format!("{}/{{name}}", collection()),
+        v3::path(v3::Methods {
+            get: Some(v3::operation(
+                action("get", "readSystemKdoctorIoV1beta1KdoctorReport"),
+                &name,
+                vec![],
+            )),
+            delete: Some(v3::operation(
+                action("delete", "deleteSystemKdoctorIoV1beta1KdoctorReport"),
+                &name,
+                vec![],
+            )),
+            parameters: vec![v3::name_parameter(NAME_DESCRIPTION)?],
+            ..v3::Methods::default()
+        }),
+    );
+    Ok(v3::document("kdoctor", VERSION, paths, schemas))
 }
 
 fn docs() -> &'static Docs {
     static DOCS: OnceLock<Docs> = OnceLock::new();
     DOCS.get_or_init(|| {
-        let (schemas3, reference3) = schemas("/components/schemas");
-        let v3 = json!({
-            "openapi": "3.0.0",
-            "info": {"title": "kdoctor", "version": VERSION},
-            "paths": paths(&reference3, true),
-            "components": {"schemas": schemas3},
-        });
+        // Built from the report's own types: a failure is a bug of this program, shown to the
+        // client as an empty document rather than a crash.
+        let v3 = v3_document()
+            .inspect_err(|e| tracing::error!(error = %e, "the OpenAPI v3 document cannot be built"))
+            .ok();
         let (schemas2, reference2) = schemas("/definitions");
         let v2 = json!({
             "swagger": "2.0",
             "info": {"title": "kdoctor", "version": VERSION},
-            "paths": paths(&reference2, false),
+            "paths": v2_paths(&reference2),
             "definitions": schemas2,
         });
         let mut v2_with_tasks = v2.clone();
@@ -148,7 +190,7 @@ fn docs() -> &'static Docs {
             definitions.extend(task_definitions);
         }
         Docs {
-            v3: Doc::new(&v3),
+            v3: Doc::new(&serde_json::to_value(&v3).unwrap_or_default()),
             v2: Doc::new(&v2),
             v2_with_tasks: Doc::new(&v2_with_tasks),
         }
@@ -276,4 +318,24 @@ pub async fn v2(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
         response.headers_mut().insert(header::ETAG, etag);
     }
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_v3_document_is_typed_with_its_gvk() {
+        let document = v3_document().expect("typed");
+        let components = document.components.expect("components");
+        let report = components.schemas.get(KIND).expect("the report's schema");
+        let openapiv3::ReferenceOr::Item(report) = report else {
+            panic!("inline");
+        };
+        assert_eq!(
+            report.schema_data.extensions["x-kubernetes-group-version-kind"][0]["kind"],
+            KIND
+        );
+        assert_eq!(document.paths.paths.len(), 2);
+    }
 }
