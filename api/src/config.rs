@@ -101,7 +101,7 @@ impl Default for Config {
 pub enum ConfigError {
     /// Not YAML, or a key of the wrong type or unknown.
     #[error("conf.yml: {0}")]
-    Parse(#[from] serde_yaml::Error),
+    Parse(#[from] serde_yaml_ng::Error),
     /// Values that make no sense.
     #[error("conf.yml is invalid: {0}")]
     Invalid(ErrorList),
@@ -113,7 +113,7 @@ impl Config {
         let config: Config = if text.trim().is_empty() {
             Config::default()
         } else {
-            serde_yaml::from_str(text)?
+            serde_yaml_ng::from_str(text)?
         };
         config.validate().map_err(ConfigError::Invalid)?;
         Ok(config)

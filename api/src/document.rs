@@ -161,7 +161,7 @@ pub fn parse_tasks(text: &str) -> Vec<Document> {
         }];
     }
     let mut values = Vec::new();
-    for de in serde_yaml::Deserializer::from_str(text) {
+    for de in serde_yaml_ng::Deserializer::from_str(text) {
         match Value::deserialize(de) {
             Ok(Value::Null) => {}
             Ok(Value::Object(mut map))
@@ -203,7 +203,7 @@ pub fn parse_tasks(text: &str) -> Vec<Document> {
 pub fn parse_object(text: &str) -> Result<Value, DocumentError> {
     check_bounds(text)?;
     let value: Value =
-        serde_yaml::from_str(text).map_err(|e| DocumentError::NotYaml(e.to_string()))?;
+        serde_yaml_ng::from_str(text).map_err(|e| DocumentError::NotYaml(e.to_string()))?;
     if !value.is_object() {
         return Err(DocumentError::NotAnObject);
     }

@@ -23,7 +23,7 @@ pub fn render<T: Serialize>(objects: &[T], format: Format) -> Result<String> {
             let mut out = String::new();
             for object in objects {
                 out.push_str("---\n");
-                out.push_str(&serde_yaml::to_string(object)?);
+                out.push_str(&serde_yaml_ng::to_string(object)?);
             }
             Ok(out)
         }

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use serde_yaml::Value;
+use serde_yaml_ng::Value;
 
 use crate::support::{kubectl_bin, repo, scratch};
 
@@ -45,7 +45,7 @@ fn the_krew_manifest_installs_the_release_archive_as_kubectl_kdoctor() {
         .arg("v0.1.0")
         .arg(&archives));
     assert!(!rendered.contains("{{"), "{rendered}");
-    let manifest: Value = serde_yaml::from_str(&rendered).expect("the manifest is YAML");
+    let manifest: Value = serde_yaml_ng::from_str(&rendered).expect("the manifest is YAML");
 
     // krew's rules: the kind, a name equal to the file name krew-index keeps it under, a
     // version with its `v`, a short description of a few words, and per platform a selector,

@@ -9,7 +9,7 @@ use crate::support::repo;
 
 fn documents(path: &str) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(repo().join(path)).expect("manifest exists");
-    serde_yaml::Deserializer::from_str(&text)
+    serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| serde_json::Value::deserialize(d).expect("YAML"))
         .filter(|v| !v.is_null())
         .collect()
@@ -786,7 +786,7 @@ fn kubectl_kustomize_renders_exactly_the_objects_of_the_manifest_files() {
         crate::support::stderr(&out)
     );
     let rendered: Vec<serde_json::Value> =
-        serde_yaml::Deserializer::from_str(&crate::support::stdout(&out))
+        serde_yaml_ng::Deserializer::from_str(&crate::support::stdout(&out))
             .map(|d| serde_json::Value::deserialize(d).expect("YAML"))
             .filter(|v| !v.is_null())
             .collect();

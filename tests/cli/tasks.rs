@@ -10,7 +10,7 @@ fn crd_output_is_three_crds_equal_to_manifests() {
     let output = kdoctor(&["crd"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
-    let crds: Vec<CustomResourceDefinition> = serde_yaml::Deserializer::from_str(&text)
+    let crds: Vec<CustomResourceDefinition> = serde_yaml_ng::Deserializer::from_str(&text)
         .map(|doc| CustomResourceDefinition::deserialize(doc).expect("a CustomResourceDefinition"))
         .collect();
     let names: Vec<&str> = crds
@@ -189,7 +189,7 @@ fn validate_reads_stdin_and_prints_the_effective_task() {
     let output = kdoctor_with_stdin(&["validate", "-f", "-", "-o", "yaml"], task);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(stderr(&output), "<stdin>: NetReach \"minimal\": valid\n");
-    let effective: serde_json::Value = serde_yaml::from_str(&stdout(&output)).expect("YAML");
+    let effective: serde_json::Value = serde_yaml_ng::from_str(&stdout(&output)).expect("YAML");
     assert_eq!(effective["spec"]["request"]["perRequestTimeoutInMS"], 500);
     assert_eq!(effective["spec"]["schedule"]["schedule"], "0 1");
     assert_eq!(effective["spec"]["target"]["endpoint"], true);

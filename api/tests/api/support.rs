@@ -11,7 +11,7 @@ use serde_json::Value;
 
 /// Parses one YAML document into JSON.
 pub fn json(yaml: &str) -> Value {
-    serde_yaml::from_str(yaml).expect("test YAML parses")
+    serde_yaml_ng::from_str(yaml).expect("test YAML parses")
 }
 
 /// Decodes and checks a task the way `kdoctor validate` and the controller do: every error
