@@ -647,18 +647,10 @@ mod tests {
                 .collect::<Vec<_>>(),
             [3]
         );
+        let t0 = objects.get(TaskKind::NetReach, "t0").unwrap();
+        let uid = text_at(&t0, "/metadata/uid").unwrap();
         for i in 0..WINDOW {
-            objects.set_status(
-                TaskKind::NetReach,
-                "t0",
-                &text_at(
-                    &objects.get(TaskKind::NetReach, "t0").unwrap(),
-                    "/metadata/uid",
-                )
-                .unwrap()
-                .to_string(),
-                json!({"doneRound": i}),
-            );
+            objects.set_status(TaskKind::NetReach, "t0", uid, json!({"doneRound": i}));
         }
         assert_eq!(
             objects.watch(TaskKind::NetReach, Some(1)).unwrap_err().code,
