@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 /// Bytes the cache holds at most by default.
 pub const DEFAULT_CAPACITY: usize = 32 * 1024 * 1024;
@@ -68,6 +68,7 @@ pub struct ObjectCache {
     max_object: usize,
     inner: Mutex<Inner>,
     lookups: IntCounterVec,
+    encodings: IntCounter,
     bytes: IntGauge,
 }
 
@@ -86,6 +87,11 @@ impl ObjectCache {
                 &["result"],
             )
             .expect("valid metric"),
+            encodings: IntCounter::new(
+                "kdoctor_apiserver_object_cache_gzip_encodings_total",
+                "Cached objects gzip-encoded for a client that takes gzip (once per object version).",
+            )
+            .expect("valid metric"),
             bytes: IntGauge::new(
                 "kdoctor_apiserver_object_cache_bytes",
                 "Bytes of serialized objects held by the cache.",
@@ -97,6 +103,7 @@ impl ObjectCache {
     /// Registers the cache's metrics.
     pub fn register(&self, registry: &Registry) {
         let _ = registry.register(Box::new(self.lookups.clone()));
+        let _ = registry.register(Box::new(self.encodings.clone()));
         let _ = registry.register(Box::new(self.bytes.clone()));
     }
 
@@ -125,6 +132,11 @@ impl ObjectCache {
             self.lookups.with_label_values(&["hit"]).inc();
         }
         found
+    }
+
+    /// Counts a gzip encoding of a cached object.
+    pub fn count_encoding(&self) {
+        self.encodings.inc();
     }
 
     /// Counts an object served from the store because the cache did not have it.

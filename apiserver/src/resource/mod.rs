@@ -274,6 +274,7 @@ fn json_get(objects: &Arc<ObjectCache>, store: Arc<Store>, target: Target, gzip:
         if gzip && bytes.len() >= GZIP_MIN {
             match cache::gzip(&bytes) {
                 Ok(encoded) => {
+                    objects.count_encoding();
                     objects.insert(key.gzipped(), encoded.clone());
                     return gzip_response(encoded);
                 }
