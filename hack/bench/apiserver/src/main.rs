@@ -1,7 +1,8 @@
-//! Aggregated API server benchmark: GET of one ~300 KB report and LIST (Table) of 10,000 tasks
-//! from kdoctor-apiserver over TLS, and the same GET bytes as a static file from nginx over TLS,
-//! both driven by wrk at 1, 16 and 100 connections in the same run; memory while serving and
-//! with 1,000 open watches; start-up to ready.
+//! Aggregated API server benchmark: GETs of reports of about 8 KB, 85 KB and 300 KB and LIST
+//! (Table) of 10,000 tasks from kdoctor-apiserver over TLS, and the same GET bytes (plain, and
+//! kdoctor's own gzip-encoded bytes) as static files from nginx over TLS, both driven by wrk at
+//! 1, 16 and 100 connections in the same run; a run counts only when every answer was a 2xx of
+//! the expected size; memory while serving and with 1,000 open watches; start-up to ready.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,17 +37,19 @@ impl Reviews for BenchReviews {
 struct Options {
     tasks: u64,
     seconds: u64,
+    repeat: usize,
     dir: PathBuf,
 }
 
 fn options() -> Options {
-    let mut o = Options { tasks: 10_000, seconds: 10, dir: std::env::temp_dir().join("kdoctor-bench-apiserver") };
+    let mut o = Options { tasks: 10_000, seconds: 10, repeat: 3, dir: std::env::temp_dir().join("kdoctor-bench-apiserver") };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
         let value = pair.get(1).cloned().unwrap_or_default();
         match pair[0].as_str() {
             "--tasks" => o.tasks = value.parse().expect("--tasks N"),
             "--seconds" => o.seconds = value.parse().expect("--seconds S"),
+            "--repeat" => o.repeat = value.parse::<usize>().expect("--repeat N").max(1),
             "--dir" => o.dir = PathBuf::from(value),
             other => panic!("unknown option {other}"),
         }
@@ -62,7 +65,7 @@ fn rss_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn fill(store: &Store, tasks: u64) -> String {
+fn fill(store: &Store, tasks: u64) -> Vec<String> {
     let created = jiff::Timestamp::now();
     for chunk in (0..tasks).collect::<Vec<_>>().chunks(500) {
         let mut reports = Vec::new();
@@ -91,13 +94,31 @@ fn fill(store: &Store, tasks: u64) -> String {
         status: None,
         deleted: None,
     };
-    let (id, _) = store.record_task(&big).expect("task");
-    store.put_report(id, &net_reach_report("node-1", 1, 500, 7)).expect("big report");
-    "netreach-big".to_string()
+    let mut names = Vec::new();
+    // About 8 KB, 85 KB and 300 KB of JSON.
+    for (name, targets) in [("small", 12), ("medium", 140), ("big", 500)] {
+        let record = TaskRecord {
+            name: name.into(),
+            uid: format!("{:08x}-0000-0000-0000-000000000000", 0xb1b1_0000u32 + targets),
+            ..big.clone()
+        };
+        let (id, _) = store.record_task(&record).expect("task");
+        store.put_report(id, &net_reach_report("node-1", 1, targets as usize, 7)).expect("report");
+        names.push(format!("netreach-{name}"));
+    }
+    names
 }
 
-/// Runs wrk and returns (requests/s, p50 ms, p99 ms).
-fn wrk(url: &str, connections: u32, seconds: u64, headers: &[&str]) -> (f64, f64, f64) {
+/// One wrk run: requests/s, p50 and p99 in ms.
+struct Run {
+    rps: f64,
+    p50: f64,
+    p99: f64,
+}
+
+/// Runs wrk; `Err` says why the run does not count (an answer that was not a 2xx, a socket
+/// error, or a mean answer size that is not the expected body plus headers).
+fn wrk(url: &str, connections: u32, seconds: u64, headers: &[&str], body: usize) -> Result<Run, String> {
     let threads = connections.min(2);
     let mut command = Command::new("wrk");
     command.args(["-t", &threads.to_string(), "-c", &connections.to_string(), "-d", &format!("{seconds}s"), "--latency"]);
@@ -106,10 +127,30 @@ fn wrk(url: &str, connections: u32, seconds: u64, headers: &[&str]) -> (f64, f64
     }
     let out = command.arg(url).output().expect("wrk runs");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    for bad in ["Non-2xx or 3xx responses", "Socket errors"] {
+        if let Some(line) = text.lines().find(|l| l.trim_start().starts_with(bad)) {
+            return Err(line.trim().to_string());
+        }
+    }
     let rps = text
         .lines()
         .find_map(|l| l.strip_prefix("Requests/sec:").map(|v| v.trim().parse::<f64>().unwrap_or(0.0)))
-        .unwrap_or_else(|| panic!("no Requests/sec in wrk output:\n{text}\n{}", String::from_utf8_lossy(&out.stderr)));
+        .ok_or_else(|| format!("no Requests/sec in wrk output:\n{text}\n{}", String::from_utf8_lossy(&out.stderr)))?;
+    // "  48512 requests in 10.00s, 13.55GB read": every answer the body plus its headers.
+    let (requests, read) = text
+        .lines()
+        .find_map(|l| {
+            let l = l.trim();
+            let (count, rest) = l.split_once(" requests in ")?;
+            let read = rest.split(", ").nth(1)?.strip_suffix(" read")?;
+            Some((count.parse::<f64>().ok()?, parse_bytes(read)?))
+        })
+        .ok_or_else(|| format!("no request count in wrk output:\n{text}"))?;
+    let mean = read / requests.max(1.0);
+    // wrk rounds what it read to two decimals of its unit: allow 1% and the headers.
+    if mean < body as f64 * 0.99 || mean > body as f64 * 1.01 + 1024.0 {
+        return Err(format!("answers averaged {mean:.0} bytes, the body is {body}"));
+    }
     let percentile = |p: &str| {
         text.lines()
             .find_map(|l| {
@@ -118,7 +159,21 @@ fn wrk(url: &str, connections: u32, seconds: u64, headers: &[&str]) -> (f64, f64
             })
             .unwrap_or(f64::NAN)
     };
-    (rps, percentile("50%"), percentile("99%"))
+    Ok(Run { rps, p50: percentile("50%"), p99: percentile("99%") })
+}
+
+/// `13.55GB` in bytes.
+fn parse_bytes(text: &str) -> Option<f64> {
+    let (number, unit) = text.split_at(text.find(|c: char| c.is_ascii_alphabetic())?);
+    let value: f64 = number.parse().ok()?;
+    let scale = match unit {
+        "B" => 1.0,
+        "KB" => 1024.0,
+        "MB" => 1024.0 * 1024.0,
+        "GB" => 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    Some(value * scale)
 }
 
 fn parse_duration_ms(text: &str) -> f64 {
@@ -192,17 +247,23 @@ fn main() {
     let startup = started.elapsed();
 
     let base = format!("{}/apis/system.kdoctor.io/v1beta1/kdoctorreports", server.url());
-    let get_url = format!("{base}/{big}");
     let auth_header = format!("Authorization: Bearer {TOKEN}");
+    let gzip_header = "Accept-Encoding: gzip";
     let www = o.dir.join("www");
     std::fs::create_dir_all(&www).expect("www");
-    let body = curl(&["--cacert", &ca_arg, "-H", &auth_header, &get_url]).stdout;
-    assert!(body.len() > 100_000, "the GET body is {} bytes", body.len());
-    std::fs::write(www.join("big.json"), &body).expect("static copy");
-    // nginx's gzip_static serves the pre-compressed copy to clients that take gzip, as our
-    // cache serves its once-compressed bytes.
-    let gzipped = Command::new("gzip").args(["-6", "-k", "-f"]).arg(www.join("big.json")).status().expect("gzip runs");
-    assert!(gzipped.success(), "gzip failed");
+    // nginx serves exactly kdoctor's bytes: the plain body, and (gzip_static) the gzip-encoded
+    // body kdoctor sends, so both sides send the same bytes in the same encoding.
+    let mut objects = Vec::new();
+    for name in &big {
+        let url = format!("{base}/{name}");
+        let plain = curl(&["--cacert", &ca_arg, "-H", &auth_header, &url]).stdout;
+        let gzipped = curl(&["--cacert", &ca_arg, "-H", &auth_header, "-H", gzip_header, &url]).stdout;
+        assert!(plain.len() > 4_000, "{name}: the GET body is {} bytes", plain.len());
+        assert_eq!(gzipped.get(..2), Some(&[0x1f, 0x8b][..]), "{name}: kdoctor's gzip answer is not gzip");
+        std::fs::write(www.join(format!("{name}.json")), &plain).expect("static copy");
+        std::fs::write(www.join(format!("{name}.json.gz")), &gzipped).expect("static gzip copy");
+        objects.push((name.clone(), url, plain.len(), gzipped.len()));
+    }
 
     // nginx serves the same bytes with a certificate of the same CA.
     let ca_pem = Ca::load_or_create(&o.dir.join("server").join("pki"), "unused").expect("ca");
@@ -212,54 +273,64 @@ fn main() {
     std::fs::write(&key, &serving.key).expect("key");
     let nginx_port = 20_000 + (std::process::id() % 20_000) as u16;
     let mut nginx = start_nginx(&o.dir, nginx_port, &cert, &key, &www);
-    let nginx_url = format!("https://127.0.0.1:{nginx_port}/big.json");
-    for _ in 0..100 {
-        if curl(&["-o", "/dev/null", "-w", "%{http_code}", "--cacert", &ca_arg, &nginx_url]).stdout == b"200" {
-            break;
+    let nginx_base = format!("https://127.0.0.1:{nginx_port}");
+    let up = (0..100).any(|_| {
+        let ok = curl(&["-o", "/dev/null", "-w", "%{http_code}", "--cacert", &ca_arg, &format!("{nginx_base}/{}.json", big[0])]).stdout == b"200";
+        if !ok {
+            std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        ok
+    });
+    assert!(up, "nginx did not come up: {}", std::fs::read_to_string(o.dir.join("nginx-error.log")).unwrap_or_default());
     let rss_serving_before = rss_kib("VmRSS:");
 
-    let gzip_header = "Accept-Encoding: gzip";
-    let size_with = |url: &str, headers: &[&str]| -> String {
+    let size_with = |url: &str, headers: &[&str]| -> usize {
         let mut args = vec!["-o", "/dev/null", "-w", "%{size_download}", "--cacert", &ca_arg];
         for h in headers {
             args.extend(["-H", h]);
         }
         args.push(url);
-        String::from_utf8_lossy(&curl(&args).stdout).into_owned()
+        String::from_utf8_lossy(&curl(&args).stdout).parse().unwrap_or(0)
     };
-    println!(
-        "GET body: {} bytes ({} gzip-encoded from kdoctor, {} from nginx); {} tasks in the store",
-        body.len(),
-        size_with(&get_url, &[&auth_header, gzip_header]),
-        size_with(&nginx_url, &[gzip_header]),
-        o.tasks
-    );
-    println!("| GET one report | kdoctor-apiserver req/s | nginx req/s | ratio | kdoctor p50 / p99 | nginx p50 / p99 |");
+    println!("{} tasks in the store; {} run(s) of {} s per cell, the median ratio shown", o.tasks, o.repeat, o.seconds);
+    println!("| GET | kdoctor-apiserver req/s | nginx req/s | ratio | kdoctor p50 / p99 | nginx p50 / p99 |");
     println!("|---|---|---|---|---|---|");
-    for (encoding, extra) in [("identity", None), ("gzip", Some(gzip_header))] {
-        for connections in [1u32, 16, 100] {
-            let ours_headers: Vec<&str> = std::iter::once(auth_header.as_str()).chain(extra).collect();
+    for (name, url, plain, gzipped) in &objects {
+        let nginx_url = format!("{nginx_base}/{name}.json");
+        for (encoding, extra, body) in [("plain", None, *plain), ("gzip", Some(gzip_header), *gzipped)] {
             let theirs_headers: Vec<&str> = extra.into_iter().collect();
-            let ours = wrk(&get_url, connections, o.seconds, &ours_headers);
-            let theirs = wrk(&nginx_url, connections, o.seconds, &theirs_headers);
-            println!(
-                "| {encoding}, {connections} connections | {:.0} | {:.0} | {:.2} | {:.2} / {:.2} ms | {:.2} / {:.2} ms |",
-                ours.0,
-                theirs.0,
-                ours.0 / theirs.0,
-                ours.1,
-                ours.2,
-                theirs.1,
-                theirs.2
-            );
+            let ours_headers: Vec<&str> = std::iter::once(auth_header.as_str()).chain(extra).collect();
+            assert_eq!(size_with(url, &ours_headers), body, "{name} {encoding}: kdoctor's size");
+            assert_eq!(size_with(&nginx_url, &theirs_headers), body, "{name} {encoding}: nginx's size differs from kdoctor's");
+            for connections in [1u32, 16, 100] {
+                let mut runs = Vec::new();
+                let mut discarded = Vec::new();
+                for _ in 0..o.repeat {
+                    match (wrk(url, connections, o.seconds, &ours_headers, body), wrk(&nginx_url, connections, o.seconds, &theirs_headers, body)) {
+                        (Ok(ours), Ok(theirs)) => runs.push((ours.rps / theirs.rps, ours, theirs)),
+                        (ours, theirs) => discarded.push(format!("{:?} / {:?}", ours.err(), theirs.err())),
+                    }
+                }
+                runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let label = format!("{name} ({} KB) {encoding}, {connections} conn.", body / 1024);
+                match runs.get(runs.len() / 2) {
+                    Some((ratio, ours, theirs)) => println!(
+                        "| {label} | {:.0} | {:.0} | {ratio:.2} | {:.2} / {:.2} ms | {:.2} / {:.2} ms |{}",
+                        ours.rps, theirs.rps, ours.p50, ours.p99, theirs.p50, theirs.p99,
+                        if discarded.is_empty() { String::new() } else { format!(" ({} run(s) discarded: {})", discarded.len(), discarded.join("; ")) }
+                    ),
+                    None => println!("| {label} | every run discarded: {} | | | | |", discarded.join("; ")),
+                }
+            }
         }
     }
     let table = "Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
-    let list = wrk(&format!("{base}?limit=500000"), 1, o.seconds, &[&auth_header, table]);
-    println!("\nLIST as a Table of all {} tasks, 1 connection: {:.1} req/s, p50 {:.1} ms, p99 {:.1} ms", o.tasks, list.0, list.1, list.2);
+    let list_url = format!("{base}?limit=500000");
+    let list_size = size_with(&list_url, &[&auth_header, table]);
+    match wrk(&list_url, 1, o.seconds, &[&auth_header, table], list_size) {
+        Ok(list) => println!("\nLIST as a Table of all {} tasks, 1 connection: {:.1} req/s, p50 {:.1} ms, p99 {:.1} ms", o.tasks, list.rps, list.p50, list.p99),
+        Err(why) => println!("\nLIST as a Table: run discarded: {why}"),
+    }
     let rss_serving = rss_kib("VmRSS:");
     let peak = rss_kib("VmHWM:");
     println!("RSS while serving: {} MiB before the runs, {} MiB after, peak {} MiB", rss_serving_before / 1024, rss_serving / 1024, peak / 1024);
