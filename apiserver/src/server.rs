@@ -199,7 +199,7 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
     };
     let metrics = Arc::new(ApiMetrics::new());
     let (stop, shutdown) = watch::channel(false);
-    let mut state = match options.auth {
+    let state = match options.auth {
         AuthMode::Standalone => {
             let mut bundle = ca.pem.cert.clone();
             if let Some(extra) = &options.extra_client_ca {
@@ -227,7 +227,7 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
         }
         AuthMode::Custom(auth) => AppState::new(auth, metrics, shutdown.clone()),
     };
-    state.tasks = options.tasks;
+    let state = state.with_tasks(options.tasks);
     match options.store {
         Some(store) => {
             let _ = store.metrics().register(&state.metrics.registry);

@@ -10,9 +10,22 @@ use crate::metrics::ApiMetrics;
 use crate::resource::cache::ObjectCache;
 use crate::status::ApiError;
 
-/// Shared state of the server (cheap to clone).
+/// Shared state of the server: one reference-counted pointer, since axum clones the state of
+/// every handler and middleware for every request (its fields behind [`Shared`]).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct Shared {
     store: Arc<RwLock<Option<Arc<Store>>>>,
     opened: Arc<tokio::sync::Notify>,
     /// Authentication and authorization.
@@ -38,7 +51,7 @@ impl AppState {
     ) -> AppState {
         let objects = Arc::new(ObjectCache::default());
         objects.register(&metrics.registry);
-        AppState {
+        AppState(Arc::new(Shared {
             objects,
             store: Arc::new(RwLock::new(None)),
             opened: Arc::new(tokio::sync::Notify::new()),
@@ -47,7 +60,14 @@ impl AppState {
             health: Arc::new(Health::default()),
             shutdown,
             tasks: None,
-        }
+        }))
+    }
+
+    /// The same state, showing `tasks` (local mode) or not.
+    pub fn with_tasks(self, tasks: Option<crate::tasks::TaskObjects>) -> AppState {
+        let mut shared = (*self.0).clone();
+        shared.tasks = tasks;
+        AppState(Arc::new(shared))
     }
 
     /// Serves this store from now on.

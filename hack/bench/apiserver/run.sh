@@ -2,7 +2,7 @@
 # Aggregated API server benchmark (issue 4): our server vs nginx serving the same bytes over TLS,
 # both driven by wrk in the same run. Needs nginx, wrk, curl and python3 (apt-get install -y
 # nginx wrk curl). Options: --tasks N (default 10000), --seconds S per wrk run (default 10),
-# --repeat N runs of each cell, the median ratio shown (default 3).
+# --repeat N runs of each cell, the median ratio shown (default 3), --only small|medium|big.
 set -euo pipefail
 cd "$(dirname "$0")"
 for tool in nginx wrk curl python3; do

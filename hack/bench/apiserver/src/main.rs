@@ -38,11 +38,13 @@ struct Options {
     tasks: u64,
     seconds: u64,
     repeat: usize,
+    /// Only the objects whose name contains this (all when empty).
+    only: String,
     dir: PathBuf,
 }
 
 fn options() -> Options {
-    let mut o = Options { tasks: 10_000, seconds: 10, repeat: 3, dir: std::env::temp_dir().join("kdoctor-bench-apiserver") };
+    let mut o = Options { tasks: 10_000, seconds: 10, repeat: 3, only: String::new(), dir: std::env::temp_dir().join("kdoctor-bench-apiserver") };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
         let value = pair.get(1).cloned().unwrap_or_default();
@@ -50,6 +52,7 @@ fn options() -> Options {
             "--tasks" => o.tasks = value.parse().expect("--tasks N"),
             "--seconds" => o.seconds = value.parse().expect("--seconds S"),
             "--repeat" => o.repeat = value.parse::<usize>().expect("--repeat N").max(1),
+            "--only" => o.only = value,
             "--dir" => o.dir = PathBuf::from(value),
             other => panic!("unknown option {other}"),
         }
@@ -295,7 +298,7 @@ fn main() {
     println!("{} tasks in the store; {} run(s) of {} s per cell, the median ratio shown", o.tasks, o.repeat, o.seconds);
     println!("| GET | kdoctor-apiserver req/s | nginx req/s | ratio | kdoctor p50 / p99 | nginx p50 / p99 |");
     println!("|---|---|---|---|---|---|");
-    for (name, url, plain, gzipped) in &objects {
+    for (name, url, plain, gzipped) in objects.iter().filter(|(name, ..)| name.contains(&o.only)) {
         let nginx_url = format!("{nginx_base}/{name}.json");
         for (encoding, extra, body) in [("plain", None, *plain), ("gzip", Some(gzip_header), *gzipped)] {
             let theirs_headers: Vec<&str> = extra.into_iter().collect();
