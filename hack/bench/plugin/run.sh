@@ -25,7 +25,8 @@ cleanup() { [ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
 mkdir -p "$WORK/bin" && ln -s "$KDOCTOR" "$WORK/bin/kubectl-kdoctor"
 
-# Runs a command under /usr/bin/time; prints "<seconds> <peak MiB>".
+# Runs a command under /usr/bin/time; prints "<seconds> <peak MiB>", or "failed" when it exits
+# non-zero (curl runs with --fail: an answer that is not a 2xx does not count).
 measure() {
   /usr/bin/time -f "%e %M" -o "$WORK/time" "$@" >/dev/null 2>"$WORK/err" || { cat "$WORK/err" >&2; echo "failed"; return; }
   awk '{printf "%.2f s, %.0f MiB", $1, $2 / 1024}' "$WORK/time"
@@ -57,13 +58,13 @@ open(f"{d}/ca.crt", "wb").write(base64.b64decode(kc["clusters"][0]["cluster"]["c
 open(f"{d}/client.crt", "wb").write(base64.b64decode(kc["users"][0]["user"]["client-certificate-data"]))
 open(f"{d}/client.key", "wb").write(base64.b64decode(kc["users"][0]["user"]["client-key-data"]))
 PY
-  bytes="$(curl -s "${certs[@]}" --cert "$WORK/client.crt" --key "$WORK/client.key" -o /dev/null -w '%{size_download}' "$url")"
+  bytes="$(curl -s --fail "${certs[@]}" --cert "$WORK/client.crt" --key "$WORK/client.key" -o /dev/null -w '%{size_download}' "$url")"
   plugin="$(measure env PATH="$WORK/bin:$PATH" "$KUBECTL" kdoctor matrix "$name" --kubeconfig "$WORK/kubeconfig" --no-color --columns-per-page "$((n + 8))")"
   get="$(measure "$KUBECTL" --kubeconfig "$WORK/kubeconfig" --cache-dir "$WORK/cache" get kdoctorreport "$name" -o json)"
-  raw="$(measure curl -s "${certs[@]}" --cert "$WORK/client.crt" --key "$WORK/client.key" -o /dev/null "$url")"
+  raw="$(measure curl -s --fail "${certs[@]}" --cert "$WORK/client.crt" --key "$WORK/client.key" -o /dev/null "$url")"
   view_accept="Accept: application/json;as=KdoctorReportMatrix;g=system.kdoctor.io;v=v1beta1"
-  view_bytes="$(curl -s "${certs[@]}" --cert "$WORK/client.crt" --key "$WORK/client.key" -H "$view_accept" -o /dev/null -w '%{size_download}' "$url")"
-  view="$(measure curl -s "${certs[@]}" --cert "$WORK/client.crt" --key "$WORK/client.key" -H "$view_accept" -o /dev/null "$url")"
+  view_bytes="$(curl -s --fail "${certs[@]}" --cert "$WORK/client.crt" --key "$WORK/client.key" -H "$view_accept" -o /dev/null -w '%{size_download}' "$url")"
+  view="$(measure curl -s --fail "${certs[@]}" --cert "$WORK/client.crt" --key "$WORK/client.key" -H "$view_accept" -o /dev/null "$url")"
   server_rss="$view_rss / $(awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$SERVER/status") MiB"
   view_mb="$(awk -v b="$view_bytes" 'BEGIN { printf "%.1f", b / 1e6 }')"
   printf '| %d × %d | %d MB | %s MB | %s | %s | %s | %s | %s |\n' "$n" "$n" "$((bytes / 1000000))" "$view_mb" "$plugin" "$get" "$raw" "$view" "$server_rss"
