@@ -19,17 +19,11 @@ const AGGREGATED_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIG
 const AGGREGATED_V2BETA1: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
-fn json(value: &Value) -> Response {
-    let mut response = (
-        StatusCode::OK,
+/// A JSON answer of `value`.
+pub(crate) fn json(value: &Value) -> Response {
+    crate::resource::json_response(axum::body::Body::from(
         serde_json::to_vec(value).unwrap_or_default(),
-    )
-        .into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    ))
 }
 
 /// `/version`: a Kubernetes-like version, so that kubectl's dispatcher picks a current client.
@@ -52,23 +46,21 @@ pub async fn api() -> Response {
     json(&json!({"kind": "APIVersions", "versions": [], "serverAddressByClientCIDRs": []}))
 }
 
-fn group_version() -> Value {
-    json!({"groupVersion": format!("{GROUP}/{VERSION}"), "version": VERSION})
-}
-
-fn api_group() -> Value {
+/// The `APIGroup` of `group`, serving only `version`.
+pub(crate) fn api_group(group: &str, version: &str) -> Value {
+    let group_version = json!({"groupVersion": format!("{group}/{version}"), "version": version});
     json!({
         "kind": "APIGroup",
         "apiVersion": "v1",
-        "name": GROUP,
-        "versions": [group_version()],
-        "preferredVersion": group_version(),
+        "name": group,
+        "versions": [group_version.clone()],
+        "preferredVersion": group_version,
     })
 }
 
 /// `/apis/system.kdoctor.io`.
 pub async fn group() -> Response {
-    json(&api_group())
+    json(&api_group(GROUP, VERSION))
 }
 
 /// `/apis/system.kdoctor.io/v1beta1`.
@@ -151,9 +143,12 @@ fn wants_aggregated(headers: &HeaderMap) -> Option<&'static str> {
 pub async fn apis(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let with_tasks = state.tasks.is_some();
     let Some(content_type) = wants_aggregated(&headers) else {
-        let mut groups = vec![api_group()];
+        let mut groups = vec![api_group(GROUP, VERSION)];
         if with_tasks {
-            groups.push(crate::tasks::api_group());
+            groups.push(api_group(
+                kdoctor_api::task::GROUP,
+                kdoctor_api::task::VERSION,
+            ));
         }
         return json(&json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}));
     };

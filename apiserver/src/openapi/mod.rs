@@ -214,12 +214,7 @@ fn accepts_json(headers: &HeaderMap) -> bool {
 }
 
 fn json_body(body: Vec<u8>) -> Response {
-    let mut response = (StatusCode::OK, body).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    crate::resource::json_response(axum::body::Body::from(body))
 }
 
 /// `GET /openapi/v3`: the index (with the task kinds' group where the server shows tasks).

@@ -107,6 +107,22 @@ pub struct Methods {
     pub parameters: Vec<ReferenceOr<Parameter>>,
 }
 
+impl Methods {
+    /// Sets the operation of `method` (`get`, `post`, `put`, `patch`, `delete`; others are
+    /// not served).
+    pub fn set(&mut self, method: &str, operation: Operation) {
+        let slot = match method {
+            "get" => &mut self.get,
+            "post" => &mut self.post,
+            "put" => &mut self.put,
+            "patch" => &mut self.patch,
+            "delete" => &mut self.delete,
+            _ => return,
+        };
+        *slot = Some(operation);
+    }
+}
+
 /// A path item of `methods`.
 pub fn path(methods: Methods) -> ReferenceOr<PathItem> {
     ReferenceOr::Item(PathItem {

@@ -67,7 +67,8 @@ struct ContinueToken {
     after: String,
 }
 
-fn json_response(body: Body) -> Response {
+/// An `application/json` answer of `body`.
+pub(crate) fn json_response(body: Body) -> Response {
     let mut response = Response::new(body);
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -317,13 +317,15 @@ pub async fn watch(
         .await;
         metrics.watches.dec();
     });
-    let mut response = Response::new(body_from(rx));
+    Ok(watch_response(rx))
+}
+
+/// The answer of a watch: its events as `rx` yields them, never compressed (which would hold
+/// events back in the encoder's buffer).
+pub(crate) fn watch_response(rx: mpsc::Receiver<Result<Bytes, std::io::Error>>) -> Response {
+    let mut response = crate::resource::json_response(body_from(rx));
     response.extensions_mut().insert(crate::Unbuffered);
-    response.headers_mut().insert(
-        axum::http::header::CONTENT_TYPE,
-        axum::http::HeaderValue::from_static("application/json"),
-    );
-    Ok(response)
+    response
 }
 
 /// Ends a watch whose start failed: logged, and told to the client as an ERROR event.

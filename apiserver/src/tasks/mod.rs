@@ -13,10 +13,9 @@ mod watch;
 mod write;
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::routing::get;
 use kdoctor_api::task::{API_VERSION, GROUP, TaskKind, VERSION};
 use serde_json::{Value, json};
@@ -50,21 +49,6 @@ pub fn short_names(kind: TaskKind) -> Vec<&'static str> {
     }
 }
 
-fn group_version() -> Value {
-    json!({"groupVersion": API_VERSION, "version": VERSION})
-}
-
-/// The `APIGroup` of `kdoctor.io`, for `/apis` and `/apis/kdoctor.io`.
-pub fn api_group() -> Value {
-    json!({
-        "kind": "APIGroup",
-        "apiVersion": "v1",
-        "name": GROUP,
-        "versions": [group_version()],
-        "preferredVersion": group_version(),
-    })
-}
-
 /// The aggregated-discovery entry (`APIGroupDiscovery`) of `kdoctor.io`.
 pub fn aggregated_group() -> Value {
     let resources: Vec<Value> = TaskKind::ALL
@@ -94,15 +78,8 @@ pub fn aggregated_group() -> Value {
 
 /// A JSON answer.
 pub fn json_response(code: StatusCode, value: &Value) -> Response {
-    let mut response = (
-        code,
-        Body::from(serde_json::to_vec(value).unwrap_or_default()),
-    )
-        .into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    let mut response = crate::discovery::json(value);
+    *response.status_mut() = code;
     response
 }
 
@@ -113,7 +90,7 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route(
             &format!("/apis/{GROUP}"),
-            get(|| async { json_response(StatusCode::OK, &api_group()) }),
+            get(|| async { crate::discovery::json(&crate::discovery::api_group(GROUP, VERSION)) }),
         )
         .route(
             &base,

@@ -183,28 +183,21 @@ fn v3_document() -> Result<openapiv3::OpenAPI, serde_json::Error> {
                     parameters,
                 ))
             };
-        paths.insert(
-            collection(kind),
-            v3::path(v3::Methods {
-                get: Some(operation("list", "list")?),
-                post: Some(operation("post", "create")?),
-                ..v3::Methods::default()
-            }),
-        );
-        paths.insert(
-            format!("{}/{{name}}", collection(kind)),
-            v3::path(v3::Methods {
-                get: Some(operation("get", "read")?),
-                put: Some(operation("put", "replace")?),
-                patch: Some(operation("patch", "patch")?),
-                delete: Some(operation("delete", "delete")?),
-                parameters: vec![v3::name_parameter(&format!(
-                    "name of the {}",
-                    kind.as_str()
-                ))?],
-                ..v3::Methods::default()
-            }),
-        );
+        let methods =
+            |operations: &[(&str, &str, &str)]| -> Result<v3::Methods, serde_json::Error> {
+                let mut methods = v3::Methods::default();
+                for (method, action, verb) in operations {
+                    methods.set(method, operation(action, verb)?);
+                }
+                Ok(methods)
+            };
+        paths.insert(collection(kind), v3::path(methods(&COLLECTION_OPERATIONS)?));
+        let mut object = methods(&OBJECT_OPERATIONS)?;
+        object.parameters = vec![v3::name_parameter(&format!(
+            "name of the {}",
+            kind.as_str()
+        ))?];
+        paths.insert(format!("{}/{{name}}", collection(kind)), v3::path(object));
     }
     Ok(v3::document("kdoctor tasks", VERSION, paths, schemas))
 }

@@ -13,9 +13,8 @@ use tokio::sync::{broadcast, mpsc};
 use super::objects::{Change, TaskObjects};
 use super::{Selection, table};
 use crate::negotiate::Wanted;
-use crate::resource::sink::body_from;
 use crate::resource::table::Include;
-use crate::resource::watch::{default_timeout, expired};
+use crate::resource::watch::{default_timeout, expired, watch_response};
 use crate::state::AppState;
 use crate::status::ApiError;
 
@@ -85,13 +84,7 @@ pub fn serve(
         run(watcher, start, timeout, &tx, &mut shutdown).await;
         metrics.watches.dec();
     });
-    let mut response = Response::new(body_from(rx));
-    response.extensions_mut().insert(crate::Unbuffered);
-    response.headers_mut().insert(
-        axum::http::header::CONTENT_TYPE,
-        axum::http::HeaderValue::from_static("application/json"),
-    );
-    Ok(response)
+    Ok(watch_response(rx))
 }
 
 async fn run(

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use jiff::Timestamp;
+use kdoctor_agent::round::execute::RoundPlan;
 use kdoctor_api::config::Config;
 use kdoctor_api::defaults::ClusterFacts;
 use kdoctor_api::document::{DocumentError, decode_task};
@@ -35,9 +36,9 @@ pub struct Planner {
 }
 
 impl Planner {
-    /// The effective task of an object, or every problem with it (the same rules as
-    /// `kdoctor validate`, and what one machine cannot run).
-    pub fn effective(&self, object: &Value) -> Result<Task, ErrorList> {
+    /// The effective task of an object and its round plan here, or every problem with it (the
+    /// same rules as `kdoctor validate`, and what one machine cannot run).
+    pub fn plan(&self, object: &Value) -> Result<(Task, RoundPlan), ErrorList> {
         let mut value = object.clone();
         // Unknown fields are reported with every other problem of the task, not alone.
         let mut unknown = ErrorList::default();
@@ -64,19 +65,20 @@ impl Planner {
                 return Err(unknown);
             }
         };
-        local_plan(&task, &self.config, &self.node, &self.pod, &self.stand_ins).map_err(|e| {
-            ErrorList(vec![FieldError::forbidden(
-                FieldPath::new("spec"),
-                format!("{e:#}"),
-            )])
-        })?;
-        Ok(task)
+        let plan = local_plan(&task, &self.config, &self.node, &self.pod, &self.stand_ins)
+            .map_err(|e| {
+                ErrorList(vec![FieldError::forbidden(
+                    FieldPath::new("spec"),
+                    format!("{e:#}"),
+                )])
+            })?;
+        Ok((task, plan))
     }
 
     /// The API server's admission of task objects.
     pub fn admit(self: &Arc<Self>) -> Admit {
         let planner = self.clone();
-        Arc::new(move |object: &Value| planner.effective(object).map(|_| ()))
+        Arc::new(move |object: &Value| planner.plan(object).map(|_| ()))
     }
 }
 
@@ -223,16 +225,9 @@ fn start(
     }
     let name = name_of(&change.object).to_string();
     let started = planner
-        .effective(&change.object)
+        .plan(&change.object)
         .map_err(|e| anyhow::anyhow!("{e}"))
-        .and_then(|task| {
-            let plan = local_plan(
-                &task,
-                &planner.config,
-                &planner.node,
-                &planner.pod,
-                &planner.stand_ins,
-            )?;
+        .and_then(|(task, plan)| {
             let created = change
                 .object
                 .pointer("/metadata/creationTimestamp")
@@ -336,7 +331,7 @@ mod tests {
             "metadata": {"name": "web"},
             "spec": {"target": {"host": "http://127.0.0.1:1/", "method": "GET", "bodyConfigmapName": "b", "bodyConfigmapNamespace": "default"}},
         });
-        let errors = planner.effective(&object).unwrap_err();
+        let errors = planner.plan(&object).unwrap_err();
         assert!(errors.to_string().contains("need the cluster"), "{errors}");
         let object = serde_json::json!({
             "apiVersion": "kdoctor.io/v1beta1",
@@ -344,7 +339,7 @@ mod tests {
             "metadata": {"name": "web"},
             "spec": {"target": {"host": "http://127.0.0.1:1/", "method": "NOPE"}, "nonsense": 1},
         });
-        let errors = planner.effective(&object).unwrap_err();
+        let errors = planner.plan(&object).unwrap_err();
         assert!(errors.0.len() >= 2, "{errors}");
     }
 }
