@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod negotiate;
 pub mod openapi;
 pub mod ops;
+pub mod parse_errors;
 pub mod pki;
 pub mod query;
 pub mod resource;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
@@ -18,6 +18,7 @@ use tower::ServiceExt;
 
 use crate::auth::PeerCertificates;
 use crate::first_bytes::FirstBytes;
+use crate::parse_errors::StatusForParseErrors;
 
 /// Bounds on what one client may hold.
 #[derive(Clone, Copy, Debug)]
@@ -56,6 +57,13 @@ pub fn default_max_connections() -> usize {
     };
     (soft / 2).clamp(16, 10_000)
 }
+
+/// Request headers a client may send, as kube-apiserver (Go's `http.DefaultMaxHeaderBytes`):
+/// long label and field selectors fit, over HTTP/2 too (hyper's own default there is 16 KiB).
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
+
+/// Header fields in one HTTP/1.1 request (hyper's default; Go counts only bytes).
+pub const MAX_HEADERS: usize = 100;
 
 /// A failed accept (out of descriptors, mostly) is retried after this, not in a tight loop.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -136,28 +144,36 @@ async fn connection(
             let app = app.clone();
             async move { app.oneshot(request.map(axum::body::Body::new)).await }
         });
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
-    // Pings find peers that vanished without closing (an idle HTTP/2 connection has no header
-    // deadline).
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(20));
-    // ALPN has chosen the protocol: hyper need not sniff for the HTTP/2 preface (a read with
-    // no deadline of its own).
+    // ALPN has chosen the protocol: no sniffing for the HTTP/2 preface (a read with no deadline
+    // of its own).
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    let builder = if h2 {
-        builder.http2_only()
+    let io = TokioIo::new(StatusForParseErrors::new(FirstBytes::new(
+        tls,
+        limits.header_timeout,
+    )));
+    let served = if h2 {
+        // Pings find peers that vanished without closing (an idle HTTP/2 connection has no
+        // header deadline).
+        http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .max_header_list_size(MAX_HEADER_BYTES as u32)
+            .serve_connection(io, service)
+            .await
     } else {
-        builder.http1_only()
+        http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .max_header_size(MAX_HEADER_BYTES)
+            // A head still arriving is held in the read buffer: room for a whole one, with
+            // Go's 4 KiB of slack.
+            .max_buf_size(MAX_HEADER_BYTES + 4096)
+            .max_headers(MAX_HEADERS)
+            .serve_connection(io, service)
+            .await
     };
-    let io = FirstBytes::new(tls, limits.header_timeout);
-    if let Err(e) = builder.serve_connection(TokioIo::new(io), service).await {
+    if let Err(e) = served {
         tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
     }
 }

@@ -139,7 +139,7 @@ impl ApiError {
 
     /// An error of the framework's own (an extractor's rejection, a method no route takes) as a
     /// Status with the reason the Go server gives that code.
-    fn of_code(code: StatusCode, text: &str) -> ApiError {
+    pub(crate) fn of_code(code: StatusCode, text: &str) -> ApiError {
         let reason = match code {
             StatusCode::BAD_REQUEST => "BadRequest",
             StatusCode::NOT_FOUND => "NotFound",
