@@ -162,13 +162,18 @@ fn invalid(what: &str, errors: &ErrorList) -> String {
 }
 
 /// Reads at most one byte more than a manifest may have (so that its check can say it is too
-/// large), never a whole multi-gigabyte file.
-fn read_bounded(reader: impl Read) -> std::io::Result<Vec<u8>> {
+/// large), never a whole multi-gigabyte file; the inner `Err` is text that is not UTF-8.
+fn read_bounded(reader: impl Read) -> std::io::Result<Result<String, ()>> {
     let mut bytes = Vec::new();
     reader
         .take(kdoctor_api::document::MAX_MANIFEST_BYTES as u64 + 1)
         .read_to_end(&mut bytes)?;
-    Ok(bytes)
+    if bytes.len() > kdoctor_api::document::MAX_MANIFEST_BYTES {
+        // Too large whatever it holds: the cut may fall inside a character, and the size is the
+        // error to report, not the encoding.
+        return Ok(Ok(String::from_utf8_lossy(&bytes).into_owned()));
+    }
+    Ok(String::from_utf8(bytes).map_err(|_| ()))
 }
 
 /// Reads every file (directories: their `.yaml`, `.yml` and `.json` files, sorted). A file that
@@ -177,11 +182,8 @@ fn read_sources(paths: &[PathBuf]) -> Result<Vec<(String, Result<String, ()>)>> 
     let mut sources = Vec::new();
     for path in paths {
         if path == Path::new("-") {
-            let bytes = read_bounded(std::io::stdin()).context("cannot read standard input")?;
-            sources.push((
-                "<stdin>".to_string(),
-                String::from_utf8(bytes).map_err(|_| ()),
-            ));
+            let text = read_bounded(std::io::stdin()).context("cannot read standard input")?;
+            sources.push(("<stdin>".to_string(), text));
             continue;
         }
         let files = if path.is_dir() {
@@ -201,13 +203,10 @@ fn read_sources(paths: &[PathBuf]) -> Result<Vec<(String, Result<String, ()>)>> 
             vec![path.clone()]
         };
         for file in files {
-            let bytes = std::fs::File::open(&file)
+            let text = std::fs::File::open(&file)
                 .and_then(read_bounded)
                 .with_context(|| format!("cannot read {}", file.display()))?;
-            sources.push((
-                file.display().to_string(),
-                String::from_utf8(bytes).map_err(|_| ()),
-            ));
+            sources.push((file.display().to_string(), text));
         }
     }
     Ok(sources)

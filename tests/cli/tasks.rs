@@ -172,6 +172,55 @@ fn files_that_are_not_tasks_get_one_clear_line() {
     }
 }
 
+/// Issue 20 L5: a file nested 200,000 deep (parsing it took over a minute) or larger than the
+/// API server would take is refused with one line saying so, from a file or standard input,
+/// even when the size limit falls inside a character.
+#[test]
+fn hostile_files_are_refused_by_their_depth_or_size() {
+    let dir = scratch("hostile-files");
+    let deep = format!("spec: {}\n", "[".repeat(200_000));
+    let mut large = b"# ".to_vec();
+    large.resize(3 << 20, b'x');
+    large.push(b'\n');
+    // A two-byte character across the limit.
+    let mut cut = b"# ".to_vec();
+    cut.resize(3 << 20, b'x');
+    cut.extend_from_slice("é and more\n".as_bytes());
+    let cases: [(&str, &[u8], &str); 3] = [
+        (
+            "deep.yaml",
+            deep.as_bytes(),
+            "flow collections ([ or {) nested 101 deep at line 1",
+        ),
+        (
+            "large.yaml",
+            &large,
+            "the manifest is larger than 3145728 bytes",
+        ),
+        (
+            "cut.yaml",
+            &cut,
+            "the manifest is larger than 3145728 bytes",
+        ),
+    ];
+    for (name, content, expected) in cases {
+        let file = write(&dir, name, content);
+        let output = kdoctor(&["validate", "-f", &file]);
+        assert_eq!(output.status.code(), Some(1), "{name}: {}", stderr(&output));
+        let out = stdout(&output);
+        assert_eq!(out.lines().count(), 1, "{name}: {out}");
+        assert!(out.starts_with(&format!("{file}: ")), "{name}: {out}");
+        assert!(out.contains(expected), "{name}: {out}");
+    }
+    let output = kdoctor_with_stdin(&["validate", "-f", "-"], &deep);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stdout(&output).starts_with("<stdin>: ") && stdout(&output).contains("nested 101 deep"),
+        "{}",
+        stdout(&output)
+    );
+}
+
 #[test]
 fn an_unreadable_file_is_an_environment_error() {
     let output = kdoctor(&["validate", "-f", "does/not/exist.yaml"]);
