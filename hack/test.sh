@@ -9,7 +9,7 @@
 # It installs what the tests run against when missing: the real control plane (hack/kube/
 # build.sh, Go; about 6 minutes the first time), iptables and the CNI plugins (hack/cluster.sh),
 # nginx and unbound (the agent's peers), Chromium (the heatmap screenshot test), Helm's engine
-# (PyPI). A part the machine cannot do is printed as MISSING, here and in the last lines.
+# (PyPI), and builds the image (hack/image/build.sh). A part the machine cannot do is printed as MISSING, here and in the last lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
@@ -31,6 +31,9 @@ export KDOCTOR_MISSING_FILE="${TMPDIR:-/tmp}/kdoctor-missing.$$"
 trap 'rm -f "$KDOCTOR_MISSING_FILE"' EXIT
 # The 1,000-node test holds ~5,000 sockets in one process.
 ulimit -n 65536 2>/dev/null || true
+# The image, built without a container engine (tests/cli/image.rs checks it; the first build
+# compiles kdoctor in release, about 6 minutes).
+hack/image/build.sh
 # Tests start real clusters from inside cargo test, which holds the build directory while they
 # run: what those clusters run is built first.
 cargo build --locked -q -p kube-sim -p kdoctor

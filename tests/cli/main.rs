@@ -1,6 +1,7 @@
 //! The `kdoctor` command line, run as a user would (one test binary).
 
 mod docs;
+mod image;
 mod krew;
 mod local;
 mod manifests;

@@ -839,56 +839,27 @@ fn the_chart_ships_the_manifests_crds_byte_for_byte() {
     }
 }
 
-/// A static check only: the image is not built here (no container engine).
+/// The manifests run the image as hack/image/kdoctor.json describes it (tests/cli/image.rs holds
+/// the Dockerfile and hack/image/build.sh to that description): args only, its tag, its user.
 #[test]
-fn the_dockerfile_makes_the_image_the_manifests_run() {
-    let text = std::fs::read_to_string(repo().join("Dockerfile")).expect("Dockerfile");
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .collect();
-    let stages: Vec<usize> = (0..lines.len())
-        .filter(|&i| lines[i].starts_with("FROM "))
-        .collect();
-    assert!(stages.len() >= 2, "multi-stage: {stages:?}");
-    let (build, runtime) = (
-        &lines[stages[0]..stages[stages.len() - 1]],
-        &lines[stages[stages.len() - 1]..],
-    );
-    // The builder builds the shipped binary from the lock file.
-    let cargo = build
-        .iter()
-        .find(|l| l.contains("cargo build"))
-        .expect("a cargo build step");
-    for part in ["--release", "--locked", "-p kdoctor"] {
-        assert!(cargo.contains(part), "{cargo} lacks {part}");
-    }
-    // The runtime stage puts it at /usr/bin/kdoctor and runs it as the entrypoint, so the
-    // manifests' `args` are its subcommand and flags.
-    assert!(
-        runtime
-            .iter()
-            .any(|l| l.starts_with("COPY --from=") && l.ends_with(" /usr/bin/kdoctor")),
-        "{runtime:?}"
-    );
-    let entrypoint = runtime
-        .iter()
-        .find_map(|l| l.strip_prefix("ENTRYPOINT "))
-        .expect("ENTRYPOINT");
-    let entrypoint: Vec<String> = serde_json::from_str(entrypoint).expect("exec form");
-    assert_eq!(entrypoint, ["/usr/bin/kdoctor"]);
-    let user = runtime
-        .iter()
-        .find_map(|l| l.strip_prefix("USER "))
-        .expect("USER");
-    let uid: i64 = user
-        .split(':')
-        .next()
-        .unwrap_or_default()
-        .parse()
-        .expect("numeric USER");
+fn the_manifests_run_the_image_as_described() {
+    let spec: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("hack/image/kdoctor.json"))
+            .expect("image description"),
+    )
+    .expect("JSON");
+    assert_eq!(spec["entrypoint"], serde_json::json!(["/usr/bin/kdoctor"]));
+    let uid: i64 = spec["user"]
+        .as_str()
+        .and_then(|u| u.split(':').next())
+        .and_then(|u| u.parse().ok())
+        .expect("numeric user");
     assert_eq!(uid, 65532, "non-root");
+    let tag = format!(
+        "{}:{}",
+        spec["name"].as_str().expect("name"),
+        env!("CARGO_PKG_VERSION")
+    );
 
     let objects = install();
     for (kind, name, subcommand) in [
@@ -902,8 +873,7 @@ fn the_dockerfile_makes_the_image_the_manifests_run() {
             "{name}: the image's ENTRYPOINT is the binary; manifests give args only"
         );
         assert_eq!(container["args"][0], subcommand, "{name}");
-        let image = container["image"].as_str().expect("image");
-        assert!(image.starts_with("ghcr.io/kdoctor-io/kdoctor:"), "{image}");
+        assert_eq!(container["image"], tag.as_str(), "{name}");
         // The pod runs as the image's user, or explicitly as the same one.
         let run_as = pod["securityContext"]["runAsUser"].as_i64();
         assert!(
