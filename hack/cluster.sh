@@ -5,12 +5,14 @@
 # as the kubelet of its nodes (pods of kdoctor's image run as real processes, each in a network
 # namespace of its own). docs/development.md#test-cluster describes it.
 #
-#   hack/cluster.sh up [--nodes N] [--process-nodes M] [--ipv4-only] [--no-build]
+#   hack/cluster.sh up [--nodes N] [--process-nodes M] [--ipv4-only] [--no-build] [--real-node]
 #                                   start it (builds what is missing first); writes an admin
 #                                   kubeconfig to .cluster/kubeconfig (server on the host's
 #                                   loopback) and returns once /readyz answers and every node is
 #                                   Ready. Nodes node-1..M run real processes (default: all).
 #                                   --no-build: use what is built (tests, inside cargo test).
+#                                   --real-node: one more node, real-1, run by the real kubelet
+#                                   with containerd and runc (hack/kube/real-node.sh)
 #   hack/cluster.sh down            stop everything and remove what `up` made
 #   hack/cluster.sh install-chart [--set KEY=VALUE]...
 #                                   render charts/kdoctor with Helm's engine and apply it
@@ -39,21 +41,24 @@ LB_NET6=fd6b:6474:0:10::/112
 POD_NET4=198.19.0.0/16         # a /26 per node (kube-controller-manager allocates)
 POD_NET6=fd6b:6474:0:1000::/52 # a /64 per node
 
+# shellcheck source=hack/kube/real-node.sh
+. "$ROOT/hack/kube/real-node.sh"
+
 log() { printf '%s cluster: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf 'cluster: %s\n' "$*" >&2; exit 2; }
 in_ns() { ip netns exec "$NS" "$@"; }
 
 # Starts a daemon inside the namespace, detached from this shell, logging to $DIR/logs/NAME.log.
 # Its command is kept in $DIR/cmd/NAME, so `hack/cluster.sh restart NAME` can start it again.
-# kube-sim enters only the network namespace (nsenter): `ip netns exec` would also give it a
-# mount namespace of its own, and the pods' network namespaces it mounts would not be seen
-# from the host.
+# kube-sim, containerd and the kubelet enter only the network namespace (nsenter): `ip netns
+# exec` would also give them a mount namespace of their own, and the pods' network namespaces
+# and volumes they mount would not be seen from the host (nor the kubelet's by containerd).
 start() {
   local name="$1"
   shift
   mkdir -p "$DIR/logs" "$DIR/pids" "$DIR/cmd"
   printf '%s\0' "$@" >"$DIR/cmd/$name"
-  if [ "$name" = kube-sim ]; then
+  if [ "$name" = kube-sim ] || [ "$name" = containerd ] || [ "$name" = kubelet ]; then
     setsid nsenter --net="/var/run/netns/$NS" -- "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
   else
     setsid ip netns exec "$NS" "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
@@ -136,7 +141,7 @@ node_packages() {
 }
 
 cmd_up() {
-  local nodes=3 process_nodes="" ipv6=1 no_build=""
+  local nodes=3 process_nodes="" ipv6=1 no_build="" real_node=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --no-build) no_build=1; shift ;;
@@ -145,7 +150,7 @@ cmd_up() {
       --process-nodes) process_nodes="$2"; shift 2 ;;
       --process-nodes=*) process_nodes="${1#*=}"; shift ;;
       --ipv4-only) ipv6=0; shift ;;
-      --real-node) die "--real-node: not built yet (the issue about the image on a real node)" ;;
+      --real-node) real_node=1; shift ;;
       *) die "up: unknown argument $1 (see the top of hack/cluster.sh)" ;;
     esac
   done
@@ -166,8 +171,10 @@ cmd_up() {
     for b in "$sim" "$kdoctor"; do
       [ -x "$b" ] || die "--no-build: $b is not built (cargo build -p kube-sim -p kdoctor)"
     done
+    [ -z "$real_node" ] || [ -s "$ROOT/target/image/kdoctor.oci.tar" ] || die "--no-build: the image is not built (hack/image/build.sh)"
   else
     node_packages
+    [ -z "$real_node" ] || real_node_deps
     KUBE_BIN="$("$ROOT/hack/kube/build.sh")"
     log "building kube-sim and kdoctor"
     (cd "$ROOT" && cargo build -q --locked -p kube-sim -p kdoctor)
@@ -215,7 +222,7 @@ cmd_up() {
 
   log "certificates"
   "$ROOT/hack/kube/pki.sh" "$DIR/pki" \
-    "IP:$APISERVER4,IP:127.0.0.1,IP:198.18.32.1${dual:+,IP:$APISERVER6,IP:fd6b:6474:0:20::1},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    "IP:$APISERVER4,IP:127.0.0.1,IP:198.18.32.1${dual:+,IP:$APISERVER6,IP:fd6b:6474:0:20::1},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" ${real_node:+--node $REAL_NODE $REAL_NODE_IP4}
   local pki="$DIR/pki" server="https://$APISERVER4:6443"
   kubeconfig "$DIR/admin.inner.kubeconfig" kubernetes-admin "$pki/admin.crt" "$pki/admin.key" "$server"
   kubeconfig "$DIR/controller-manager.kubeconfig" system:kube-controller-manager "$pki/controller-manager.crt" "$pki/controller-manager.key" "$server"
@@ -320,6 +327,11 @@ EOF
   wait_for "kube-proxy /healthz" kube-proxy 60 in_ns curl -fsS http://127.0.0.1:10256/healthz
   fi
 
+  if [ -n "$real_node" ]; then
+    real_node_up
+    wait_for "$((nodes + 1)) Ready nodes (with $REAL_NODE)" kubelet 120 nodes_ready "$((nodes + 1))"
+  fi
+
   local kubectl="$KUBE_BIN/kubectl"
   "$kubectl" --kubeconfig "$DIR/kubeconfig" get nodes -o wide >&2
   log "up in $((SECONDS - t0)) s: export KUBECONFIG=$DIR/kubeconfig (kubectl $("$kubectl" version --client -o json | sed -n 's/.*"gitVersion": "\(.*\)".*/\1/p' | head -n1) at $KUBE_BIN/kubectl)"
@@ -345,6 +357,7 @@ start_forward() {
 
 cmd_down() {
   # The kubelet first: it stops the pods' processes and removes their namespaces.
+  real_node_down
   local order=(kube-sim kube-proxy kube-scheduler kube-controller-manager forward kube-apiserver etcd)
   for name in "${order[@]}"; do stop "$name"; done
   # Whatever still runs in the cluster's namespace or a pod's (a killed kube-sim leaves pods).

@@ -17,7 +17,7 @@ etcd_version="$(pin go.etcd.io/etcd/server/v3)"
 # A change of go.mod or go.sum (a new pin) is a new folder; the old one can be removed by hand.
 key="${k8s_version}-etcd${etcd_version}-$(cat go.mod go.sum cmd/etcd/main.go | sha256sum | cut -c1-12)"
 out="${KUBE_BIN_CACHE:-$HOME/.cache/kdoctor/kube}/$key"
-tools=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl)
+tools=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl kubelet)
 
 missing=()
 for t in "${tools[@]}"; do

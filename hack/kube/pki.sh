@@ -3,10 +3,13 @@
 # would: a cluster CA and a front-proxy CA, the API server's serving certificate, a client
 # certificate for each component, and the ServiceAccount signing key. Idempotent: what exists
 # is kept, so a second `up` reuses them.
-#   hack/kube/pki.sh DIR APISERVER_SANS   # comma-separated IP:x / DNS:y
+#   hack/kube/pki.sh DIR APISERVER_SANS [--node NAME IP]...
+#     APISERVER_SANS: comma-separated IP:x / DNS:y; --node: a real kubelet's client certificate
+#     (system:node:NAME in system:nodes, as the Node authorizer expects) and serving certificate.
 set -euo pipefail
 dir="$1"
 sans="$2"
+shift 2
 mkdir -p "$dir"
 cd "$dir"
 umask 077
@@ -48,6 +51,12 @@ leaf kube-proxy ca "/CN=system:kube-proxy" clientAuth
 # kube-sim plays the kubelet of every node from one process (docs/development.md says why it
 # is not one system:node identity per node).
 leaf kube-sim ca "/O=system:masters/CN=kube-sim" clientAuth
+while [ $# -gt 0 ]; do
+  [ "$1" = --node ] && [ $# -ge 3 ] || { echo "pki.sh: expected --node NAME IP, got: $*" >&2; exit 2; }
+  leaf "kubelet-$2" ca "/O=system:nodes/CN=system:node:$2" clientAuth
+  leaf "kubelet-$2-serving" ca "/CN=$2" serverAuth "IP:$3,DNS:$2"
+  shift 3
+done
 if [ ! -s sa.key ]; then
   openssl genrsa -out sa.key 2048 2>/dev/null
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null

@@ -1,0 +1,142 @@
+# One real node beside kube-sim's (hack/cluster.sh up --real-node sources this file): the
+# kubelet of the pinned release with containerd 1.6 (its CRI plugin, runc, cgroupfs) and the CNI
+# plugins kube-sim's nodes use (ptp + host-local, addresses from the node's pod CIDR), running
+# the images hack/image/build.sh made (kdoctor and pause, imported into containerd: nothing is
+# pulled). Its daemons live in the cluster's network namespace, as every kube-sim node does, so
+# the cluster's kube-proxy rules serve its pods too; they share the host's mount namespace, so
+# the volumes the kubelet mounts are the ones containerd gives the containers.
+#
+# Uses hack/cluster.sh's DIR, NS, KUBE_BIN, ROOT and its start/wait_for/kubeconfig/log/die.
+
+REAL_NODE=real-1
+REAL_NODE_IP4=198.18.0.9
+
+# Debian's containerd and runc, and the two images.
+real_node_deps() {
+  local missing=()
+  command -v containerd >/dev/null || missing+=(containerd)
+  command -v runc >/dev/null || missing+=(runc)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing Debian packages: ${missing[*]}"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
+      || die "cannot install ${missing[*]} (apt-get)"
+  fi
+  [ -s "$ROOT/target/image/kdoctor.oci.tar" ] && [ -s "$ROOT/target/image/pause.oci.tar" ] \
+    || "$ROOT/hack/image/build.sh" >&2
+}
+
+real_node_up() {
+  local rn="$DIR/real-node" pki="$DIR/pki"
+  mkdir -p "$rn"/{containerd,cni,kubelet,pods-logs}
+  in_ns ip addr add "$REAL_NODE_IP4/20" dev kdc0
+
+  log "real node $REAL_NODE: containerd"
+  # The CRI plugin writes the CNI configuration from this template once the kubelet tells it the
+  # node's pod CIDR (kube-controller-manager allocates it when the Node registers).
+  cat >"$rn/cni-template.json" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "real-node",
+  "plugins": [{
+    "type": "ptp",
+    "mtu": 1500,
+    "ipMasq": false,
+    "ipam": {
+      "type": "host-local",
+      "ranges": [{{range \$i, \$range := .PodCIDRRanges}}{{if \$i}}, {{end}}[{"subnet": "{{\$range}}"}]{{end}}],
+      "routes": [{{range \$i, \$route := .Routes}}{{if \$i}}, {{end}}{"dst": "{{\$route}}"}{{end}}],
+      "dataDir": "$rn/ipam"
+    }
+  }]
+}
+EOF
+  cat >"$rn/containerd.toml" <<EOF
+version = 2
+root = "$rn/containerd/root"
+state = "$rn/containerd/state"
+[grpc]
+  address = "$rn/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$rn/cni"
+    conf_template = "$rn/cni-template.json"
+EOF
+  if ! (echo -1 >/proc/self/oom_score_adj) 2>/dev/null; then
+    # This machine keeps CAP_SYS_RESOURCE out of every process's bounding set: nothing may lower
+    # an OOM score below 0, so runc fails to create a pod sandbox (the kubelet asks -998) or a
+    # Guaranteed container (-997). runc is reached through a wrapper that raises negative scores
+    # to 0; everything else is Debian's runc as it is.
+    log "real node $REAL_NODE: negative OOM scores are not allowed here; runc raises them to 0"
+    cp "$ROOT/hack/kube/runc-oom-floor.sh" "$rn/runc"
+    chmod 0755 "$rn/runc"
+    sed -i "s|^        SystemdCgroup = false|        SystemdCgroup = false\n        BinaryName = \"$rn/runc\"|" "$rn/containerd.toml"
+  fi
+  start containerd containerd --config "$rn/containerd.toml"
+  wait_for "containerd" containerd 30 ctr -a "$rn/containerd.sock" version
+  local image
+  for image in pause kdoctor; do
+    ctr -a "$rn/containerd.sock" -n k8s.io images import "$ROOT/target/image/$image.oci.tar" >/dev/null \
+      || die "cannot import target/image/$image.oci.tar into containerd"
+  done
+
+  log "real node $REAL_NODE: kubelet"
+  # Its identity (system:node:real-1, judged by the Node authorizer and NodeRestriction) and
+  # serving certificate: made with the cluster's by hack/kube/pki.sh --node.
+  kubeconfig "$rn/kubelet.kubeconfig" "system:node:$REAL_NODE" "$pki/kubelet-$REAL_NODE.crt" "$pki/kubelet-$REAL_NODE.key" "https://$APISERVER4:6443"
+  printf 'nameserver 198.18.32.10\n' >"$rn/resolv.conf"
+  cat >"$rn/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $REAL_NODE_IP4
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $pki/ca.crt}
+authorization: {mode: Webhook}
+tlsCertFile: $pki/kubelet-$REAL_NODE-serving.crt
+tlsPrivateKeyFile: $pki/kubelet-$REAL_NODE-serving.key
+containerRuntimeEndpoint: unix://$rn/containerd.sock
+cgroupDriver: cgroupfs
+# This machine's kernel mounts cgroup v1 (Kubernetes 1.34 still runs there, with a warning).
+failCgroupV1: false
+failSwapOn: false
+clusterDNS: [198.18.32.10]
+clusterDomain: cluster.local
+resolvConf: $rn/resolv.conf
+podLogsDir: $rn/pods-logs
+# A test machine's disk is shared with the build: evict only when it is really full.
+evictionHard: {memory.available: "100Mi", nodefs.available: "2%", imagefs.available: "2%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+EOF
+  start kubelet "$KUBE_BIN/kubelet" --config="$rn/kubelet.yaml" --kubeconfig="$rn/kubelet.kubeconfig" \
+    --root-dir="$rn/kubelet" --hostname-override="$REAL_NODE" --node-ip="$REAL_NODE_IP4" --v=1
+  wait_for "the kubelet's /healthz" kubelet 60 in_ns curl -fsS http://127.0.0.1:10248/healthz
+}
+
+# The kubelet first (it stops the pods), then containerd, then what they leave: containers'
+# shims and mounts under the node's folder.
+real_node_down() {
+  stop kubelet
+  if [ -S "$DIR/real-node/containerd.sock" ]; then
+    local ctr=(ctr -a "$DIR/real-node/containerd.sock" -n k8s.io)
+    "${ctr[@]}" tasks ls -q 2>/dev/null | while read -r id; do "${ctr[@]}" tasks kill -s SIGKILL "$id" 2>/dev/null || true; done
+  fi
+  stop containerd
+  pkill -KILL -f "containerd-shim-runc-v2 .*-address $DIR/real-node/" 2>/dev/null || true
+  grep -o " $DIR/real-node/[^ ]*" /proc/mounts 2>/dev/null | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+}
