@@ -618,14 +618,15 @@ def check_values_reach_objects(binary: str) -> None:
 
 
 def values_of(settings: list[str]) -> dict:
-    """Values from `--set a.b=c` arguments, as helm --set reads them (c parsed as YAML)."""
+    """Values from `--set a.b=c` arguments, as helm --set reads them (c parsed as YAML; a dot
+    escaped with a backslash is part of a key: `nodeSelector.kubernetes\\.io/hostname=x`)."""
     values: dict = {}
     for setting in settings:
         path, sep, text = setting.partition("=")
         if not sep or not path:
             raise SystemExit(f"--set {setting}: expected KEY=VALUE")
         node = values
-        *parents, leaf = path.split(".")
+        *parents, leaf = [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", path)]
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = yaml.safe_load(text)

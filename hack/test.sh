@@ -3,7 +3,7 @@
 # .ci/run calls after formatting and lints. As root (network namespaces for the test clusters,
 # Debian packages, the simulated cluster's IPv6 route).
 #
-#   hack/test.sh                # set up, then cargo test --workspace, then both end-to-end runs
+#   hack/test.sh                # set up, then cargo test --workspace, then the end-to-end runs
 #   hack/test.sh -p kdoctor-api # extra arguments go to cargo test (the e2e runs are then skipped)
 #
 # It installs what the tests run against when missing: the real control plane (hack/kube/
@@ -46,6 +46,8 @@ if [ $# -eq 0 ]; then
   echo "== end to end, on a real control plane" >&2
   hack/e2e.sh 2>&1 | tee /tmp/kdoctor-e2e-manifests.log
   E2E_FROM=chart E2E_IPV6=1 hack/e2e.sh 2>&1 | tee /tmp/kdoctor-e2e-chart.log
+  echo "== the image on a real node (kubelet, containerd, runc)" >&2
+  hack/e2e-real-node.sh
   while IFS= read -r line; do missing+=("${line#MISSING: }"); done < <(grep -h '^MISSING: ' /tmp/kdoctor-e2e-manifests.log /tmp/kdoctor-e2e-chart.log | sort -u)
 fi
 

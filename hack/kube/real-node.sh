@@ -132,11 +132,24 @@ EOF
 # shims and mounts under the node's folder.
 real_node_down() {
   stop kubelet
+  local netns=() id path
   if [ -S "$DIR/real-node/containerd.sock" ]; then
     local ctr=(ctr -a "$DIR/real-node/containerd.sock" -n k8s.io)
+    # The pods' network namespaces, which containerd made under /var/run/netns (cni-*): the
+    # kubelet is gone, so no one will ask containerd to remove the sandboxes.
+    for id in $("${ctr[@]}" containers ls -q 2>/dev/null); do
+      path="$("${ctr[@]}" containers info "$id" 2>/dev/null | python3 -c 'import json, sys
+spec = json.load(sys.stdin).get("Spec") or {}
+print(next((n.get("path", "") for n in spec.get("linux", {}).get("namespaces", []) if n.get("type") == "network"), ""))' 2>/dev/null || true)"
+      [ -n "$path" ] && netns+=("$path")
+    done
     "${ctr[@]}" tasks ls -q 2>/dev/null | while read -r id; do "${ctr[@]}" tasks kill -s SIGKILL "$id" 2>/dev/null || true; done
   fi
   stop containerd
+  for path in $(printf '%s\n' "${netns[@]}" | sort -u); do
+    umount "$path" 2>/dev/null || true
+    rm -f "$path"
+  done
   pkill -KILL -f "containerd-shim-runc-v2 .*-address $DIR/real-node/" 2>/dev/null || true
   grep -o " $DIR/real-node/[^ ]*" /proc/mounts 2>/dev/null | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 }

@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# The image on a real node, end to end: a real control plane with kube-sim's nodes and one node
+# run by the real kubelet with containerd and runc (hack/cluster.sh up --real-node), kdoctor
+# installed from the Helm chart (Helm's engine, the real kubectl) with the image that
+# hack/image/build.sh made, and the controller pinned to the real node by a value. Each check
+# is an assertion; the script exits non-zero at the first that does not hold:
+#   - the default agent's pod on real-1 runs in a containerd container, Ready, its readiness and
+#     liveness probes answered (the kubelet's own probe metrics), and the kernel enforces the chart's securityContext on its process (user 65532, no
+#     capabilities, no privilege escalation, seccomp, read-only root) and its memory limit;
+#   - it listens on the ports the chart declares, and its network namespace has the sysctl the
+#     chart sets (unprivileged ports from 80);
+#   - the controller runs there too, and kube-aggregator marks the APIService Available;
+#   - `kubectl logs` reads both containers through the kubelet's API, and the diagnostics of
+#     docs/troubleshooting.md work (controller logs, its metrics through kubectl port-forward);
+#   - a NetReach round: its report, served through the aggregation layer, names real-1 among
+#     the reporters, real-1 reached every target, and every node reached real-1's agent.
+#
+#   hack/e2e-real-node.sh        (E2E_KEEP=1 keeps the cluster, as hack/e2e.sh)
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+export CLUSTER_DIR="${E2E_DIR:-$ROOT/.cluster-e2e}"
+export CLUSTER_NETNS="${E2E_NETNS:-kdoctor-e2e}"
+NODE=real-1
+
+step() { printf '\n== %s\n' "$*"; }
+fail() {
+  echo "e2e-real-node: FAILED: $*" >&2
+  exit 1
+}
+cleanup() {
+  local code=$?
+  if [ "$code" -ne 0 ] && [ -d "$CLUSTER_DIR/logs" ]; then
+    for log in kubelet containerd; do
+      echo "--- $log (last 20 lines)" >&2
+      tail -n 20 "$CLUSTER_DIR/logs/$log.log" >&2 || true
+    done
+  fi
+  if [ -n "${E2E_KEEP:-}" ]; then
+    echo "e2e-real-node: cluster kept: KUBECONFIG=$CLUSTER_DIR/kubeconfig; CLUSTER_DIR=$CLUSTER_DIR CLUSTER_NETNS=$CLUSTER_NETNS hack/cluster.sh down" >&2
+  else
+    hack/cluster.sh down >/dev/null 2>&1 || true
+  fi
+  exit "$code"
+}
+trap cleanup EXIT
+
+step "a real control plane, two kube-sim nodes and $NODE (kubelet, containerd, runc)"
+hack/image/build.sh >/dev/null
+hack/cluster.sh up --nodes 2 --ipv4-only --real-node
+export KUBECONFIG="$CLUSTER_DIR/kubeconfig"
+KUBECTL="$(cat "$CLUSTER_DIR/kube-bin")/kubectl"
+k() { "$KUBECTL" "$@"; }
+runtime="$(k get node "$NODE" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')"
+case "$runtime" in containerd://*) echo "$NODE: $runtime" ;; *) fail "$NODE runs '$runtime', not containerd" ;; esac
+
+step "installing the chart, the controller pinned to $NODE"
+hack/cluster.sh install-chart --set "kdoctorController.nodeSelector.kubernetes\.io/hostname=$NODE"
+k -n kdoctor rollout status daemonset/kdoctor-agent --timeout=120s
+k -n kdoctor rollout status deployment/kdoctor-controller --timeout=120s
+
+# The pod of COMPONENT on the real node, and its container's process on this host.
+pod_on_node() {
+  k -n kdoctor get pods -l "app.kubernetes.io/component=$1" \
+    -o jsonpath="{range .items[?(@.spec.nodeName==\"$NODE\")]}{.metadata.name}{end}"
+}
+container_pid() {
+  local id="$1"
+  ctr -a "$CLUSTER_DIR/real-node/containerd.sock" -n k8s.io tasks ls | awk -v id="$id" '$1 == id { print $2 }'
+}
+
+# Bytes of a Kubernetes memory quantity (Ki, Mi, Gi or none).
+bytes() {
+  python3 -c 'import sys; q = sys.argv[1]; m = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}; print(int(q[:-2]) * m[q[-2:]] if q[-2:] in m else int(q))' "$1"
+}
+# Successful probes of TYPE the kubelet ran for POD, from its own metrics (through the API
+# server's node proxy).
+probes() {
+  k get --raw "/api/v1/nodes/$NODE/proxy/metrics/probes" |
+    awk -v pod="$1" -v type="$2" 'index($0, "pod=\"" pod "\"") && index($0, "probe_type=\"" type "\"") && index($0, "result=\"successful\"") { n += $NF } END { print n + 0 }'
+}
+
+for component in agent controller; do
+  step "the $component's pod on $NODE: a containerd container, Ready, confined as the chart says"
+  pod="$(pod_on_node "$component")"
+  [ -n "$pod" ] || fail "no $component pod on $NODE: $(k -n kdoctor get pods -o wide)"
+  k -n kdoctor wait "pod/$pod" --for=condition=Ready --timeout=90s >/dev/null
+  state="$(k -n kdoctor get pod "$pod" -o jsonpath='{.status.phase} {.status.containerStatuses[0].containerID}')"
+  case "$state" in "Running containerd://"*) ;; *) fail "$pod: expected Running in a containerd container, got '$state'" ;; esac
+  id="${state#Running containerd://}"
+  pid="$(container_pid "$id")"
+  [ -n "$pid" ] || fail "$pod: containerd has no task $id"
+  status="/proc/$pid/status"
+  uid="$(awk '/^Uid:/ { print $3 }' "$status")"
+  capeff="$(awk '/^CapEff:/ { print $2 }' "$status")"
+  nonewprivs="$(awk '/^NoNewPrivs:/ { print $2 }' "$status")"
+  [ "$uid" = 65532 ] || fail "$pod runs as uid $uid, not 65532"
+  [ "$capeff" = 0000000000000000 ] || fail "$pod has capabilities $capeff (the chart drops ALL)"
+  [ "$nonewprivs" = 1 ] || fail "$pod may gain privileges (allowPrivilegeEscalation: false)"
+  if [ "$component" = agent ]; then
+    seccomp="$(awk '/^Seccomp:/ { print $2 }' "$status")"
+    [ "$seccomp" = 2 ] || fail "$pod: seccomp mode $seccomp, not filtering (RuntimeDefault)"
+  fi
+  root_opts="$(awk '$5 == "/" { print $6 }' "/proc/$pid/mountinfo" | tail -n1)"
+  case ",$root_opts," in *,ro,*) ;; *) fail "$pod: its root filesystem is mounted '$root_opts', not read-only" ;; esac
+  memcg="$(awk -F: '$2 == "memory" { print $3 }' "/proc/$pid/cgroup")"
+  limit="$(cat "/sys/fs/cgroup/memory$memcg/memory.limit_in_bytes")"
+  declared="$(k -n kdoctor get pod "$pod" -o jsonpath='{.spec.containers[0].resources.limits.memory}')"
+  [ "$limit" = "$(bytes "$declared")" ] || fail "$pod: memory.limit_in_bytes $limit, the pod declares $declared"
+  echo "$pod: pid $pid, uid $uid, CapEff $capeff, NoNewPrivs $nonewprivs, root ($root_opts), memory.limit_in_bytes $limit"
+  # The first liveness probe comes a period (10 s) after the startup probe passed.
+  for type in Readiness Liveness; do
+    deadline=$((SECONDS + 40))
+    until [ "$(probes "$pod" "$type")" -gt 0 ]; do
+      [ "$SECONDS" -lt "$deadline" ] || fail "$pod: the kubelet reports no successful $type probe in 40 s"
+      sleep 1
+    done
+  done
+  logs="$(k -n kdoctor logs "$pod" --tail=200)"
+  [ -n "$logs" ] || fail "kubectl logs $pod printed nothing"
+  echo "kubectl logs $pod: $(wc -l <<<"$logs") lines"
+  if [ "$component" = agent ]; then
+    AGENT_POD="$pod"
+    AGENT_PID="$pid"
+  fi
+done
+
+step "the agent on $NODE listens where the chart says, with the chart's sysctl"
+listening="$(nsenter -t "$AGENT_PID" -n ss -Hltn | awk '{ print $4 }' | sed 's/.*://' | sort -nu | tr '\n' ' ')"
+for port in $(k -n kdoctor get pod "$AGENT_POD" -o jsonpath='{range .spec.containers[0].ports[*]}{.containerPort}{" "}{end}'); do
+  case " $listening" in *" $port "*) ;; *) fail "$AGENT_POD does not listen on port $port (listening: $listening)" ;; esac
+done
+echo "listening: $listening"
+sysctl="$(nsenter -t "$AGENT_PID" -n cat /proc/sys/net/ipv4/ip_unprivileged_port_start)"
+[ "$sysctl" = 80 ] || fail "net.ipv4.ip_unprivileged_port_start is $sysctl in the agent's namespace, the chart sets 80"
+
+step "the APIService, served by the controller on $NODE, is Available"
+k wait apiservice/v1beta1.system.kdoctor.io --for=condition=Available --timeout=90s
+
+step "a NetReach round: real-1 reports, and is reached"
+k apply -f examples/netreach.yaml
+deadline=$((SECONDS + 180))
+until [ "$(k get netreach task -o jsonpath='{.status.finish}')" = true ]; do
+  [ "$SECONDS" -lt "$deadline" ] || fail "the NetReach round did not finish in 180 s: $(k get netreach task -o yaml)"
+  sleep 2
+done
+result="$(k get netreach task -o jsonpath='{.status.lastRoundStatus}')"
+[ "$result" = succeed ] || fail "the round ended '$result'"
+rows="$(k get kdoctorreport netreach-task -o jsonpath='{range .report.latestRoundReport[*]}{.nodeName}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestSucceedRate}{end}{"\n"}{end}')"
+echo "$rows" | cut -c1-200
+nodes="$(awk '{ print $1 }' <<<"$rows" | sort | tr '\n' ' ')"
+[ "$nodes" = "node-1 node-2 real-1 " ] || fail "the report's nodes are '$nodes', expected node-1 node-2 real-1"
+failed="$(tr ' ' '\n' <<<"$rows" | grep '=' | grep -v '=1$' || true)"
+[ -z "$failed" ] || fail "targets not reached every time: $failed"
+reached="$(grep -c "AgentPodV4IP_${AGENT_POD}_" <<<"$rows")"
+[ "$reached" = 3 ] || fail "expected every node to probe $AGENT_POD's pod IP, $reached did"
+
+step "diagnostics as docs/troubleshooting.md gives them, through the real kubelet"
+# Captured before grep: `grep -q` stops at the first match, and kubectl, killed by SIGPIPE on
+# its next write, would fail the pipeline.
+logs="$(k -n kdoctor logs deploy/kdoctor-controller)"
+grep -q '^{"timestamp"' <<<"$logs" || fail "kubectl logs deploy/kdoctor-controller: no JSON log lines"
+logs="$(k -n kdoctor logs "$AGENT_POD")"
+grep -q 'round started' <<<"$logs" || fail "kubectl logs $AGENT_POD: no 'round started' line after the round"
+k -n kdoctor port-forward deploy/kdoctor-controller 15721:5721 >/dev/null 2>&1 &
+forward=$!
+metrics=""
+for _ in $(seq 50); do
+  metrics="$(curl -fsS http://127.0.0.1:15721/metrics 2>/dev/null || true)"
+  [ -n "$metrics" ] && break
+  sleep 0.2
+done
+kill "$forward" 2>/dev/null || true
+grep -q '^kdoctor_controller_' <<<"$metrics" || fail "kubectl port-forward deploy/kdoctor-controller 5721: no kdoctor_controller_ metrics"
+echo "controller logs, agent logs and metrics through kubectl port-forward: ok"
+
+echo
+echo "e2e-real-node: passed — the image ran on a real kubelet ($runtime), Kubernetes $(k version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
