@@ -48,20 +48,21 @@ log() { printf '%s cluster: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf 'cluster: %s\n' "$*" >&2; exit 2; }
 in_ns() { ip netns exec "$NS" "$@"; }
 
-# Starts a daemon inside the namespace, detached from this shell, logging to $DIR/logs/NAME.log.
+# Starts a daemon inside the namespace (or $START_NETNS), detached from this shell, logging to $DIR/logs/NAME.log.
 # Its command is kept in $DIR/cmd/NAME, so `hack/cluster.sh restart NAME` can start it again.
 # kube-sim, containerd and the kubelet enter only the network namespace (nsenter): `ip netns
 # exec` would also give them a mount namespace of their own, and the pods' network namespaces
 # and volumes they mount would not be seen from the host (nor the kubelet's by containerd).
 start() {
-  local name="$1"
+  local name="$1" netns="${START_NETNS:-$NS}"
   shift
   mkdir -p "$DIR/logs" "$DIR/pids" "$DIR/cmd"
   printf '%s\0' "$@" >"$DIR/cmd/$name"
+  echo "$netns" >"$DIR/cmd/$name.netns"
   if [ "$name" = kube-sim ] || [ "$name" = containerd ] || [ "$name" = kubelet ]; then
-    setsid nsenter --net="/var/run/netns/$NS" -- "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
+    setsid nsenter --net="/var/run/netns/$netns" -- "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
   else
-    setsid ip netns exec "$NS" "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
+    setsid ip netns exec "$netns" "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
   fi
   echo $! >"$DIR/pids/$name.pid"
 }
@@ -78,11 +79,11 @@ stop() {
 # Stops and starts one daemon with the command `up` gave it (after a rebuild, say).
 cmd_restart() {
   local name="${1:-}"
-  [ -s "$DIR/cmd/$name" ] || die "restart: no daemon '$name' (one of: $(ls "$DIR/cmd" 2>/dev/null | tr '\n' ' '))"
+  [ -s "$DIR/cmd/$name" ] || die "restart: no daemon '$name' (one of: $(ls "$DIR/cmd" 2>/dev/null | grep -v "\.netns$" | tr '\n' ' '))"
   stop "$name"
   local argv=()
   while IFS= read -r -d '' a; do argv+=("$a"); done <"$DIR/cmd/$name"
-  start "$name" "${argv[@]}"
+  START_NETNS="$(cat "$DIR/cmd/$name.netns" 2>/dev/null || echo "$NS")" start "$name" "${argv[@]}"
   log "$name restarted (log: $DIR/logs/$name.log)"
 }
 

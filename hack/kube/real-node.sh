@@ -1,10 +1,11 @@
 # One real node beside kube-sim's (hack/cluster.sh up --real-node sources this file): the
 # kubelet of the pinned release with containerd 1.6 (its CRI plugin, runc, cgroupfs) and the CNI
-# plugins kube-sim's nodes use (ptp + host-local, addresses from the node's pod CIDR), running
-# the images hack/image/build.sh made (kdoctor and pause, imported into containerd: nothing is
-# pulled). Its daemons live in the cluster's network namespace, as every kube-sim node does, so
-# the cluster's kube-proxy rules serve its pods too; they share the host's mount namespace, so
-# the volumes the kubelet mounts are the ones containerd gives the containers.
+# plugins kube-sim's nodes use (ptp + host-local, addresses from the node's pod CIDR; ptp, not a
+# bridge, so every packet of a pod passes the node's kube-proxy rules), and its own kube-proxy,
+# running the images hack/image/build.sh made (kdoctor and pause, imported into containerd:
+# nothing is pulled). Unlike kube-sim's nodes, which share the cluster's network namespace, it
+# has a namespace of its own, wired to the cluster's by a veth. Its daemons share the host's
+# mount namespace, so the volumes the kubelet mounts are the ones containerd gives containers.
 #
 # Uses hack/cluster.sh's DIR, NS, KUBE_BIN, ROOT and its start/wait_for/kubeconfig/log/die.
 
@@ -25,10 +26,36 @@ real_node_deps() {
     || "$ROOT/hack/image/build.sh" >&2
 }
 
+# The node's own network namespace, wired to the cluster's by a veth: its address lives there
+# (the cluster's namespace routes it, and later the node's pod CIDR, over the veth), and its
+# default route leads back into the cluster's namespace.
+real_node_network() {
+  local node_ns="$NS-$REAL_NODE"
+  ip netns add "$node_ns"
+  ip netns exec "$node_ns" ip link set lo up
+  in_ns ip link add rn0 type veth peer name eth0 netns "$node_ns"
+  in_ns ip link set rn0 up
+  in_ns ip route add "$REAL_NODE_IP4/32" dev rn0
+  ip netns exec "$node_ns" ip addr add "$REAL_NODE_IP4/32" dev eth0
+  ip netns exec "$node_ns" ip link set eth0 up
+  # The control plane's address answers for the gateway (the cluster's end replies to ARP for
+  # any of its addresses).
+  ip netns exec "$node_ns" ip route add default via "$APISERVER4" dev eth0 onlink
+  ip netns exec "$node_ns" sysctl -qw net.ipv4.ip_forward=1
+}
+
+# After the Node registered: its pod CIDR, allocated by kube-controller-manager, is routed to it.
+real_node_pod_route() {
+  local cidr
+  cidr="$("$KUBE_BIN/kubectl" --kubeconfig "$DIR/admin.inner.kubeconfig" --server "https://127.0.0.1:$(cat "$DIR/apiserver.port")" \
+    get node "$REAL_NODE" -o jsonpath='{.spec.podCIDR}' 2>/dev/null)"
+  [ -n "$cidr" ] && in_ns ip route replace "$cidr" via "$REAL_NODE_IP4" dev rn0
+}
+
 real_node_up() {
-  local rn="$DIR/real-node" pki="$DIR/pki"
+  local rn="$DIR/real-node" pki="$DIR/pki" node_ns="$NS-$REAL_NODE"
   mkdir -p "$rn"/{containerd,cni,kubelet,pods-logs}
-  in_ns ip addr add "$REAL_NODE_IP4/20" dev kdc0
+  real_node_network
 
   log "real node $REAL_NODE: containerd"
   # The CRI plugin writes the CNI configuration from this template once the kubelet tells it the
@@ -80,7 +107,7 @@ EOF
     chmod 0755 "$rn/runc"
     sed -i "s|^        SystemdCgroup = false|        SystemdCgroup = false\n        BinaryName = \"$rn/runc\"|" "$rn/containerd.toml"
   fi
-  start containerd containerd --config "$rn/containerd.toml"
+  START_NETNS="$node_ns" start containerd containerd --config "$rn/containerd.toml"
   wait_for "containerd" containerd 30 ctr -a "$rn/containerd.sock" version
   local image
   for image in pause kdoctor; do
@@ -123,14 +150,21 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 EOF
-  start kubelet "$KUBE_BIN/kubelet" --config="$rn/kubelet.yaml" --kubeconfig="$rn/kubelet.kubeconfig" \
+  START_NETNS="$node_ns" start kubelet "$KUBE_BIN/kubelet" --config="$rn/kubelet.yaml" --kubeconfig="$rn/kubelet.kubeconfig" \
     --root-dir="$rn/kubelet" --hostname-override="$REAL_NODE" --node-ip="$REAL_NODE_IP4" --v=1
-  wait_for "the kubelet's /healthz" kubelet 60 in_ns curl -fsS http://127.0.0.1:10248/healthz
+  wait_for "the kubelet's /healthz" kubelet 60 ip netns exec "$node_ns" curl -fsS http://127.0.0.1:10248/healthz
+  wait_for "$REAL_NODE's pod CIDR" kubelet 60 real_node_pod_route
+
+  log "real node $REAL_NODE: kube-proxy"
+  sed -e "s|^hostnameOverride: .*|hostnameOverride: $REAL_NODE|" "$DIR/kube-proxy.yaml" >"$rn/kube-proxy.yaml"
+  START_NETNS="$node_ns" start "kube-proxy-$REAL_NODE" "$KUBE_BIN/kube-proxy" --config="$rn/kube-proxy.yaml" --v=1
+  wait_for "$REAL_NODE's kube-proxy /healthz" "kube-proxy-$REAL_NODE" 60 ip netns exec "$node_ns" curl -fsS http://127.0.0.1:10256/healthz
 }
 
 # The kubelet first (it stops the pods), then containerd, then what they leave: containers'
 # shims and mounts under the node's folder.
 real_node_down() {
+  stop "kube-proxy-$REAL_NODE"
   stop kubelet
   local netns=() id path
   if [ -S "$DIR/real-node/containerd.sock" ]; then
