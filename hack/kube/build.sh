@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the real control plane the system tests run against (etcd, kube-apiserver, kube-proxy,
-# kube-controller-manager, kube-scheduler, and kubectl of the same release) from their Go modules
-# into a cache folder keyed by version: $KUBE_BIN_CACHE (default ~/.cache/kdoctor/kube) /<version>/.
+# Builds the real Kubernetes the system tests run against (etcd, kube-apiserver, kube-proxy,
+# kube-controller-manager, kube-scheduler, the kubelet of the real node, and kubectl of the same
+# release) from their Go modules into a cache folder keyed by version: $KUBE_BIN_CACHE (default
+# ~/.cache/kdoctor/kube) /<version>/.
 # Skips what is already built; prints the folder on stdout (progress goes to stderr).
 #   hack/kube/build.sh            build what is missing, print the bin folder
 #   hack/kube/build.sh --print    print the bin folder only (exit 1 when something is missing)
