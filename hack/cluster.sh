@@ -25,6 +25,8 @@
 # API server is forwarded to the host's loopback by `kube-sim forward`. Needs root (network
 # namespaces, mounts).
 set -euo pipefail
+# A step that fails says where: set -e alone ends the script without a word.
+trap 'echo "cluster: failed at hack/cluster.sh (or a file it sources) line $LINENO: $BASH_COMMAND" >&2' ERR
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DIR="${CLUSTER_DIR:-$ROOT/.cluster}"
 NS="${CLUSTER_NETNS:-kdoctor-cluster}"

@@ -185,5 +185,8 @@ print(next((n.get("path", "") for n in spec.get("linux", {}).get("namespaces", [
     rm -f "$path"
   done
   pkill -KILL -f "containerd-shim-runc-v2 .*-address $DIR/real-node/" 2>/dev/null || true
-  grep -o " $DIR/real-node/[^ ]*" /proc/mounts 2>/dev/null | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  # (grep finds nothing on a cluster without a real node: not an error under pipefail.)
+  { grep -o " $DIR/real-node/[^ ]*" /proc/mounts 2>/dev/null || true; } | sort -r |
+    while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  return 0
 }
