@@ -6,7 +6,8 @@
 # is an assertion; the script exits non-zero at the first that does not hold:
 #   - the default agent's pod on real-1 runs in a containerd container, Ready, its readiness and
 #     liveness probes answered (the kubelet's own probe metrics), and the kernel enforces the chart's securityContext on its process (user 65532, no
-#     capabilities, no privilege escalation, seccomp, read-only root) and its memory limit;
+#     capabilities, no privilege escalation, seccomp, read-only root) and its memory and CPU
+#     limits (the container's cgroup);
 #   - it listens on the ports the chart declares, and its network namespace has the sysctl the
 #     chart sets (unprivileged ports from 80);
 #   - the controller runs there too, and kube-aggregator marks the APIService Available;
@@ -73,6 +74,10 @@ container_pid() {
 bytes() {
   python3 -c 'import sys; q = sys.argv[1]; m = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}; print(int(q[:-2]) * m[q[-2:]] if q[-2:] in m else int(q))' "$1"
 }
+# Millicores of a Kubernetes CPU quantity (500m, 1, 0.5).
+millicores() {
+  python3 -c 'import sys; q = sys.argv[1]; print(int(q[:-1]) if q.endswith("m") else round(float(q) * 1000))' "$1"
+}
 # Successful probes of TYPE the kubelet ran for POD, from its own metrics (through the API
 # server's node proxy).
 probes() {
@@ -107,7 +112,14 @@ for component in agent controller; do
   limit="$(cat "/sys/fs/cgroup/memory$memcg/memory.limit_in_bytes")"
   declared="$(k -n kdoctor get pod "$pod" -o jsonpath='{.spec.containers[0].resources.limits.memory}')"
   [ "$limit" = "$(bytes "$declared")" ] || fail "$pod: memory.limit_in_bytes $limit, the pod declares $declared"
-  echo "$pod: pid $pid, uid $uid, CapEff $capeff, NoNewPrivs $nonewprivs, root ($root_opts), memory.limit_in_bytes $limit"
+  cpucg="$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ { print $3 }' "/proc/$pid/cgroup")"
+  cpudir=/sys/fs/cgroup/cpu,cpuacct
+  [ -d "$cpudir" ] || cpudir=/sys/fs/cgroup/cpu
+  quota="$(cat "$cpudir$cpucg/cpu.cfs_quota_us")"
+  period="$(cat "$cpudir$cpucg/cpu.cfs_period_us")"
+  cpu="$(k -n kdoctor get pod "$pod" -o jsonpath='{.spec.containers[0].resources.limits.cpu}')"
+  [ "$((quota * 1000 / period))" = "$(millicores "$cpu")" ] || fail "$pod: CFS quota $quota/$period, the pod declares cpu $cpu"
+  echo "$pod: pid $pid, uid $uid, CapEff $capeff, NoNewPrivs $nonewprivs, root ($root_opts), memory.limit_in_bytes $limit, cpu.cfs_quota_us $quota/$period"
   # The first liveness probe comes a period (10 s) after the startup probe passed.
   for type in Readiness Liveness; do
     deadline=$((SECONDS + 40))

@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
 # Agent benchmark (issue 5): `kdoctor probe http` vs oha and `kdoctor probe dns` vs dnsperf, in the
 # same run, against the same nginx and unbound on loopback; agent RSS idle and while probing 100
-# targets. Needs nginx, unbound, dnsperf (Debian) and oha (`cargo install oha`). Prints a
-# markdown section for docs/benchmarks.md. Options pass through, e.g. `run.sh --secs 5`.
+# targets. Installs what it lacks: nginx, unbound, dnsperf (Debian) and oha (crates.io, into
+# ~/.cache/kdoctor/tools; OHA=/path/to/oha uses another). Prints a markdown section for
+# docs/benchmarks.md. Options pass through, e.g. `run.sh --secs 5`.
 set -euo pipefail
 cd "$(dirname "$0")"
+missing=()
 for tool in nginx unbound dnsperf; do
-  command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || {
-    echo "missing $tool: apt-get install -y nginx unbound dnsperf" >&2; exit 2; }
+  command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || missing+=("$tool")
 done
-OHA=${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
-[ -x "$OHA" ] || { echo "missing oha: cargo install oha --locked (or set OHA=/path/to/oha)" >&2; exit 2; }
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]} (apt-get)" >&2
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
+    || { echo "cannot install ${missing[*]}: apt-get install -y ${missing[*]}" >&2; exit 2; }
+fi
+# The oha the figures in docs/benchmarks.md were taken with.
+OHA_VERSION=1.16.0
+tools="${KDOCTOR_TOOLS:-$HOME/.cache/kdoctor/tools}/oha-$OHA_VERSION"
+OHA=${OHA:-$tools/bin/oha}
+if [ ! -x "$OHA" ]; then
+  echo "installing oha $OHA_VERSION into $tools (cargo install; a few minutes the first time)" >&2
+  cargo install -q --locked --version "$OHA_VERSION" --root "$tools" oha \
+    || { echo "cannot install oha $OHA_VERSION (cargo install oha); OHA=/path/to/oha uses another" >&2; exit 2; }
+fi
 root=$(cd ../../.. && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 (cd "$root" && CARGO_TARGET_DIR="$target" cargo build --release -q -p kdoctor)
