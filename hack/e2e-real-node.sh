@@ -29,6 +29,16 @@ fail() {
   echo "e2e-real-node: FAILED: $*" >&2
   exit 1
 }
+# Retries COMMAND every second until it succeeds; fails with WHAT after SECONDS.
+wait_until() {
+  local seconds="$1" what="$2" deadline
+  shift 2
+  deadline=$((SECONDS + seconds))
+  until "$@"; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "$what in $seconds s"
+    sleep 1
+  done
+}
 cleanup() {
   local code=$?
   if [ "$code" -ne 0 ] && [ -d "$CLUSTER_DIR/logs" ]; then
@@ -84,6 +94,7 @@ probes() {
   k get --raw "/api/v1/nodes/$NODE/proxy/metrics/probes" |
     awk -v pod="$1" -v type="$2" 'index($0, "pod=\"" pod "\"") && index($0, "probe_type=\"" type "\"") && index($0, "result=\"successful\"") { n += $NF } END { print n + 0 }'
 }
+probed() { [ "$(probes "$1" "$2")" -gt 0 ]; }
 
 for component in agent controller; do
   step "the $component's pod on $NODE: a containerd container, Ready, confined as the chart says"
@@ -122,11 +133,7 @@ for component in agent controller; do
   echo "$pod: pid $pid, uid $uid, CapEff $capeff, NoNewPrivs $nonewprivs, root ($root_opts), memory.limit_in_bytes $limit, cpu.cfs_quota_us $quota/$period"
   # The first liveness probe comes a period (10 s) after the startup probe passed.
   for type in Readiness Liveness; do
-    deadline=$((SECONDS + 40))
-    until [ "$(probes "$pod" "$type")" -gt 0 ]; do
-      [ "$SECONDS" -lt "$deadline" ] || fail "$pod: the kubelet reports no successful $type probe in 40 s"
-      sleep 1
-    done
+    wait_until 40 "$pod: the kubelet reports no successful $type probe" probed "$pod" "$type"
   done
   logs="$(k -n kdoctor logs "$pod" --tail=200)"
   [ -n "$logs" ] || fail "kubectl logs $pod printed nothing"
@@ -151,11 +158,8 @@ k wait apiservice/v1beta1.system.kdoctor.io --for=condition=Available --timeout=
 
 step "a NetReach round: real-1 reports, and is reached"
 k apply -f examples/netreach.yaml
-deadline=$((SECONDS + 180))
-until [ "$(k get netreach task -o jsonpath='{.status.finish}')" = true ]; do
-  [ "$SECONDS" -lt "$deadline" ] || fail "the NetReach round did not finish in 180 s: $(k get netreach task -o yaml)"
-  sleep 2
-done
+finished() { [ "$(k get netreach task -o jsonpath='{.status.finish}')" = true ]; }
+wait_until 180 "the NetReach round did not finish" finished
 result="$(k get netreach task -o jsonpath='{.status.lastRoundStatus}')"
 [ "$result" = succeed ] || fail "the round ended '$result'"
 rows="$(k get kdoctorreport netreach-task -o jsonpath='{range .report.latestRoundReport[*]}{.nodeName}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestSucceedRate}{end}{"\n"}{end}')"
@@ -176,12 +180,8 @@ logs="$(k -n kdoctor logs "$AGENT_POD")"
 grep -q 'round started' <<<"$logs" || fail "kubectl logs $AGENT_POD: no 'round started' line after the round"
 k -n kdoctor port-forward deploy/kdoctor-controller 15721:5721 >/dev/null 2>&1 &
 forward=$!
-metrics=""
-for _ in $(seq 50); do
-  metrics="$(curl -fsS http://127.0.0.1:15721/metrics 2>/dev/null || true)"
-  [ -n "$metrics" ] && break
-  sleep 0.2
-done
+wait_until 10 "kubectl port-forward deploy/kdoctor-controller 5721 answered nothing" curl -fsS -o /dev/null http://127.0.0.1:15721/metrics
+metrics="$(curl -fsS http://127.0.0.1:15721/metrics)"
 kill "$forward" 2>/dev/null || true
 grep -q '^kdoctor_controller_' <<<"$metrics" || fail "kubectl port-forward deploy/kdoctor-controller 5721: no kdoctor_controller_ metrics"
 echo "controller logs, agent logs and metrics through kubectl port-forward: ok"

@@ -147,10 +147,7 @@ async fn connection(
     // ALPN has chosen the protocol: no sniffing for the HTTP/2 preface (a read with no deadline
     // of its own).
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    let io = TokioIo::new(StatusForParseErrors::new(FirstBytes::new(
-        tls,
-        limits.header_timeout,
-    )));
+    let io = FirstBytes::new(tls, limits.header_timeout);
     let served = if h2 {
         // Pings find peers that vanished without closing (an idle HTTP/2 connection has no
         // header deadline).
@@ -159,7 +156,7 @@ async fn connection(
             .keep_alive_interval(Duration::from_secs(30))
             .keep_alive_timeout(Duration::from_secs(20))
             .max_header_list_size(MAX_HEADER_BYTES as u32)
-            .serve_connection(io, service)
+            .serve_connection(TokioIo::new(io), service)
             .await
     } else {
         http1::Builder::new()
@@ -170,7 +167,8 @@ async fn connection(
             // Go's 4 KiB of slack.
             .max_buf_size(MAX_HEADER_BYTES + 4096)
             .max_headers(MAX_HEADERS)
-            .serve_connection(io, service)
+            // Only HTTP/1.1 has hyper's automatic parse-error answers to replace.
+            .serve_connection(TokioIo::new(StatusForParseErrors::new(io)), service)
             .await
     };
     if let Err(e) = served {

@@ -35,11 +35,9 @@ for image in "${images[@]}"; do
       ;;
     pause)
       log "building the pause program"
-      triple="$(rustc -vV | sed -n 's/^host: //p')"
-      (cd hack/image/pause && RUSTFLAGS="-C target-feature=+crt-static" \
-        cargo build --release --locked --target "$triple" -q)
+      bin="$(hack/image/binary.sh pause)"
       rm -rf "$out/pause.rootfs" && mkdir -p "$out/pause.rootfs"
-      install -m 0755 "hack/image/pause/target/$triple/release/kdoctor-pause" "$out/pause.rootfs/pause"
+      install -m 0755 "$bin" "$out/pause.rootfs/pause"
       python3 hack/image/oci.py --rootfs "$out/pause.rootfs" --image hack/image/pause.json --out "$out/pause"
       ;;
     *) echo "build.sh: unknown image $image (kdoctor or pause)" >&2; exit 2 ;;

@@ -1,12 +1,12 @@
-//! Issue 20 M4: clients that connect and then say nothing cannot hold the server. A handshake
-//! and request headers have deadlines, and connections are capped, so a health probe is
-//! answered once the idle clients' deadlines pass.
+//! The API server's connections, as hostile or careless clients use them (issue 20): silent
+//! clients cannot hold it (M4), and what the HTTP layer refuses — a body on a read-only path, a
+//! request hyper cannot parse — is still answered with a Status (L3).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kdoctor_apiserver::serve::ServeLimits;
-use kdoctor_apiserver::server::{ServerOptions, start};
+use kdoctor_apiserver::server::{RunningServer, ServerOptions, start};
 use kdoctor_store::{Store, StoreConfig};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -59,17 +59,34 @@ async fn closed_after(mut read: impl AsyncReadExt + Unpin) -> Duration {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn silent_clients_are_dropped_and_cannot_starve_the_server() {
-    let dir = scratch("connections");
+/// A standalone API server with a store under `dir`, on a free loopback port.
+async fn serve(dir: &std::path::Path, limits: ServeLimits) -> RunningServer {
     let store = Arc::new(Store::open(StoreConfig::new(dir.join("store"))).expect("store"));
-    let server = start(ServerOptions {
+    start(ServerOptions {
         store: Some(store),
-        limits: LIMITS,
+        limits,
         ..ServerOptions::standalone(dir.join("server"), "127.0.0.1:0".parse().expect("addr"))
     })
     .await
-    .expect("starts");
+    .expect("starts")
+}
+
+/// Runs curl with `args` off the runtime's threads.
+async fn curl(args: Vec<std::ffi::OsString>) -> std::process::Output {
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args(args)
+            .output()
+            .expect("curl runs (install curl)")
+    })
+    .await
+    .expect("ran")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_clients_are_dropped_and_cannot_starve_the_server() {
+    let dir = scratch("connections");
+    let server = serve(&dir, LIMITS).await;
 
     // Every slot taken by a client that never starts its handshake.
     let mut idle = Vec::new();
@@ -80,21 +97,22 @@ async fn silent_clients_are_dropped_and_cannot_starve_the_server() {
     let started = Instant::now();
     let ca = dir.join("server").join("pki").join("ca.crt");
     let url = format!("{}/healthz", server.url());
-    let (code, body) = tokio::task::spawn_blocking(move || {
-        let out = std::process::Command::new("curl")
-            .args(["-s", "--max-time", "15", "-w", "\n%{http_code}", "--cacert"])
-            .arg(&ca)
-            .arg(&url)
-            .output()
-            .expect("curl runs (install curl)");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-        (code.trim().to_string(), body.to_string())
-    })
-    .await
-    .expect("ran");
+    let out = curl(vec![
+        "-s".into(),
+        "--max-time".into(),
+        "15".into(),
+        "-w".into(),
+        "\n%{http_code}".into(),
+        "--cacert".into(),
+        ca.into(),
+        url.into(),
+    ])
+    .await;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    let (code, body) = (code.trim(), body);
     let waited = started.elapsed();
-    assert_eq!((code.as_str(), body.as_str()), ("200", "ok"));
+    assert_eq!((code, body), ("200", "ok"));
     // The probe waited for a slot: the cap holds, and the handshake deadline freed it.
     assert!(
         waited >= Duration::from_millis(250),
@@ -126,13 +144,7 @@ async fn silent_clients_are_dropped_and_cannot_starve_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_over_http2_get_a_status_not_a_reset() {
     let dir = scratch("bodies");
-    let store = Arc::new(Store::open(StoreConfig::new(dir.join("store"))).expect("store"));
-    let server = start(ServerOptions {
-        store: Some(store),
-        ..ServerOptions::standalone(dir.join("server"), "127.0.0.1:0".parse().expect("addr"))
-    })
-    .await
-    .expect("starts");
+    let server = serve(&dir, ServeLimits::default()).await;
     let client = server
         .client_cert("admin", &["system:masters"])
         .expect("cert");
@@ -149,25 +161,26 @@ async fn bodies_over_http2_get_a_status_not_a_reset() {
     ] {
         let body = dir.join("body");
         std::fs::write(&body, vec![b' '; size]).expect("body");
-        let (dir, ca, url) = (dir.clone(), ca.clone(), url.clone());
-        let out = tokio::task::spawn_blocking(move || {
-            std::process::Command::new("curl")
-                .args(["-sS", "--http2", "-X", "POST", "--max-time", "20"])
-                .arg("--cacert")
-                .arg(&ca)
-                .arg("--cert")
-                .arg(dir.join("client.crt"))
-                .arg("--key")
-                .arg(dir.join("client.key"))
-                .arg("--data-binary")
-                .arg(format!("@{}", body.display()))
-                .args(["-w", "\n%{http_code} %{http_version}"])
-                .arg(&url)
-                .output()
-                .expect("curl runs (install curl)")
-        })
-        .await
-        .expect("ran");
+        let out = curl(vec![
+            "-sS".into(),
+            "--http2".into(),
+            "-X".into(),
+            "POST".into(),
+            "--max-time".into(),
+            "20".into(),
+            "--cacert".into(),
+            ca.clone().into(),
+            "--cert".into(),
+            dir.join("client.crt").into(),
+            "--key".into(),
+            dir.join("client.key").into(),
+            "--data-binary".into(),
+            format!("@{}", body.display()).into(),
+            "-w".into(),
+            "\n%{http_code} %{http_version}".into(),
+            url.clone().into(),
+        ])
+        .await;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let (body, last) = text.rsplit_once('\n').unwrap_or(("", ""));
         assert_eq!(
@@ -232,13 +245,7 @@ fn answer_complete(answer: &[u8]) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unparsable_requests_get_a_status() {
     let dir = scratch("unparsable");
-    let store = Arc::new(Store::open(StoreConfig::new(dir.join("store"))).expect("store"));
-    let server = start(ServerOptions {
-        store: Some(store),
-        ..ServerOptions::standalone(dir.join("server"), "127.0.0.1:0".parse().expect("addr"))
-    })
-    .await
-    .expect("starts");
+    let server = serve(&dir, ServeLimits::default()).await;
     let many: String = (0..101).map(|i| format!("x-h{i}: v\r\n")).collect();
     let cases = [
         (
@@ -324,26 +331,24 @@ async fn unparsable_requests_get_a_status() {
     let ca = dir.join("server").join("pki").join("ca.crt");
     let url = format!("{}/healthz", server.url());
     // 48 KiB in three fields (curl's HTTP/2 library sends at most 64 KiB of headers).
-    let headers: Vec<String> = (0..3)
-        .flat_map(|i| {
-            [
-                "-H".to_string(),
-                format!("x-big-{i}: {}", "b".repeat(16 << 10)),
-            ]
-        })
-        .collect();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("curl")
-            .args(["-sS", "--http2", "--max-time", "20", "--cacert"])
-            .arg(&ca)
-            .args(&headers)
-            .args(["-w", "\n%{http_code} %{http_version}"])
-            .arg(&url)
-            .output()
-            .expect("curl runs (install curl)")
-    })
-    .await
-    .expect("ran");
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "-sS".into(),
+        "--http2".into(),
+        "--max-time".into(),
+        "20".into(),
+        "--cacert".into(),
+        ca.into(),
+    ];
+    for i in 0..3 {
+        args.push("-H".into());
+        args.push(format!("x-big-{i}: {}", "b".repeat(16 << 10)).into());
+    }
+    args.extend([
+        "-w".into(),
+        "\n%{http_code} %{http_version}".into(),
+        url.into(),
+    ]);
+    let out = curl(args).await;
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "ok\n200 2",
