@@ -8,9 +8,9 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hickory_net::proto::op::{Message, MessageType, OpCode, ResponseCode};
-use hickory_net::proto::rr::rdata::{A, AAAA};
-use hickory_net::proto::rr::{RData, Record, RecordType};
+use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA};
+use hickory_proto::rr::{RData, Record, RecordType};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinHandle;
@@ -247,8 +247,8 @@ pub fn serve_tcp(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hickory_net::proto::op::Query;
-    use hickory_net::proto::rr::Name;
+    use hickory_proto::op::Query;
+    use hickory_proto::rr::Name;
 
     fn query(name: &str, record_type: RecordType) -> Vec<u8> {
         let mut m = Message::query();

@@ -11,6 +11,7 @@ pub mod config;
 pub mod dns_server;
 pub mod duration;
 pub mod echo;
+pub mod fine_timer;
 pub mod histogram;
 pub mod judge;
 pub mod metrics;

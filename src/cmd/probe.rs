@@ -245,7 +245,6 @@ async fn run_dns(args: &DnsArgs) -> Result<ExitCode> {
         record_type,
         protocol: args.protocol,
         tls_server_name: args.tls_server_name.clone(),
-        timeout: args.load.timeout,
     };
     let tls = ClientTls {
         ca: args.load.ca.clone(),

@@ -84,7 +84,7 @@ impl From<kdoctor_api::task::DnsProtocol> for DnsProtocol {
     }
 }
 
-fn dns_target(server: SocketAddr, request: &NetdnsRequest, timeout: Duration) -> DnsTarget {
+fn dns_target(server: SocketAddr, request: &NetdnsRequest) -> DnsTarget {
     let record_type = if server.is_ipv4() {
         RecordType::A
     } else {
@@ -98,7 +98,6 @@ fn dns_target(server: SocketAddr, request: &NetdnsRequest, timeout: Duration) ->
             record_type,
             protocol: request.protocol.into(),
             tls_server_name: None,
-            timeout,
         },
     }
 }
@@ -111,7 +110,6 @@ pub fn netdns_targets(
 ) -> Result<Vec<DnsTarget>, TargetError> {
     let default_request = NetdnsRequest::default();
     let request = spec.request.as_ref().unwrap_or(&default_request);
-    let timeout = dns_load(request).timeout;
     let target = spec.target.clone().unwrap_or_default();
     if let Some(user) = &target.target_user {
         let server = user.server.as_deref().unwrap_or_default();
@@ -127,17 +125,13 @@ pub fn netdns_targets(
             field: "spec.target.targetUser.port".to_string(),
             problem: format!("{} is not a port", user.port),
         })?;
-        return Ok(vec![dns_target(
-            SocketAddr::new(ip, port),
-            request,
-            timeout,
-        )]);
+        return Ok(vec![dns_target(SocketAddr::new(ip, port), request)]);
     }
     let dns = target.target_dns.unwrap_or_default();
     Ok(cluster_dns
         .iter()
         .filter(|ip| (ip.is_ipv4() && dns.test_ipv4) || (ip.is_ipv6() && dns.test_ipv6))
-        .map(|ip| dns_target(SocketAddr::new(*ip, 53), request, timeout))
+        .map(|ip| dns_target(SocketAddr::new(*ip, 53), request))
         .collect())
 }
 
@@ -321,7 +315,10 @@ mod tests {
         };
         let t = netdns_targets(&spec, &[]).unwrap();
         assert_eq!(t[0].name, "typeA_10.0.0.10:5353_a.test");
-        assert_eq!(t[0].spec.timeout, Duration::from_millis(200));
+        assert_eq!(
+            dns_load(spec.request.as_ref().unwrap()).timeout,
+            Duration::from_millis(200)
+        );
         spec.target
             .as_mut()
             .unwrap()

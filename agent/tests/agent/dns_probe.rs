@@ -9,7 +9,7 @@ use kdoctor_agent::probe::dns::DnsProtocol;
 use kdoctor_agent::tls::{ServerTrust, read_roots};
 
 use crate::peers::Unbound;
-use crate::support::{dns_spec, errors, probe_dns};
+use crate::support::{dns_spec, errors, probe_dns, probe_dns_within};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -123,9 +123,8 @@ async fn refused_tcp_and_silent_udp() {
     // A UDP socket that reads queries and never answers.
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = silent.local_addr().unwrap();
-    let mut spec = dns_spec(addr, "probe.test", DnsProtocol::Udp);
-    spec.timeout = Duration::from_millis(200);
-    let m = probe_dns(spec, None, 10.0, SECOND).await;
+    let spec = dns_spec(addr, "probe.test", DnsProtocol::Udp);
+    let m = probe_dns_within(spec, None, 10.0, SECOND, Duration::from_millis(200)).await;
     drop(silent);
     assert_eq!(m.recorder.requests, 10);
     assert_eq!(
@@ -135,6 +134,89 @@ async fn refused_tcp_and_silent_udp() {
     );
     let p50 = m.recorder.response.value_at_quantile(0.5);
     assert!((200_000..260_000).contains(&p50), "{p50} µs");
+}
+
+/// A UDP server that answers each query first with an NXDOMAIN under another ID, then with
+/// `answer(query)`.
+fn trickster(answer: fn(&[u8]) -> Vec<u8>) -> SocketAddr {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = socket.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 512];
+        while let Ok((len, from)) = socket.recv_from(&mut buffer) {
+            let query = &buffer[..len];
+            let mut forged = answer(query);
+            forged[0] ^= 0xff;
+            if forged.len() > 3 {
+                forged[3] = 0x83;
+            }
+            let _ = socket.send_to(&forged, from);
+            let _ = socket.send_to(&answer(query), from);
+        }
+    });
+    addr
+}
+
+/// A NOERROR answer to `query` with its question and no records.
+fn empty_answer(query: &[u8]) -> Vec<u8> {
+    let mut answer = query.to_vec();
+    // QR (response), RD and RA; no additional records (the query's OPT record is dropped).
+    answer[2] = 0x81;
+    answer[3] = 0x80;
+    answer[10] = 0;
+    answer[11] = 0;
+    let question_end = 12 + answer[12..].iter().position(|b| *b == 0).unwrap() + 1 + 4;
+    answer.truncate(question_end);
+    answer
+}
+
+#[tokio::test]
+async fn udp_answers_are_matched_by_id_and_a_closed_port_is_refused() {
+    let _shared = crate::support::shared().await;
+    // The NXDOMAIN under another ID is skipped, the answer that follows is taken.
+    let server = trickster(empty_answer);
+    let m = probe_dns(
+        dns_spec(server, "probe.test", DnsProtocol::Udp),
+        None,
+        20.0,
+        SECOND,
+    )
+    .await;
+    assert_eq!(m.recorder.successes, 20, "{}", errors(&m));
+    // Our ID on something that is not a DNS message is the server's protocol error.
+    let server = trickster(|query| query[..5].to_vec());
+    let m = probe_dns(
+        dns_spec(server, "probe.test", DnsProtocol::Udp),
+        None,
+        10.0,
+        SECOND,
+    )
+    .await;
+    assert_eq!(m.recorder.successes, 0);
+    assert!(
+        m.recorder.errors.keys().all(|k| k.starts_with("protocol")),
+        "{}",
+        errors(&m)
+    );
+    // The socket is connected: the port's ICMP answer is a refusal, not a timeout.
+    let closed = {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.local_addr().unwrap()
+    };
+    let m = probe_dns(
+        dns_spec(closed, "probe.test", DnsProtocol::Udp),
+        None,
+        10.0,
+        SECOND,
+    )
+    .await;
+    assert_eq!(m.recorder.successes, 0);
+    assert!(
+        m.recorder.errors.keys().all(|k| k.starts_with("refused")),
+        "{}",
+        errors(&m)
+    );
+    assert!(m.recorder.response.max() < 100_000, "refused at once");
 }
 
 #[tokio::test]

@@ -155,18 +155,27 @@ pub fn dns_spec(server: SocketAddr, domain: &str, protocol: DnsProtocol) -> DnsR
         record_type: hickory_proto::rr::RecordType::A,
         protocol,
         tls_server_name: None,
-        timeout: Duration::from_millis(500),
     }
 }
 
-/// Runs a DNS probe.
+/// Runs a DNS probe with a timeout of 500 ms per query.
 pub async fn probe_dns(
     spec: DnsRequestSpec,
     trust: Option<ServerTrust>,
     qps: f64,
     duration: Duration,
 ) -> Measurement {
-    let timeout = spec.timeout;
+    probe_dns_within(spec, trust, qps, duration, Duration::from_millis(500)).await
+}
+
+/// Runs a DNS probe with `timeout` per query.
+pub async fn probe_dns_within(
+    spec: DnsRequestSpec,
+    trust: Option<ServerTrust>,
+    qps: f64,
+    duration: Duration,
+    timeout: Duration,
+) -> Measurement {
     let config =
         client_config(trust.unwrap_or(ServerTrust::Any), None, &[]).expect("client config");
     let prober = DnsProber::new(spec, Some(Arc::new(config))).expect("prober");

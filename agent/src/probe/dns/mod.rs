@@ -1,26 +1,23 @@
-//! The DNS prober: one query per request through hickory's client layer (no caching resolver,
-//! no retries: a lost query is a failure, not a hidden second try). UDP, TCP and DNS over TLS.
+//! The DNS prober: one query per request, no caching resolver and no retries (a lost query is
+//! a failure, not a hidden second try). UDP, TCP and DNS over TLS; hickory encodes and decodes
+//! the messages, the exchange is ours (exchange.rs says why).
+
+mod exchange;
+mod question;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hickory_net::NetError;
-use hickory_net::client::{Client, ClientHandle};
-use hickory_net::proto::op::ResponseCode;
-pub use hickory_net::proto::rr::RecordType;
-use hickory_net::proto::rr::{DNSClass, Name};
-use hickory_net::runtime::TokioRuntimeProvider;
-use hickory_net::tcp::TcpClientStream;
-use hickory_net::tls::tls_client_connect;
-use hickory_net::udp::UdpClientStream;
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::Name;
+pub use hickory_proto::rr::RecordType;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tokio::time::Instant;
 
 use super::Prober;
-use super::http::{classify_io, classify_tls};
 use super::outcome::{Attempt, Code, ErrorClass, ProbeError};
+use question::Question;
 
 /// Transport of the queries (upstream's names: `udp`, `tcp`, `tcp-tls`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -58,8 +55,6 @@ pub struct DnsRequestSpec {
     pub protocol: DnsProtocol,
     /// Name checked in the server's certificate (DoT); default: the server's IP.
     pub tls_server_name: Option<String>,
-    /// Timeout of one query (hickory's own timer; the engine's timeout also bounds it).
-    pub timeout: Duration,
 }
 
 /// Why a DNS prober cannot be built.
@@ -109,28 +104,27 @@ pub fn rcode_name(code: ResponseCode) -> String {
 pub struct DnsProber {
     spec: DnsRequestSpec,
     name: Name,
+    question: Question,
     tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
-    udp: Option<Client<TokioRuntimeProvider>>,
 }
 
 impl DnsProber {
-    /// A prober for `spec`; `tls` is required for `tcp-tls`. Must be called inside a tokio
-    /// runtime (the UDP client's background task is spawned here).
+    /// A prober for `spec`; `tls` is required for `tcp-tls`.
     pub fn new(
         spec: DnsRequestSpec,
         tls: Option<Arc<ClientConfig>>,
     ) -> Result<DnsProber, DnsSetupError> {
-        let mut name = Name::from_ascii(&spec.domain).map_err(|e| DnsSetupError::Domain {
+        let domain_error = |problem: String| DnsSetupError::Domain {
             domain: spec.domain.clone(),
-            problem: e.to_string(),
-        })?;
+            problem,
+        };
         if spec.domain.is_empty() {
-            return Err(DnsSetupError::Domain {
-                domain: String::new(),
-                problem: "empty".to_string(),
-            });
+            return Err(domain_error("empty".to_string()));
         }
+        let mut name = Name::from_ascii(&spec.domain).map_err(|e| domain_error(e.to_string()))?;
         name.set_fqdn(true);
+        let question = Question::new(name.clone(), spec.record_type)
+            .map_err(|e| domain_error(e.to_string()))?;
         let tls = match spec.protocol {
             DnsProtocol::TcpTls => {
                 let config =
@@ -145,21 +139,11 @@ impl DnsProber {
             }
             _ => None,
         };
-        let udp = (spec.protocol == DnsProtocol::Udp).then(|| {
-            let stream = UdpClientStream::builder(spec.server, TokioRuntimeProvider::new())
-                .with_timeout(Some(spec.timeout))
-                // One task in hickory's retry loop: the first send, no retry.
-                .with_max_retries(1)
-                .build();
-            let (client, background) = Client::<TokioRuntimeProvider>::from_sender(stream);
-            tokio::spawn(background);
-            client
-        });
         Ok(DnsProber {
             spec,
             name,
+            question,
             tls,
-            udp,
         })
     }
 
@@ -168,49 +152,23 @@ impl DnsProber {
         &self.name
     }
 
-    async fn client(&self) -> Result<(Client<TokioRuntimeProvider>, Option<Duration>), ProbeError> {
-        let began = Instant::now();
-        let provider = TokioRuntimeProvider::new();
-        match (self.spec.protocol, &self.udp, &self.tls) {
-            (DnsProtocol::Udp, Some(client), _) => Ok((client.clone(), None)),
-            (DnsProtocol::Tcp, _, _) => {
-                let (connect, handle) =
-                    TcpClientStream::new(self.spec.server, None, Some(self.spec.timeout), provider);
-                let stream = connect.await.map_err(|e| classify_net(&e, false))?;
-                let (client, background) =
-                    Client::<TokioRuntimeProvider>::with_timeout(stream, handle, self.spec.timeout);
-                tokio::spawn(background);
-                Ok((client, Some(began.elapsed())))
-            }
-            (DnsProtocol::TcpTls, _, Some((config, name))) => {
-                let (connect, handle) =
-                    tls_client_connect(self.spec.server, name.clone(), config.clone(), provider);
-                let stream = connect.await.map_err(|e| classify_net(&e, true))?;
-                let (client, background) =
-                    Client::<TokioRuntimeProvider>::with_timeout(stream, handle, self.spec.timeout);
-                tokio::spawn(background);
-                Ok((client, Some(began.elapsed())))
-            }
-            _ => Err(ProbeError::new(
-                ErrorClass::Other,
-                "prober not set up for this protocol",
-            )),
-        }
-    }
-
     async fn attempt(&self) -> Attempt {
-        let (mut client, connect) = match self.client().await {
-            Ok(c) => c,
-            Err(e) => return Attempt::failed(e),
+        let server = self.spec.server;
+        let exchanged = match (self.spec.protocol, &self.tls) {
+            (DnsProtocol::Udp, _) => exchange::udp(server, &self.question).await,
+            (DnsProtocol::Tcp, _) => exchange::tcp(server, &self.question).await,
+            (DnsProtocol::TcpTls, Some((config, name))) => {
+                exchange::tls(server, &self.question, config.clone(), name.clone()).await
+            }
+            (DnsProtocol::TcpTls, None) => Err((
+                ProbeError::new(ErrorClass::Other, "prober not set up for TLS"),
+                None,
+            )),
         };
-        let answer = client
-            .query(self.name.clone(), DNSClass::IN, self.spec.record_type)
-            .await;
-        match answer {
-            Ok(response) => {
-                let rcode = rcode_name(response.response_code);
-                let bytes = response.as_buffer().len() as u64;
-                let result = if rcode == "NOERROR" {
+        match exchanged {
+            Ok(answered) => {
+                let rcode = rcode_name(answered.rcode);
+                let result = if answered.rcode == ResponseCode::NoError {
                     Ok(())
                 } else {
                     Err(ProbeError::new(ErrorClass::Rcode(rcode.clone()), ""))
@@ -218,40 +176,17 @@ impl DnsProber {
                 Attempt {
                     result,
                     code: Some(Code::Dns(rcode)),
-                    bytes,
-                    connect,
+                    bytes: answered.bytes,
+                    connect: answered.connect,
                     queued: Duration::ZERO,
                     phases: Default::default(),
                 }
             }
-            Err(e) => {
-                let mut attempt = Attempt::failed(classify_net(&e, self.tls.is_some()));
+            Err((error, connect)) => {
+                let mut attempt = Attempt::failed(error);
                 attempt.connect = connect;
                 attempt
             }
-        }
-    }
-}
-
-/// Classifies an error of hickory's client layer.
-pub fn classify_net(e: &NetError, tls: bool) -> ProbeError {
-    match e {
-        NetError::Timeout => ProbeError::new(ErrorClass::Timeout, ""),
-        NetError::Io(io) if tls => classify_tls(io),
-        NetError::Io(io) => classify_io(io),
-        NetError::Proto(p) => ProbeError::new(ErrorClass::Protocol, p.to_string()),
-        NetError::Dns(hickory_net::DnsError::ResponseCode(code)) => {
-            ProbeError::new(ErrorClass::Rcode(rcode_name(*code)), "")
-        }
-        other => {
-            let text = other.to_string();
-            // hickory reports a closed stream as a message, not an io error.
-            let class = if text.contains("closed") || text.contains("reset") {
-                ErrorClass::Reset
-            } else {
-                ErrorClass::Other
-            };
-            ProbeError::new(class, text)
         }
     }
 }
@@ -287,7 +222,6 @@ mod tests {
             record_type: RecordType::A,
             protocol,
             tls_server_name: None,
-            timeout: Duration::from_secs(1),
         };
         let err = DnsProber::new(spec("", DnsProtocol::Udp), None)
             .err()
