@@ -6,7 +6,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hickory_proto::op::ResponseCode;
@@ -41,29 +41,71 @@ fn next_id() -> u16 {
     rand::random()
 }
 
-/// One query over a fresh connected UDP socket: the kernel picks a random source port and
-/// drops datagrams from any address but the server's; datagrams with another ID or question
-/// are skipped. A lost query or answer is left to the engine's timeout: no retry.
-pub async fn udp(server: SocketAddr, question: &Question) -> Result<Answered, Failed> {
-    let id = next_id();
-    let socket = send_udp(server, &question.datagram(id)).map_err(|e| (classify_io(&e), None))?;
-    let mut buffer = [0u8; MAX_DATAGRAM];
-    loop {
-        let len = socket
-            .recv(&mut buffer)
-            .await
-            .map_err(|e| (classify_io(&e), None))?;
-        match question.read(id, &buffer[..len]) {
-            Reading::Answer(rcode) => {
-                return Ok(Answered {
-                    rcode,
-                    bytes: len as u64,
-                    connect: None,
-                });
+/// Connected UDP sockets to one server, kept between queries as upstream keeps them (its pool
+/// holds one per query per second). A fresh socket per query cost three more system calls and
+/// an event-loop registration each, and capped the prober at a third of what unbound answers
+/// (docs/benchmarks.md#agent). A socket is back in the pool only after its query was answered;
+/// one whose query failed or timed out is closed, and a stray datagram left in a kept socket is
+/// skipped by its ID.
+pub struct UdpPool {
+    server: SocketAddr,
+    idle: Mutex<Vec<UdpSocket>>,
+}
+
+/// Most idle sockets kept per server: enough for the answers in flight at the highest rates a
+/// prober holds, few enough for many targets under the agent's descriptor limit.
+const MAX_IDLE: usize = 256;
+
+impl UdpPool {
+    /// An empty pool for `server`.
+    pub fn new(server: SocketAddr) -> UdpPool {
+        UdpPool {
+            server,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn take(&self) -> Option<UdpSocket> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    fn give_back(&self, socket: UdpSocket) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < MAX_IDLE {
+            idle.push(socket);
+        }
+    }
+
+    /// One query: on a kept socket, or on a new one (the kernel picks a random source port and
+    /// drops datagrams from any address but the server's). Datagrams with another ID or
+    /// question are skipped. A lost query or answer is left to the engine's timeout: no retry.
+    pub async fn query(&self, question: &Question) -> Result<Answered, Failed> {
+        let id = next_id();
+        let datagram = question.datagram(id);
+        let failed = |e: io::Error| (classify_io(&e), None);
+        let socket = match self.take() {
+            Some(socket) => {
+                socket.send(&datagram).await.map_err(failed)?;
+                socket
             }
-            Reading::NotOurs(_) => continue,
-            Reading::Malformed(why) => {
-                return Err((ProbeError::new(ErrorClass::Protocol, why), None));
+            None => send_udp(self.server, &datagram).map_err(failed)?,
+        };
+        let mut buffer = [0u8; MAX_DATAGRAM];
+        loop {
+            let len = socket.recv(&mut buffer).await.map_err(failed)?;
+            match question.read(id, &buffer[..len]) {
+                Reading::Answer(rcode) => {
+                    self.give_back(socket);
+                    return Ok(Answered {
+                        rcode,
+                        bytes: len as u64,
+                        connect: None,
+                    });
+                }
+                Reading::NotOurs(_) => continue,
+                Reading::Malformed(why) => {
+                    return Err((ProbeError::new(ErrorClass::Protocol, why), None));
+                }
             }
         }
     }
@@ -71,8 +113,8 @@ pub async fn udp(server: SocketAddr, question: &Question) -> Result<Answered, Fa
 
 /// Opens a connected socket and sends `datagram` before the socket joins the runtime: tokio
 /// knows nothing of a new socket's readiness, so an async send would first wait a turn of the
-/// event loop for "writable" (one more wake-up per query, in the measured latency). A fresh
-/// socket's send buffer is empty: the send does not block. The answer cannot be missed either:
+/// event loop for "writable" (one more wake-up, in the measured latency). A fresh socket's
+/// send buffer is empty: the send does not block. The answer cannot be missed either:
 /// registering a socket reports data already queued on it.
 fn send_udp(server: SocketAddr, datagram: &[u8]) -> io::Result<UdpSocket> {
     // socket2 opens it non-blocking and close-on-exec in one call; connecting binds it.

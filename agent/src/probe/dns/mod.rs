@@ -22,7 +22,7 @@ use question::Question;
 /// Transport of the queries (upstream's names: `udp`, `tcp`, `tcp-tls`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum DnsProtocol {
-    /// UDP, a fresh socket (random port) per query.
+    /// UDP, on connected sockets kept between queries (as upstream's pool).
     Udp,
     /// TCP, a new connection per query (as upstream).
     Tcp,
@@ -105,6 +105,7 @@ pub struct DnsProber {
     spec: DnsRequestSpec,
     name: Name,
     question: Question,
+    udp: exchange::UdpPool,
     tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
 }
 
@@ -140,6 +141,7 @@ impl DnsProber {
             _ => None,
         };
         Ok(DnsProber {
+            udp: exchange::UdpPool::new(spec.server),
             spec,
             name,
             question,
@@ -155,7 +157,7 @@ impl DnsProber {
     async fn attempt(&self) -> Attempt {
         let server = self.spec.server;
         let exchanged = match (self.spec.protocol, &self.tls) {
-            (DnsProtocol::Udp, _) => exchange::udp(server, &self.question).await,
+            (DnsProtocol::Udp, _) => self.udp.query(&self.question).await,
             (DnsProtocol::Tcp, _) => exchange::tcp(server, &self.question).await,
             (DnsProtocol::TcpTls, Some((config, name))) => {
                 exchange::tls(server, &self.question, config.clone(), name.clone()).await

@@ -18,6 +18,8 @@ struct Options {
     fixed_rate: u64,
     ladder: Vec<u64>,
     dns_ladder: Vec<u64>,
+    dns_rates: Vec<u64>,
+    stream_rates: Vec<u64>,
 }
 
 fn options() -> Options {
@@ -30,8 +32,10 @@ fn options() -> Options {
             5_000, 10_000, 15_000, 20_000, 25_000, 30_000, 40_000, 50_000,
         ],
         dns_ladder: vec![
-            5_000, 10_000, 15_000, 20_000, 30_000, 40_000, 50_000, 60_000,
+            20_000, 40_000, 60_000, 80_000, 100_000, 120_000, 140_000, 160_000,
         ],
+        dns_rates: vec![1_000, 5_000, 10_000, 20_000],
+        stream_rates: vec![1_000, 5_000],
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -48,17 +52,18 @@ fn options() -> Options {
                     .map(|v| v.parse().expect("--ladder a,b"))
                     .collect()
             }
-            "--dns-ladder" => {
-                o.dns_ladder = value
-                    .split(',')
-                    .map(|v| v.parse().expect("--dns-ladder a,b"))
-                    .collect()
-            }
+            "--dns-ladder" => o.dns_ladder = rates(&value, "--dns-ladder a,b"),
+            "--dns-rates" => o.dns_rates = rates(&value, "--dns-rates a,b"),
+            "--stream-rates" => o.stream_rates = rates(&value, "--stream-rates a,b"),
             other => panic!("unknown option {other}"),
         }
         i += 2;
     }
     o
+}
+
+fn rates(value: &str, usage: &str) -> Vec<u64> {
+    value.split(',').map(|v| v.parse().expect(usage)).collect()
 }
 
 fn free_port() -> u16 {
@@ -119,13 +124,29 @@ server {{ listen 127.0.0.1:{port} backlog=4096; root {d}/www; }} }}"
     (Server(child, dir), port)
 }
 
-fn unbound() -> (Server, u16) {
+/// unbound with one thread: UDP and TCP on `port`, DNS over TLS on `tls_port` with a
+/// self-signed certificate for 127.0.0.1 (`cert`).
+struct Unbound {
+    _server: Server,
+    port: u16,
+    tls_port: u16,
+    cert: PathBuf,
+}
+
+fn unbound() -> Unbound {
     let dir = temp("unbound");
     let port = free_port();
+    let tls_port = free_port();
     let d = dir.display();
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert = dir.join("cert.pem");
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), certified.signing_key.serialize_pem()).unwrap();
     let conf = format!(
         "server:\n  use-syslog: no\n  chroot: \"\"\n  username: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/pid\"\n  \
-         interface: 127.0.0.1@{port}\n  access-control: 127.0.0.0/8 allow\n  module-config: \"iterator\"\n  \
+         interface: 127.0.0.1@{port}\n  interface: 127.0.0.1@{tls_port}\n  tls-port: {tls_port}\n  \
+         tls-service-key: \"{d}/key.pem\"\n  tls-service-pem: \"{d}/cert.pem\"\n  \
+         incoming-num-tcp: 1000\n  so-rcvbuf: 4m\n  so-sndbuf: 4m\n  access-control: 127.0.0.0/8 allow\n  module-config: \"iterator\"\n  \
          num-threads: 1\n  ratelimit: 0\n  ip-ratelimit: 0\n  local-zone: \"test.\" static\n  \
          local-data: \"probe.test. 3600 IN A 127.0.0.1\"\nremote-control:\n  control-enable: no\n"
     );
@@ -137,7 +158,13 @@ fn unbound() -> (Server, u16) {
         .spawn()
         .expect("unbound");
     wait_port(port);
-    (Server(child, dir), port)
+    wait_port(tls_port);
+    Unbound {
+        _server: Server(child, dir),
+        port,
+        tls_port,
+        cert,
+    }
 }
 
 /// One run of a tool: what it achieved and what it cost.
@@ -314,11 +341,42 @@ fn oha_http(o: &Options, url: &str, rate: u64, secs: u64) -> Run {
     }
 }
 
-fn kdoctor_dns(o: &Options, port: u16, rate: u64, secs: u64) -> Run {
-    let args: Vec<String> = [
+/// Transport of a DNS run: kdoctor's `--protocol` and dnsperf's `-m`.
+#[derive(Clone, Copy)]
+enum Dns {
+    Udp,
+    Tcp,
+    Dot,
+}
+
+impl Dns {
+    fn kdoctor(self) -> &'static str {
+        match self {
+            Dns::Udp => "udp",
+            Dns::Tcp => "tcp",
+            Dns::Dot => "tcp-tls",
+        }
+    }
+    fn dnsperf(self) -> &'static str {
+        match self {
+            Dns::Udp => "udp",
+            Dns::Tcp => "tcp",
+            Dns::Dot => "dot",
+        }
+    }
+}
+
+fn kdoctor_dns(o: &Options, ub: &Unbound, mode: Dns, rate: u64, secs: u64) -> Run {
+    let port = match mode {
+        Dns::Dot => ub.tls_port,
+        _ => ub.port,
+    };
+    let mut args: Vec<String> = [
         "probe",
         "dns",
         &format!("127.0.0.1:{port}"),
+        "--protocol",
+        mode.kdoctor(),
         "--domain",
         "probe.test",
         "--qps",
@@ -334,13 +392,24 @@ fn kdoctor_dns(o: &Options, port: u16, rate: u64, secs: u64) -> Run {
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if let Dns::Dot = mode {
+        args.extend(["--ca".to_string(), ub.cert.display().to_string()]);
+    }
     let (out, cpu_s, max_rss_kib) = timed(&o.kdoctor, &args);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
     kdoctor_run(&v["taskNetDns"]["roundTaskDetail"][0]["requestTargetMetrics"], secs, cpu_s, max_rss_kib)
 }
 
-fn dnsperf(port: u16, rate: u64, secs: u64, data: &Path) -> Run {
-    let args: Vec<String> = [
+/// dnsperf at `rate`, or as fast as unbound answers (closed loop: each of its 10 clients keeps
+/// up to 100 queries outstanding) when `rate` is `None`.
+fn dnsperf(ub: &Unbound, mode: Dns, rate: Option<u64>, secs: u64, data: &Path) -> Run {
+    let port = match mode {
+        Dns::Dot => ub.tls_port,
+        _ => ub.port,
+    };
+    let mut args: Vec<String> = [
+        "-m",
+        mode.dnsperf(),
         "-s",
         "127.0.0.1",
         "-p",
@@ -349,18 +418,19 @@ fn dnsperf(port: u16, rate: u64, secs: u64, data: &Path) -> Run {
         &data.display().to_string(),
         "-l",
         &secs.to_string(),
-        "-Q",
-        &rate.to_string(),
         "-c",
         "10",
         "-q",
-        "2000",
+        "1000",
         "-t",
         "2",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if let Some(rate) = rate {
+        args.extend(["-Q".to_string(), rate.to_string()]);
+    }
     let (out, cpu_s, max_rss_kib) = timed(Path::new("/usr/bin/dnsperf"), &args);
     let find = |label: &str| -> f64 {
         out.lines()
@@ -386,6 +456,13 @@ fn dnsperf(port: u16, rate: u64, secs: u64, data: &Path) -> Run {
         cpu_s,
         max_rss_kib,
     }
+}
+
+/// The median of three runs by rate.
+fn median_of_three(mut run: impl FnMut() -> Run) -> Run {
+    let mut runs = [run(), run(), run()];
+    runs.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+    runs[1].clone()
 }
 
 fn highest(ladder: &[u64], mut probe: impl FnMut(u64) -> Run) -> (u64, Vec<(u64, Run)>) {
@@ -505,11 +582,34 @@ async fn main() {
     let (best_k, runs_k) = highest(&o.ladder, |r| kdoctor_http(&o, &url, r, ladder_secs));
     let (best_o, runs_o) = highest(&o.ladder, |r| oha_http(&o, &url, r, ladder_secs));
 
-    let (_unbound, dns_port) = unbound();
+    let ub = unbound();
     let data = std::env::temp_dir().join(format!("kdoctor-bench-dnsperf-{}", std::process::id()));
     std::fs::write(&data, "probe.test A\n").unwrap();
-    let (best_kd, runs_kd) = highest(&o.dns_ladder, |r| kdoctor_dns(&o, dns_port, r, ladder_secs));
-    let (best_dp, runs_dp) = highest(&o.dns_ladder, |r| dnsperf(dns_port, r, ladder_secs, &data));
+    let dns_fixed: Vec<(u64, Run, Run)> = o
+        .dns_rates
+        .iter()
+        .map(|&r| {
+            (
+                r,
+                kdoctor_dns(&o, &ub, Dns::Udp, r, ladder_secs),
+                dnsperf(&ub, Dns::Udp, Some(r), ladder_secs, &data),
+            )
+        })
+        .collect();
+    let closed = median_of_three(|| dnsperf(&ub, Dns::Udp, None, ladder_secs, &data));
+    let (best_kd, runs_kd) =
+        highest(&o.dns_ladder, |r| kdoctor_dns(&o, &ub, Dns::Udp, r, ladder_secs));
+    let mut streams = Vec::new();
+    for mode in [Dns::Tcp, Dns::Dot] {
+        for &r in &o.stream_rates {
+            streams.push((
+                mode,
+                r,
+                kdoctor_dns(&o, &ub, mode, r, ladder_secs),
+                dnsperf(&ub, mode, Some(r), ladder_secs, &data),
+            ));
+        }
+    }
     let _ = std::fs::remove_file(&data);
 
     let idle = agent_idle_rss(&o);
@@ -558,7 +658,6 @@ async fn main() {
         ("kdoctor probe http", best_k, &runs_k),
         ("oha", best_o, &runs_o),
         ("kdoctor probe dns (udp)", best_kd, &runs_kd),
-        ("dnsperf", best_dp, &runs_dp),
     ] {
         let steps: Vec<String> = runs
             .iter()
@@ -576,10 +675,65 @@ async fn main() {
         println!("| {name} | {best}/s | {} |", steps.join("; "));
     }
     println!(
-        "\nHTTP highest held, kdoctor / oha: {}; DNS highest held, kdoctor / dnsperf: {}\n",
-        f(best_k as f64 / best_o.max(1) as f64, 2),
-        f(best_kd as f64 / best_dp.max(1) as f64, 2)
+        "| dnsperf, closed loop (10 clients × 100 outstanding; median of 3) | {}/s answered ({}% of {} sent) | |",
+        f(closed.rate, 0),
+        f(100.0 * closed.ok / closed.requests.max(1.0), 2),
+        closed.requests
     );
+    println!(
+        "\nHTTP highest held, kdoctor / oha: {}; DNS highest held by kdoctor / dnsperf's closed-loop rate: {}\n",
+        f(best_k as f64 / best_o.max(1) as f64, 2),
+        f(best_kd as f64 / closed.rate.max(1.0), 2)
+    );
+    println!("### DNS over UDP at fixed rates ({ladder_secs} s each, same unbound)\n");
+    println!(
+        "| q/s | kdoctor answered/s | succeeded | p50 ms | mean ms | p99 ms | dnsperf answered/s | succeeded | mean ms | kdoctor p50 − dnsperf mean | CPU s/10k kdoctor / dnsperf |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for (r, k, d) in &dns_fixed {
+        println!(
+            "| {r} | {} | {} / {} | {} | {} | {} | {} | {} / {} | {} | {} µs | {} / {} |",
+            f(k.rate, 0),
+            k.ok,
+            k.requests,
+            f(k.p50_ms, 3),
+            f(k.mean_ms, 3),
+            f(k.p99_ms, 3),
+            f(d.rate, 0),
+            d.ok,
+            d.requests,
+            f(d.mean_ms, 3),
+            f((k.p50_ms - d.mean_ms) * 1000.0, 0),
+            f(k.cpu_per_10k(), 2),
+            f(d.cpu_per_10k(), 2)
+        );
+    }
+    println!(
+        "\n### DNS over TCP and TLS at fixed rates ({ladder_secs} s each; kdoctor opens a connection per query as upstream does, dnsperf keeps 10 open)\n"
+    );
+    println!(
+        "| transport | q/s | kdoctor answered/s | succeeded | p50 ms | mean ms | p99 ms | dnsperf answered/s | succeeded | mean ms | CPU s/10k kdoctor / dnsperf |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for (mode, r, k, d) in &streams {
+        println!(
+            "| {} | {r} | {} | {} / {} | {} | {} | {} | {} | {} / {} | {} | {} / {} |",
+            mode.kdoctor(),
+            f(k.rate, 0),
+            k.ok,
+            k.requests,
+            f(k.p50_ms, 3),
+            f(k.mean_ms, 3),
+            f(k.p99_ms, 3),
+            f(d.rate, 0),
+            d.ok,
+            d.requests,
+            f(d.mean_ms, 3),
+            f(k.cpu_per_10k(), 2),
+            f(d.cpu_per_10k(), 2)
+        );
+    }
+    println!();
     println!("### Memory\n");
     println!("| measure | value |\n|---|---|");
     println!(
