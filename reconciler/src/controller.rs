@@ -249,7 +249,7 @@ pub async fn run(
     }
     // Only the leader harvests, so only the leader exports.
     let export = setup.export.map(|config| {
-        let (hook, sender) = export::start(config, &setup.registry);
+        let (hook, sender) = export::start(config, &setup.registry, setup.store.clone());
         tasks.spawn(sender);
         hook
     });

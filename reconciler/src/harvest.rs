@@ -16,7 +16,7 @@ use kdoctor_store::{IncarnationId, NewReport, Store};
 use kdoctor_transport::report_api::Entry;
 use kdoctor_transport::report_client::{ReportClient, ReportClientError};
 
-use crate::export::{ExportHook, Exported};
+use crate::export::ExportHook;
 use crate::identity::IdentityCheck;
 use crate::metrics::ControllerMetrics;
 use crate::readiness::AgentPod;
@@ -59,7 +59,7 @@ pub struct Harvester {
     pub store: Arc<Store>,
     /// Metrics.
     pub metrics: ControllerMetrics,
-    /// Report export: every stored report is offered to it (never waits).
+    /// Report export: told when reports were stored (never waits).
     pub export: Option<ExportHook>,
     /// Checks that an agent is the pod it should be before its reports are read; `None` only
     /// where agents have no identity token (a test harness without a kubelet).
@@ -206,29 +206,19 @@ impl Harvester {
             .iter()
             .map(|(_, id, report)| (*id, report.clone()))
             .collect();
-        let (stored, to_store) = tokio::task::spawn_blocking(move || {
+        let stored = tokio::task::spawn_blocking(move || {
             let batch: Vec<NewReport<'_>> = to_store
                 .iter()
                 .map(|(id, report)| NewReport { task: *id, report })
                 .collect();
-            let stored = store.put_reports(&batch).map(|outcomes| outcomes.len());
-            drop(batch);
-            stored.map(|stored| (stored, to_store))
+            store.put_reports(&batch).map(|outcomes| outcomes.len())
         })
         .await
         .map_err(|e| ("store", e.to_string()))?
         .map_err(|e| ("store", e.to_string()))?;
         if let Some(export) = &self.export {
-            let stored_at = jiff::Timestamp::now();
-            for (_, report) in to_store {
-                export.offer(Exported {
-                    kind: task.kind,
-                    name: task.name.clone(),
-                    uid: report.task_uid.clone().unwrap_or_else(|| task.uid.clone()),
-                    report,
-                    stored_at,
-                });
-            }
+            // Their outbox entries were written with them.
+            export.stored();
         }
         outcome.stored += stored;
         self.metrics

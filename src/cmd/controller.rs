@@ -181,14 +181,16 @@ pub struct Args {
     /// Allow a plain http:// --export-url (tests and development only).
     #[arg(long = "export-allow-http")]
     export_allow_http: bool,
-    /// Report events kept while the receiver is slow or down; when full, the oldest is dropped.
+    /// Reports kept for export while the receiver is slow or down (on disk, in the store, across
+    /// restarts); when full, the oldest is dropped.
     #[arg(long = "export-queue", value_name = "N", default_value_t = 10_000)]
     export_queue: usize,
     /// Time allowed for one export request (connect, TLS, answer), in seconds.
     #[arg(long = "export-timeout-seconds", default_value_t = 10)]
     export_timeout_seconds: u64,
-    /// Attempts per report event (exponential backoff between them, 1 s doubling up to 60 s).
-    #[arg(long = "export-max-attempts", default_value_t = 10)]
+    /// Attempts per report event (exponential backoff between them, 1 s doubling up to 60 s);
+    /// 0: until the receiver acknowledges it.
+    #[arg(long = "export-max-attempts", default_value_t = 0)]
     export_max_attempts: u32,
 }
 
@@ -233,7 +235,7 @@ fn export(args: &Args) -> Result<Option<ExportConfig>> {
     let mut config = ExportConfig::new(url, secret, ca.as_deref(), args.export_allow_http)?;
     config.queue = args.export_queue.max(1);
     config.timeout = Duration::from_secs(args.export_timeout_seconds.max(1));
-    config.max_attempts = args.export_max_attempts.max(1);
+    config.max_attempts = args.export_max_attempts;
     Ok(Some(config))
 }
 

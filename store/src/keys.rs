@@ -46,6 +46,8 @@ pub const BODY: u8 = b'b';
 pub const CHUNK: u8 = b'x';
 /// Prefix of change events.
 pub const EVENT: u8 = b'e';
+/// `q<seq>` → a report waiting for export (crate::outbox).
+pub const OUTBOX: u8 = b'q';
 
 /// `<prefix><id>`.
 pub fn by_id(prefix: u8, id: IncarnationId) -> Vec<u8> {
@@ -80,6 +82,13 @@ pub fn uid(uid: &str) -> Vec<u8> {
 pub fn event(rv: u64) -> Vec<u8> {
     let mut key = vec![EVENT];
     key.extend_from_slice(&rv.to_be_bytes());
+    key
+}
+
+/// `q<seq>`.
+pub fn outbox(seq: u64) -> Vec<u8> {
+    let mut key = vec![OUTBOX];
+    key.extend_from_slice(&seq.to_be_bytes());
     key
 }
 

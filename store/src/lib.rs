@@ -18,6 +18,7 @@ mod lock;
 mod metrics;
 mod migrate;
 mod model;
+mod outbox;
 mod probes;
 mod retention;
 mod store;
@@ -36,6 +37,7 @@ pub use model::{
     Event, EventType, IncarnationId, NodeCounts, Outcome, Progress, ReportMeta, RoundResult,
     RoundSummary, TaskRecord, TaskSummary,
 };
+pub use outbox::Pending;
 pub use retention::{Reason, Removal, SweepReport, plan as plan_retention, run_retention};
 pub use store::{
     FORMAT_VERSION, NewReport, Repair, RoundInfo, Stats, Store, Subscription, WatchError,

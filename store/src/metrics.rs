@@ -19,6 +19,10 @@ pub struct StoreMetrics {
     pub stored_bytes: IntGauge,
     /// Last resourceVersion.
     pub resource_version: IntGauge,
+    /// Reports waiting for export.
+    pub outbox_length: IntGauge,
+    /// Reports never exported because the outbox was full.
+    pub outbox_dropped: IntCounter,
 }
 
 impl StoreMetrics {
@@ -60,6 +64,16 @@ impl StoreMetrics {
                 "Last resourceVersion handed out by the store.",
             )
             .expect("valid metric"),
+            outbox_length: IntGauge::new(
+                "kdoctor_store_export_outbox_length",
+                "Stored reports waiting to be exported (kept on disk across restarts).",
+            )
+            .expect("valid metric"),
+            outbox_dropped: IntCounter::new(
+                "kdoctor_store_export_outbox_dropped_total",
+                "Stored reports never exported because the export outbox was full.",
+            )
+            .expect("valid metric"),
         }
     }
 
@@ -72,6 +86,8 @@ impl StoreMetrics {
         registry.register(Box::new(self.tasks.clone()))?;
         registry.register(Box::new(self.stored_bytes.clone()))?;
         registry.register(Box::new(self.resource_version.clone()))?;
+        registry.register(Box::new(self.outbox_length.clone()))?;
+        registry.register(Box::new(self.outbox_dropped.clone()))?;
         Ok(())
     }
 }

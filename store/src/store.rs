@@ -32,6 +32,7 @@ use crate::model::{
     Event, EventType, IncarnationId, NodeCounts, Outcome, Progress, ReportMeta, RoundResult,
     RoundSummary, TaskRecord, TaskSummary,
 };
+use crate::outbox::{OutboxState, Pending};
 use crate::probes;
 
 /// Layout version written by this build.
@@ -135,6 +136,7 @@ pub struct Store {
     mark: DurableMark,
     config: StoreConfig,
     metrics: StoreMetrics,
+    outbox: Mutex<OutboxState>,
     _lock: LockFile,
 }
 
@@ -218,6 +220,14 @@ impl Store {
             let (_, value) = item?;
             window.push_back(serde_json::from_slice::<Event>(&value)?);
         }
+        let mut pending = Vec::new();
+        for item in db.scan_prefix([keys::OUTBOX]) {
+            let (key, value) = item?;
+            let mut entry: Pending = serde_json::from_slice(&value)?;
+            entry.seq = keys::u64_at(&key, 1).unwrap_or_default();
+            pending.push(entry);
+        }
+        let outbox = OutboxState::load(pending);
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         let metrics = StoreMetrics::new();
         let store = Store {
@@ -234,6 +244,7 @@ impl Store {
             mark,
             config,
             metrics,
+            outbox: Mutex::new(outbox),
             _lock: lock,
         };
         store.update_gauges();
@@ -440,6 +451,7 @@ impl Store {
     pub fn put_reports(&self, reports: &[NewReport<'_>]) -> Result<Vec<Outcome>> {
         let mut writer = self.lock_writer();
         let mut changes = Changes::default();
+        let mut written: Vec<(IncarnationId, u64, String)> = Vec::new();
         let mut entries: Vec<Entry> = Vec::new();
         let mut outcomes = Vec::with_capacity(reports.len());
         let now = Timestamp::now();
@@ -527,6 +539,7 @@ impl Store {
                 serde_json::to_vec(&*round_meta)?,
             );
             changes.event(EventType::Modified, new.task, Some(round));
+            written.push((new.task, round, node.to_string()));
             let outcome = if old_header.is_some() {
                 Outcome::Updated
             } else {
@@ -546,10 +559,78 @@ impl Store {
         if changes.events.is_empty() {
             return Ok(outcomes);
         }
+        // In the same batch as the reports: an entry exists exactly when its report does.
+        let admission = self.lock_outbox().admit(&written);
+        for entry in &admission.added {
+            changes.insert(keys::outbox(entry.seq), serde_json::to_vec(entry)?);
+        }
+        for seq in &admission.evicted {
+            changes.remove(keys::outbox(*seq));
+        }
         self.commit(&mut writer, changes, entries, vec![])?;
+        if !admission.evicted.is_empty() {
+            tracing::warn!(
+                dropped = admission.evicted.len(),
+                "export outbox full: the oldest reports will not be exported"
+            );
+            self.metrics
+                .outbox_dropped
+                .inc_by(admission.evicted.len() as u64);
+        }
+        {
+            let mut outbox = self.lock_outbox();
+            outbox.apply(&admission);
+            self.metrics.outbox_length.set(outbox.pending.len() as i64);
+        }
         drop(writer);
         self.flush()?;
         Ok(outcomes)
+    }
+
+    // ---- export outbox -----------------------------------------------------------------
+
+    fn lock_outbox(&self) -> MutexGuard<'_, OutboxState> {
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps every report stored from now on in the export outbox, at most `capacity` of them
+    /// (the oldest make room). Entries already on disk are kept either way.
+    pub fn enable_outbox(&self, capacity: u64) {
+        let mut outbox = self.lock_outbox();
+        outbox.capacity = Some(capacity.max(1));
+        self.metrics.outbox_length.set(outbox.pending.len() as i64);
+    }
+
+    /// Up to `limit` reports waiting for export, oldest first, after sequence number `after`.
+    pub fn outbox(&self, after: Option<u64>, limit: usize) -> Vec<Pending> {
+        let outbox = self.lock_outbox();
+        let from = after.map_or(0, |a| a.saturating_add(1));
+        outbox
+            .pending
+            .range(from..)
+            .take(limit)
+            .map(|(seq, (task, round, node))| Pending {
+                seq: *seq,
+                task: *task,
+                round: *round,
+                node: node.clone(),
+            })
+            .collect()
+    }
+
+    /// Removes an entry delivered (or given up). Not flushed on its own: an entry whose
+    /// removal a crash undoes is delivered once more, and receivers de-duplicate by event id.
+    pub fn outbox_done(&self, seq: u64) -> Result<()> {
+        let removed = {
+            let mut outbox = self.lock_outbox();
+            let removed = outbox.remove(seq);
+            self.metrics.outbox_length.set(outbox.pending.len() as i64);
+            removed
+        };
+        if removed {
+            self.tree().remove(keys::outbox(seq))?;
+        }
+        Ok(())
     }
 
     /// Removes a task incarnation and everything stored for it. `false` if it was not there.

@@ -1,7 +1,8 @@
 //! Report export: every stored agent round report pushed to an HTTPS receiver as a signed
 //! CloudEvent, so other systems get results without polling (docs/controller.md, "Exporting
-//! reports"). The harvester offers each stored report to a bounded in-memory queue without
-//! waiting; workers deliver it with retries. Nothing here can slow harvesting down.
+//! reports"). Each stored report waits in the store's export outbox (written with it, kept
+//! across restarts) until the receiver acknowledges it; workers deliver with retries. Nothing
+//! here can slow harvesting down.
 
 pub mod event;
 pub mod sender;

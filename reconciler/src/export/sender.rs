@@ -1,14 +1,17 @@
-//! Delivery: a bounded in-memory queue fed by the harvester without waiting, and workers that
-//! POST each event over HTTPS, signed, retrying with exponential backoff until a 2xx or the
-//! maximum number of attempts.
+//! Delivery: the store's export outbox (written with each report, kept across restarts) read
+//! in order into a small in-memory queue, and workers that POST each event over HTTPS, signed,
+//! retrying with exponential backoff until a 2xx (or the maximum number of attempts, when one
+//! is set); only then is the entry removed from the outbox.
 //!
-//! - **Never blocks harvesting.** [`ExportHook::offer`] takes a mutex for a few instructions;
-//!   it never awaits anything.
-//! - **Bounded.** When the queue is full the *oldest* queued event is dropped (and counted):
-//!   the newest results are the ones an operator acts on.
-//! - **Once per report.** An id already queued or sent (the last [`ExportConfig::remember`]
-//!   ids) is not queued again, so a report harvested twice is sent once; one event is retried
-//!   by one worker until acknowledged, so it is acknowledged at most once.
+//! - **Never blocks harvesting.** Storing a report writes its outbox entry in the same batch;
+//!   [`ExportHook::stored`] only wakes the feeder.
+//! - **Bounded.** The outbox holds at most [`ExportConfig::queue`] reports; when it is full
+//!   the *oldest* is dropped (and counted by the store): the newest results are the ones an
+//!   operator acts on. The in-memory queue holds a few events per worker.
+//! - **At least once, once per id.** An entry leaves the outbox only when acknowledged, so a
+//!   restart or a crash delivers it again at worst (receivers de-duplicate by the event id);
+//!   within a process, an id already queued or sent (the last [`ExportConfig::remember`] ids)
+//!   is not sent again.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -19,6 +22,7 @@ use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use kdoctor_store::{Pending, Store};
 use kdoctor_transport::tls::{ServerTrust, client_config, parse_roots};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use rustls::RootCertStore;
@@ -29,10 +33,12 @@ use tokio_rustls::TlsConnector;
 use super::event::{CONTENT_TYPE, Exported};
 use super::sign::{SIGNATURE_HEADER, TIMESTAMP_HEADER, signature};
 
-/// Default queue capacity (events).
+/// Default outbox capacity (reports, on disk).
 pub const DEFAULT_QUEUE: usize = 10_000;
-/// Default maximum attempts per event.
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
+/// Default maximum attempts per event: 0, until acknowledged.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 0;
+/// Events held in memory per worker.
+const IN_MEMORY_PER_WORKER: usize = 4;
 /// Default time allowed for one attempt (connect, TLS, request, response).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Ids remembered for de-duplication.
@@ -64,11 +70,11 @@ pub struct ExportConfig {
     pub url: Uri,
     /// The shared secret the requests are signed with.
     pub secret: Arc<[u8]>,
-    /// Queue capacity (events).
+    /// Outbox capacity (reports waiting, on disk).
     pub queue: usize,
     /// Time allowed for one attempt.
     pub timeout: Duration,
-    /// Attempts per event, the first included.
+    /// Attempts per event, the first included; 0: until acknowledged.
     pub max_attempts: u32,
     /// Wait after the first failed attempt; doubled after each further one.
     pub backoff_initial: Duration,
@@ -249,7 +255,7 @@ pub enum Offered {
 }
 
 struct State {
-    queue: VecDeque<Exported>,
+    queue: VecDeque<(u64, Exported)>,
     seen: HashSet<String>,
     seen_order: VecDeque<String>,
 }
@@ -257,6 +263,8 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     ready: Notify,
+    /// Wakes the feeder: a report was stored, or the queue has room again.
+    wanted: Notify,
     capacity: usize,
     remember: usize,
     metrics: ExportMetrics,
@@ -301,6 +309,7 @@ pub fn queue(
             seen_order: VecDeque::new(),
         }),
         ready: Notify::new(),
+        wanted: Notify::new(),
         capacity: capacity.max(1),
         remember: remember.max(capacity.max(1)),
         metrics,
@@ -314,8 +323,19 @@ pub fn queue(
 }
 
 impl ExportHook {
-    /// Queues `item` unless its id was seen; drops the oldest queued event when full.
-    pub fn offer(&self, item: Exported) -> Offered {
+    /// Tells the exporter that reports were stored (their outbox entries are written).
+    pub fn stored(&self) {
+        self.shared.wanted.notify_one();
+    }
+
+    /// Room left in the in-memory queue.
+    fn room(&self) -> usize {
+        self.shared.capacity.saturating_sub(self.len())
+    }
+
+    /// Queues `item` (outbox entry `seq`) unless its id was seen; drops the oldest queued
+    /// event when full.
+    pub fn offer(&self, seq: u64, item: Exported) -> Offered {
         let shared = &self.shared;
         let id = item.id();
         let offered = {
@@ -333,7 +353,7 @@ impl ExportHook {
             }
             let mut offered = Offered::Queued;
             while state.queue.len() >= shared.capacity {
-                if let Some(old) = state.queue.pop_front() {
+                if let Some((_, old)) = state.queue.pop_front() {
                     shared
                         .metrics
                         .dropped
@@ -343,7 +363,7 @@ impl ExportHook {
                 }
                 offered = Offered::QueuedDroppingOldest;
             }
-            state.queue.push_back(item);
+            state.queue.push_back((seq, item));
             shared.metrics.queue_length.set(state.queue.len() as i64);
             offered
         };
@@ -363,8 +383,8 @@ impl ExportHook {
 }
 
 impl ExportQueue {
-    /// The oldest queued event, waiting for one.
-    pub async fn next(&self) -> Exported {
+    /// The oldest queued event and its outbox entry, waiting for one.
+    pub async fn next(&self) -> (u64, Exported) {
         loop {
             // Registered before looking, so an offer in between is not missed.
             let ready = self.shared.ready.notified();
@@ -379,6 +399,7 @@ impl ExportQueue {
                         // Wake another worker for the rest.
                         self.shared.ready.notify_one();
                     }
+                    self.shared.wanted.notify_one();
                     return item;
                 }
             }
@@ -544,7 +565,10 @@ impl Worker {
             }
         };
         drop(item);
-        let max = self.config.max_attempts.max(1);
+        let max = match self.config.max_attempts {
+            0 => u32::MAX,
+            n => n,
+        };
         for attempt in 1..=max {
             match self.attempt(&body).await {
                 Ok(()) => {
@@ -576,30 +600,125 @@ impl Worker {
     }
 }
 
-/// Starts exporting: returns the harvester's hook and the future that sends (run it as a
-/// task; dropping it stops sending and forgets what was queued).
+/// The event of an outbox entry, read from the store; `None` when its task or report is gone
+/// (removed by retention meanwhile).
+fn exported(store: &Store, entry: &Pending) -> Result<Option<Exported>, kdoctor_store::StoreError> {
+    let Some(task) = store.task(entry.task) else {
+        return Ok(None);
+    };
+    let Some(report) = store.report(entry.task, entry.round, &entry.node)? else {
+        return Ok(None);
+    };
+    let stored_at = store
+        .reports(entry.task, entry.round)?
+        .into_iter()
+        .find(|m| m.node == entry.node)
+        .map_or_else(jiff::Timestamp::now, |m| m.stored_at);
+    Ok(Some(Exported {
+        kind: task.kind,
+        name: task.name,
+        uid: report.task_uid.clone().unwrap_or(task.uid),
+        report,
+        stored_at,
+    }))
+}
+
+/// Reads the outbox in order into the in-memory queue while it has room. Entries whose report
+/// is gone, or whose id was already sent, are removed at once.
+async fn feed(store: Arc<Store>, hook: ExportHook, metrics: ExportMetrics) {
+    let mut after: Option<u64> = None;
+    loop {
+        // Registered before looking, so a report stored in between is not missed.
+        let wanted = hook.shared.wanted.notified();
+        let room = hook.room();
+        let pending = if room > 0 {
+            store.outbox(after, room)
+        } else {
+            Vec::new()
+        };
+        if pending.is_empty() {
+            // Also looked at now and then: a wake-up lost to a race costs at most this.
+            let _ = tokio::time::timeout(Duration::from_secs(5), wanted).await;
+            continue;
+        }
+        let reading = store.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            pending
+                .into_iter()
+                .map(|entry| {
+                    let item = exported(&reading, &entry);
+                    (entry.seq, item)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        let Ok(read) = read else {
+            continue;
+        };
+        for (seq, item) in read {
+            after = Some(seq);
+            let done = match item {
+                Ok(Some(item)) => hook.offer(seq, item) == Offered::Duplicate,
+                Ok(None) => {
+                    metrics.dropped.with_label_values(&["removed"]).inc();
+                    true
+                }
+                Err(e) => {
+                    metrics.dropped.with_label_values(&["read"]).inc();
+                    tracing::error!(seq, error = %e, "cannot read a report to export");
+                    true
+                }
+            };
+            if done {
+                finish(&store, seq);
+            }
+        }
+    }
+}
+
+/// Removes a delivered (or given up) entry from the outbox.
+fn finish(store: &Store, seq: u64) {
+    if let Err(e) = store.outbox_done(seq) {
+        tracing::error!(seq, error = %e, "cannot remove an exported report from the outbox");
+    }
+}
+
+/// Starts exporting the reports `store` keeps from now on, and those it kept from before:
+/// returns the harvester's hook and the future that sends (run it as a task; dropping it
+/// stops sending, and what was not acknowledged stays in the outbox).
 pub fn start(
     config: ExportConfig,
     registry: &Registry,
+    store: Arc<Store>,
 ) -> (ExportHook, impl Future<Output = ()> + Send + 'static) {
     let metrics = ExportMetrics::new(registry);
-    let (hook, queue) = queue(config.queue, config.remember, metrics.clone());
-    let config = Arc::new(config);
     let workers = config.workers.max(1);
-    tracing::info!(url = %config.url, queue = config.queue, "exporting reports");
+    store.enable_outbox(config.queue as u64);
+    let (hook, queue) = queue(
+        workers * IN_MEMORY_PER_WORKER,
+        config.remember,
+        metrics.clone(),
+    );
+    let config = Arc::new(config);
+    tracing::info!(url = %config.url, outbox = config.queue, "exporting reports");
+    let feeder = feed(store.clone(), hook.clone(), metrics.clone());
     let run = async move {
         let mut set = tokio::task::JoinSet::new();
+        set.spawn(feeder);
         for _ in 0..workers {
             let queue = queue.clone();
             let metrics = metrics.clone();
+            let store = store.clone();
             let mut worker = Worker {
                 config: config.clone(),
                 connection: None,
             };
             set.spawn(async move {
                 loop {
-                    let item = queue.next().await;
+                    let (seq, item) = queue.next().await;
                     worker.deliver(item, &metrics).await;
+                    let store = store.clone();
+                    let _ = tokio::task::spawn_blocking(move || finish(&store, seq)).await;
                 }
             });
         }
@@ -645,10 +764,10 @@ mod tests {
         let registry = Registry::new();
         let (hook, queue) = queue(3, 100, ExportMetrics::new(&registry));
         for node in ["n1", "n2", "n3"] {
-            assert_eq!(hook.offer(item(node, 1)), Offered::Queued);
+            assert_eq!(hook.offer(0, item(node, 1)), Offered::Queued);
         }
-        assert_eq!(hook.offer(item("n4", 1)), Offered::QueuedDroppingOldest);
-        assert_eq!(hook.offer(item("n5", 1)), Offered::QueuedDroppingOldest);
+        assert_eq!(hook.offer(0, item("n4", 1)), Offered::QueuedDroppingOldest);
+        assert_eq!(hook.offer(0, item("n5", 1)), Offered::QueuedDroppingOldest);
         assert_eq!(hook.len(), 3);
         let text = scrape(&registry);
         assert_eq!(
@@ -663,7 +782,7 @@ mod tests {
         // The newest three remain, oldest first.
         let mut left = Vec::new();
         for _ in 0..3 {
-            left.push(queue.next().await.report.node_name);
+            left.push(queue.next().await.1.report.node_name);
         }
         assert_eq!(left, ["n3", "n4", "n5"]);
         assert!(hook.is_empty());
@@ -677,12 +796,12 @@ mod tests {
     async fn a_report_offered_twice_is_queued_once() {
         let registry = Registry::new();
         let (hook, queue) = queue(10, 100, ExportMetrics::new(&registry));
-        assert_eq!(hook.offer(item("n1", 1)), Offered::Queued);
-        assert_eq!(hook.offer(item("n1", 1)), Offered::Duplicate);
+        assert_eq!(hook.offer(0, item("n1", 1)), Offered::Queued);
+        assert_eq!(hook.offer(0, item("n1", 1)), Offered::Duplicate);
         let _ = queue.next().await;
         // Also after it left the queue (sent).
-        assert_eq!(hook.offer(item("n1", 1)), Offered::Duplicate);
-        assert_eq!(hook.offer(item("n1", 2)), Offered::Queued);
+        assert_eq!(hook.offer(0, item("n1", 1)), Offered::Duplicate);
+        assert_eq!(hook.offer(0, item("n1", 2)), Offered::Queued);
         assert_eq!(
             value(
                 &scrape(&registry),
@@ -697,19 +816,19 @@ mod tests {
         let (hook, _queue) = queue(10, 2, ExportMetrics::new(&Registry::new()));
         // `remember` is at least the capacity: 10 here.
         for n in 0..11 {
-            hook.offer(item(&format!("n{n}"), 1));
+            hook.offer(0, item(&format!("n{n}"), 1));
         }
         // n0 was forgotten (n1..n10 are the last ten): queued again, the queue being full.
-        assert_eq!(hook.offer(item("n0", 1)), Offered::QueuedDroppingOldest);
-        assert_eq!(hook.offer(item("n10", 1)), Offered::Duplicate);
+        assert_eq!(hook.offer(0, item("n0", 1)), Offered::QueuedDroppingOldest);
+        assert_eq!(hook.offer(0, item("n10", 1)), Offered::Duplicate);
     }
 
     #[tokio::test]
     async fn a_waiting_worker_is_woken_by_an_offer() {
         let (hook, queue) = queue(10, 100, ExportMetrics::new(&Registry::new()));
-        let waiter = tokio::spawn(async move { queue.next().await.report.node_name });
+        let waiter = tokio::spawn(async move { queue.next().await.1.report.node_name });
         tokio::task::yield_now().await;
-        hook.offer(item("n1", 1));
+        hook.offer(0, item("n1", 1));
         let got = tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("woken")

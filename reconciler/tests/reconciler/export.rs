@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
@@ -200,17 +200,23 @@ fn metric(text: &str, series: &str) -> f64 {
 async fn export_delivers_every_report_exactly_once_despite_failures_signed_and_without_delaying_the_round()
  {
     let mut cluster = Cluster::start(ClusterConfig::default()).await;
-    // Requests 1-2 refused (503), 3 dropped without an answer, 4 answered after the sender
-    // gave up waiting; then accepted. It listens where the controller runs: in the cluster's
-    // network namespace.
-    let receiver = cluster
-        .inside(Receiver::start(|n| match n {
-            1 | 2 => Answer::Unavailable,
-            3 => Answer::DropConnection,
-            4 => Answer::Slow,
+    // Every request refused (503) until the test opens the gate, which it does only once the
+    // round has finished: a round that waited for its export would never finish. After the
+    // gate, one request dropped without an answer and one answered after the sender gave up
+    // waiting; then accepted. It listens where the controller runs: in the cluster's network
+    // namespace.
+    let gate = Arc::new(AtomicUsize::new(0));
+    let plan = {
+        let gate = gate.clone();
+        move |n: usize| match gate.load(Ordering::SeqCst) {
+            0 => Answer::Unavailable,
+            opened_after if n <= opened_after => Answer::Unavailable,
+            opened_after if n == opened_after + 1 => Answer::DropConnection,
+            opened_after if n == opened_after + 2 => Answer::Slow,
             _ => Answer::Accept,
-        }))
-        .await;
+        }
+    };
+    let receiver = cluster.inside(Receiver::start(plan)).await;
     let url = format!("https://localhost:{}/events", receiver.addr.port());
     let mut export =
         ExportConfig::new(&url, SECRET, Some(receiver.ca.as_bytes()), false).expect("export");
@@ -219,19 +225,32 @@ async fn export_delivers_every_report_exactly_once_despite_failures_signed_and_w
     export.backoff_max = Duration::from_millis(400);
     cluster.restart_controller_with_export(export).await;
 
-    let started = Instant::now();
     apply::<NetReach>(&cluster, "exp", &net_reach("exp", serde_json::json!({}))).await;
-    // The normal time of a round in these tests (flow.rs): the export must not add to it.
     let status = status_when(
         &cluster,
         "exp",
         Duration::from_secs(30),
-        "the round to finish",
+        "the round to finish while the receiver refuses every report",
         |s| s.finish,
     )
     .await;
     assert_eq!(status.last_round_status, Some(LastRoundStatus::Succeed));
-    let round_took = started.elapsed();
+    // The export was trying meanwhile, and failing.
+    eventually(
+        Duration::from_secs(20),
+        "two refused deliveries",
+        || async {
+            (receiver
+                .deliveries()
+                .iter()
+                .filter(|d| d.status == 503)
+                .count()
+                >= 2)
+                .then_some(())
+        },
+    )
+    .await;
+    gate.store(receiver.deliveries().len(), Ordering::SeqCst);
 
     let task = cluster.task::<NetReach>("exp").await.expect("task");
     let uid = task.metadata.uid.clone().expect("uid");
@@ -338,7 +357,81 @@ async fn export_delivers_every_report_exactly_once_despite_failures_signed_and_w
         !text.contains("kdoctor_controller_export_dropped_total{"),
         "nothing dropped: {text}"
     );
-    eprintln!("round took {round_took:?}");
+}
+
+/// Issue 18: what was not acknowledged when the controller stops is delivered by the next one.
+/// The first receiver refuses everything; the controller is killed; the next controller,
+/// exporting to a receiver that accepts, delivers every report of the round once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_not_yet_exported_when_the_controller_stops_are_delivered_by_the_next() {
+    let mut cluster = Cluster::start(ClusterConfig::default()).await;
+    let refusing = cluster
+        .inside(Receiver::start(|_| Answer::Unavailable))
+        .await;
+    let config = |receiver: &Receiver| {
+        let url = format!("https://localhost:{}/events", receiver.addr.port());
+        let mut export =
+            ExportConfig::new(&url, SECRET, Some(receiver.ca.as_bytes()), false).expect("export");
+        export.timeout = Duration::from_secs(1);
+        export.backoff_initial = Duration::from_millis(50);
+        export.backoff_max = Duration::from_millis(200);
+        export
+    };
+    cluster
+        .restart_controller_with_export(config(&refusing))
+        .await;
+    apply::<NetReach>(&cluster, "keep", &net_reach("keep", serde_json::json!({}))).await;
+    status_when(
+        &cluster,
+        "keep",
+        Duration::from_secs(30),
+        "the round to finish",
+        |s| s.finish,
+    )
+    .await;
+    eventually(Duration::from_secs(20), "refused deliveries", || async {
+        (refusing
+            .deliveries()
+            .iter()
+            .filter(|d| d.status == 503)
+            .count()
+            >= 3)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(cluster.store.outbox(None, 100).len(), 3, "all three wait");
+    cluster.kill_controller().await;
+
+    let accepting = cluster.inside(Receiver::start(|_| Answer::Accept)).await;
+    cluster
+        .restart_controller_with_export(config(&accepting))
+        .await;
+    let task = cluster.task::<NetReach>("keep").await.expect("task");
+    let uid = task.metadata.uid.clone().expect("uid");
+    let expected: Vec<String> = ["node-1", "node-2", "node-3"]
+        .iter()
+        .map(|node| format!("{uid}/1/{node}"))
+        .collect();
+    let accepted = eventually(
+        Duration::from_secs(20),
+        "the waiting reports to be delivered",
+        || async {
+            let mut ids: Vec<String> = accepting
+                .deliveries()
+                .iter()
+                .filter(|d| d.status == 202)
+                .map(|d| d.id.clone())
+                .collect();
+            ids.sort();
+            (ids.len() >= 3).then_some(ids)
+        },
+    )
+    .await;
+    // Nothing more comes later, and the outbox is empty.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(accepted, expected);
+    assert_eq!(accepting.deliveries().len(), 3, "each once");
+    assert!(cluster.store.outbox(None, 100).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -144,14 +144,44 @@ async fn a_controller_restarted_mid_round_resumes_without_duplicating_or_skippin
     assert_eq!(history[1].succeed_agent_node_list.len(), 3);
     let id = cluster.store.find(TaskKind::NetReach, "resume")[0].id;
     assert_eq!(cluster.store.round_numbers(id), [1]);
+    // One report per node, stored once, and round 1 once in the status history.
+    let reports = cluster.store.reports(id, 1).expect("round 1's reports");
+    let mut nodes: Vec<String> = reports.iter().map(|r| r.node.clone()).collect();
+    nodes.sort();
+    assert_eq!(nodes, ["node-1", "node-2", "node-3"], "{nodes:?}");
+    let round_1 = history.iter().filter(|r| r.round_number == 1).count();
+    assert_eq!(round_1, 1, "{history:?}");
+    let summary = cluster
+        .store
+        .round(id, 1)
+        .expect("round 1")
+        .and_then(|r| r.summary)
+        .expect("round 1 finalised");
+    assert_eq!(summary.result, RoundResult::Succeed);
+    assert_eq!(summary.succeeded_nodes, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_dying_mid_round_fails_only_its_node_at_the_deadline() {
     let cluster = Cluster::start(ClusterConfig::default()).await;
+    // node-2's agent serves and has not reported yet when it dies, mid-round.
     cluster.agents.silence("node-2");
     cluster.agents.fail("node-3");
     apply::<NetReach>(&cluster, "dies", &net_reach("dies", serde_json::json!({}))).await;
+    status_when(
+        &cluster,
+        "dies",
+        Duration::from_secs(20),
+        "round 1 to run",
+        ongoing,
+    )
+    .await;
+    eventually(Duration::from_secs(20), "three agents serving", || async {
+        (cluster.agents.serving() == 3).then_some(())
+    })
+    .await;
+    cluster.agents.kill("node-2");
+    assert_eq!(cluster.agents.serving(), 2);
     // roundTimeoutMinute is at least 1: the deadline comes a minute after the start.
     let status = status_when(
         &cluster,
@@ -206,6 +236,20 @@ async fn a_second_replica_stays_passive_until_the_leader_is_gone() {
         .expect("the first replica leads")
         .expect("leading");
     let (_stop, mut second, handle) = cluster.spawn_controller(true, "controller-b");
+    // Watched for the whole round, not looked at once: any moment of leadership counts.
+    let led_meanwhile = {
+        let mut watching = second.clone();
+        tokio::spawn(async move {
+            loop {
+                if *watching.borrow_and_update() {
+                    return true;
+                }
+                if watching.changed().await.is_err() {
+                    return false;
+                }
+            }
+        })
+    };
     apply::<NetReach>(&cluster, "one", &net_reach("one", serde_json::json!({}))).await;
     status_when(
         &cluster,
@@ -216,9 +260,10 @@ async fn a_second_replica_stays_passive_until_the_leader_is_gone() {
     )
     .await;
     assert!(
-        !*second.borrow(),
+        !led_meanwhile.is_finished(),
         "the second replica must not lead while the first does"
     );
+    led_meanwhile.abort();
 
     cluster.kill_controller().await;
     tokio::time::timeout(Duration::from_secs(30), second.wait_for(|l| *l))

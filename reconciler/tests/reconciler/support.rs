@@ -75,6 +75,8 @@ struct Behaviour {
     failing: BTreeSet<String>,
     /// Nodes whose agents accept report API connections and never answer.
     hung: BTreeSet<String>,
+    /// Nodes whose agents were killed and are not started again.
+    dead: BTreeSet<String>,
 }
 
 struct StandIn {
@@ -167,6 +169,24 @@ impl Agents {
         let tokens = self.tokens.lock().unwrap();
         let stolen = std::fs::read(&tokens[other]).expect("the other agent's token");
         std::fs::write(&tokens[node], stolen).expect("overwrite the token");
+    }
+
+    /// The agent on `node` dies: its servers close (connections are refused) and it is not
+    /// started again, while its pod stays as it was.
+    pub fn kill(&self, node: &str) {
+        self.behaviour.lock().unwrap().dead.insert(node.to_string());
+        assert!(!self.stop(node).is_empty(), "no agent serving on {node}");
+    }
+
+    /// Stops the agents on `node`; returns them (their servers close when they are dropped).
+    fn stop(&self, node: &str) -> Vec<StandIn> {
+        let mut running = self.running.lock().unwrap();
+        let names: Vec<String> = running
+            .iter()
+            .filter(|(_, s)| s.node == node)
+            .map(|(n, _)| n.clone())
+            .collect();
+        names.iter().filter_map(|n| running.remove(n)).collect()
     }
 
     /// How many agents serve (stand-ins and real ones).
@@ -383,6 +403,7 @@ impl Agents {
             if self.running.lock().unwrap().contains_key(&agent.name)
                 || !(agent.ready || real)
                 || self.behaviour.lock().unwrap().hung.contains(&agent.node)
+                || self.behaviour.lock().unwrap().dead.contains(&agent.node)
             {
                 continue;
             }
@@ -860,25 +881,18 @@ impl Cluster {
     /// The agent on `node` hangs: its report API accepts connections and never answers (not
     /// even the TLS handshake), as a wedged process would.
     pub async fn hang_agent(&self, node: &str) {
-        let addrs: Vec<std::net::SocketAddr> = {
-            self.agents
-                .behaviour
-                .lock()
-                .unwrap()
-                .hung
-                .insert(node.to_string());
-            let mut running = self.agents.running.lock().unwrap();
-            let names: Vec<String> = running
-                .iter()
-                .filter(|(_, s)| s.node == node)
-                .map(|(n, _)| n.clone())
-                .collect();
-            names
-                .iter()
-                .filter_map(|n| running.remove(n))
-                .flat_map(|s| s.agent.reports.clone())
-                .collect()
-        };
+        self.agents
+            .behaviour
+            .lock()
+            .unwrap()
+            .hung
+            .insert(node.to_string());
+        let addrs: Vec<std::net::SocketAddr> = self
+            .agents
+            .stop(node)
+            .into_iter()
+            .flat_map(|s| s.agent.reports.clone())
+            .collect();
         assert!(!addrs.is_empty(), "no agent serving on {node}");
         for addr in addrs {
             self.inside(async move {

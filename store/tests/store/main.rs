@@ -4,6 +4,7 @@ mod basics;
 mod corruption;
 mod crash;
 mod feed;
+mod outbox;
 mod props;
 mod retention;
 mod support;
