@@ -6,9 +6,13 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::model::IncarnationId;
+
+/// Which report: incarnation, round, node.
+pub(crate) type ReportKey = (IncarnationId, u64, String);
 
 /// One report waiting for export.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
@@ -23,10 +27,13 @@ pub struct Pending {
     pub round: u64,
     /// The agent's node.
     pub node: String,
+    /// When the report was stored (the event's time; kept here so that sending needs no read
+    /// of the round's headers).
+    pub stored_at: Timestamp,
 }
 
 impl Pending {
-    fn report(&self) -> (IncarnationId, u64, String) {
+    fn report(&self) -> ReportKey {
         (self.task, self.round, self.node.clone())
     }
 }
@@ -38,9 +45,9 @@ pub(crate) struct OutboxState {
     /// Entries kept at most; `None`: export is off and nothing is added.
     pub capacity: Option<u64>,
     /// Pending entries by sequence number.
-    pub pending: BTreeMap<u64, (IncarnationId, u64, String)>,
+    pub pending: BTreeMap<u64, Pending>,
     /// The same, by report: one pending entry per report.
-    pub reports: HashSet<(IncarnationId, u64, String)>,
+    pub reports: HashSet<ReportKey>,
     /// The next sequence number.
     pub next_seq: u64,
 }
@@ -61,14 +68,15 @@ impl OutboxState {
         for entry in entries {
             state.next_seq = state.next_seq.max(entry.seq + 1);
             state.reports.insert(entry.report());
-            state.pending.insert(entry.seq, entry.report());
+            state.pending.insert(entry.seq, entry);
         }
         state
     }
 
-    /// Plans adding `reports` (pure: [`OutboxState::apply`] makes it so once written). A
-    /// report already pending is not added again: its delivery reads the newest version.
-    pub fn admit(&self, reports: &[(IncarnationId, u64, String)]) -> Admission {
+    /// Plans adding `reports`, stored at `at` (pure: [`OutboxState::apply`] makes it so once
+    /// written). A report already pending is not added again: its delivery reads the newest
+    /// version.
+    pub fn admit(&self, reports: &[ReportKey], at: Timestamp) -> Admission {
         let Some(capacity) = self.capacity else {
             return Admission::default();
         };
@@ -84,6 +92,7 @@ impl OutboxState {
                 task: report.0,
                 round: report.1,
                 node: report.2.clone(),
+                stored_at: at,
             });
             seq += 1;
         }
@@ -104,22 +113,20 @@ impl OutboxState {
     /// Records an admission as written.
     pub fn apply(&mut self, admission: &Admission) {
         for seq in &admission.evicted {
-            if let Some(report) = self.pending.remove(seq) {
-                self.reports.remove(&report);
-            }
+            self.remove(*seq);
         }
         for entry in &admission.added {
             self.next_seq = self.next_seq.max(entry.seq + 1);
             self.reports.insert(entry.report());
-            self.pending.insert(entry.seq, entry.report());
+            self.pending.insert(entry.seq, entry.clone());
         }
     }
 
     /// Forgets an entry delivered or given up; `false` if it was not pending.
     pub fn remove(&mut self, seq: u64) -> bool {
         match self.pending.remove(&seq) {
-            Some(report) => {
-                self.reports.remove(&report);
+            Some(entry) => {
+                self.reports.remove(&entry.report());
                 true
             }
             None => false,
@@ -131,14 +138,16 @@ impl OutboxState {
 mod tests {
     use super::*;
 
-    fn report(task: u64, round: u64, node: &str) -> (IncarnationId, u64, String) {
+    fn report(task: u64, round: u64, node: &str) -> ReportKey {
         (IncarnationId(task), round, node.to_string())
     }
+
+    const AT: Timestamp = Timestamp::UNIX_EPOCH;
 
     #[test]
     fn nothing_is_added_while_export_is_off() {
         let state = OutboxState::default();
-        assert_eq!(state.admit(&[report(1, 1, "a")]), Admission::default());
+        assert_eq!(state.admit(&[report(1, 1, "a")], AT), Admission::default());
     }
 
     #[test]
@@ -147,20 +156,23 @@ mod tests {
             capacity: Some(10),
             ..OutboxState::default()
         };
-        let first = state.admit(&[report(1, 1, "a"), report(1, 1, "b"), report(1, 1, "a")]);
+        let first = state.admit(
+            &[report(1, 1, "a"), report(1, 1, "b"), report(1, 1, "a")],
+            AT,
+        );
         assert_eq!(
             first.added.iter().map(|p| p.seq).collect::<Vec<_>>(),
             [0, 1]
         );
         state.apply(&first);
-        let again = state.admit(&[report(1, 1, "b"), report(1, 2, "b")]);
+        let again = state.admit(&[report(1, 1, "b"), report(1, 2, "b")], AT);
         assert_eq!(again.added.len(), 1);
         assert_eq!(again.added[0].seq, 2);
         assert_eq!(again.added[0].round, 2);
         // Once delivered, a new version of the report is pending again.
         assert!(state.remove(1));
         assert!(!state.remove(1));
-        assert_eq!(state.admit(&[report(1, 1, "b")]).added.len(), 1);
+        assert_eq!(state.admit(&[report(1, 1, "b")], AT).added.len(), 1);
     }
 
     #[test]
@@ -169,15 +181,15 @@ mod tests {
             capacity: Some(3),
             ..OutboxState::default()
         };
-        let first = state.admit(&[report(1, 1, "a"), report(1, 1, "b")]);
+        let first = state.admit(&[report(1, 1, "a"), report(1, 1, "b")], AT);
         state.apply(&first);
-        let second = state.admit(&[report(1, 2, "a"), report(1, 2, "b")]);
+        let second = state.admit(&[report(1, 2, "a"), report(1, 2, "b")], AT);
         assert_eq!(second.evicted, [0]);
         state.apply(&second);
         assert_eq!(state.pending.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
         // More at once than fit: the whole outbox and the oldest new ones go.
         let burst: Vec<_> = (0..5).map(|i| report(2, 1, &format!("n{i}"))).collect();
-        let third = state.admit(&burst);
+        let third = state.admit(&burst, AT);
         assert_eq!(third.evicted, [1, 2, 3, 4, 5]);
         assert_eq!(
             third.added.iter().map(|p| p.seq).collect::<Vec<_>>(),
@@ -196,12 +208,14 @@ mod tests {
                 task: IncarnationId(1),
                 round: 1,
                 node: "a".into(),
+                stored_at: AT,
             },
             Pending {
                 seq: 9,
                 task: IncarnationId(1),
                 round: 2,
                 node: "a".into(),
+                stored_at: AT,
             },
         ]);
         assert_eq!(state.next_seq, 10);

@@ -32,7 +32,7 @@ use crate::model::{
     Event, EventType, IncarnationId, NodeCounts, Outcome, Progress, ReportMeta, RoundResult,
     RoundSummary, TaskRecord, TaskSummary,
 };
-use crate::outbox::{OutboxState, Pending};
+use crate::outbox::{OutboxState, Pending, ReportKey};
 use crate::probes;
 
 /// Layout version written by this build.
@@ -451,7 +451,7 @@ impl Store {
     pub fn put_reports(&self, reports: &[NewReport<'_>]) -> Result<Vec<Outcome>> {
         let mut writer = self.lock_writer();
         let mut changes = Changes::default();
-        let mut written: Vec<(IncarnationId, u64, String)> = Vec::new();
+        let mut written: Vec<ReportKey> = Vec::new();
         let mut entries: Vec<Entry> = Vec::new();
         let mut outcomes = Vec::with_capacity(reports.len());
         let now = Timestamp::now();
@@ -560,7 +560,7 @@ impl Store {
             return Ok(outcomes);
         }
         // In the same batch as the reports: an entry exists exactly when its report does.
-        let admission = self.lock_outbox().admit(&written);
+        let admission = self.lock_outbox().admit(&written, now);
         for entry in &admission.added {
             changes.insert(keys::outbox(entry.seq), serde_json::to_vec(entry)?);
         }
@@ -609,12 +609,7 @@ impl Store {
             .pending
             .range(from..)
             .take(limit)
-            .map(|(seq, (task, round, node))| Pending {
-                seq: *seq,
-                task: *task,
-                round: *round,
-                node: node.clone(),
-            })
+            .map(|(_, entry)| entry.clone())
             .collect()
     }
 

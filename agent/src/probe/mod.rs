@@ -1,7 +1,7 @@
 //! The prober engine (prior-art §1.9): one open-loop pacer per target on an absolute schedule,
-//! requests under an in-flight cap (the first few driven by the pacer's task, more spawned), a timeout over the whole request, and every
-//! result recorded with its service time, its response time from the pacer's wake time, and
-//! the pacer's lateness.
+//! requests under an in-flight cap (the first few driven by the pacer's task, more spawned), a
+//! timeout over the whole request, and every result recorded with its service time, its
+//! response time from the pacer's wake time, and the pacer's lateness.
 
 pub mod dns;
 pub mod http;

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use hickory_proto::rr::RecordType;
+use kdoctor_agent::probe::Measurement;
 use kdoctor_agent::probe::dns::DnsProtocol;
 use kdoctor_agent::tls::{ServerTrust, read_roots};
 
@@ -173,49 +174,35 @@ fn empty_answer(query: &[u8]) -> Vec<u8> {
 #[tokio::test]
 async fn udp_answers_are_matched_by_id_and_a_closed_port_is_refused() {
     let _shared = crate::support::shared().await;
+    let udp = |server, qps| {
+        probe_dns(
+            dns_spec(server, "probe.test", DnsProtocol::Udp),
+            None,
+            qps,
+            SECOND,
+        )
+    };
+    let only = |m: &Measurement, class: &str| {
+        assert_eq!(m.recorder.successes, 0);
+        assert!(
+            m.recorder.errors.keys().all(|k| k.starts_with(class)),
+            "{}",
+            errors(m)
+        );
+    };
     // The NXDOMAIN under another ID is skipped, the answer that follows is taken.
-    let server = trickster(empty_answer);
-    let m = probe_dns(
-        dns_spec(server, "probe.test", DnsProtocol::Udp),
-        None,
-        20.0,
-        SECOND,
-    )
-    .await;
+    let m = udp(trickster(empty_answer), 20.0).await;
     assert_eq!(m.recorder.successes, 20, "{}", errors(&m));
     // Our ID on something that is not a DNS message is the server's protocol error.
-    let server = trickster(|query| query[..5].to_vec());
-    let m = probe_dns(
-        dns_spec(server, "probe.test", DnsProtocol::Udp),
-        None,
-        10.0,
-        SECOND,
-    )
-    .await;
-    assert_eq!(m.recorder.successes, 0);
-    assert!(
-        m.recorder.errors.keys().all(|k| k.starts_with("protocol")),
-        "{}",
-        errors(&m)
-    );
+    let m = udp(trickster(|query| query[..5].to_vec()), 10.0).await;
+    only(&m, "protocol");
     // The socket is connected: the port's ICMP answer is a refusal, not a timeout.
     let closed = {
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         s.local_addr().unwrap()
     };
-    let m = probe_dns(
-        dns_spec(closed, "probe.test", DnsProtocol::Udp),
-        None,
-        10.0,
-        SECOND,
-    )
-    .await;
-    assert_eq!(m.recorder.successes, 0);
-    assert!(
-        m.recorder.errors.keys().all(|k| k.starts_with("refused")),
-        "{}",
-        errors(&m)
-    );
+    let m = udp(closed, 10.0).await;
+    only(&m, "refused");
     assert!(m.recorder.response.max() < 100_000, "refused at once");
 }
 

@@ -185,7 +185,7 @@ pub struct ExportMetrics {
     pub sent: IntCounter,
     /// Failed attempts, by reason (connect, tls, http, timeout, status).
     pub failed_attempts: IntCounterVec,
-    /// Events given up, by reason (queue_full, attempts, rejected, encode).
+    /// Events given up, by reason (queue_full, attempts, rejected, encode, removed, read).
     pub dropped: IntCounterVec,
     /// Events skipped because their id was already queued or sent.
     pub duplicates: IntCounter,
@@ -214,7 +214,7 @@ impl ExportMetrics {
             dropped: IntCounterVec::new(
                 Opts::new(
                     "kdoctor_controller_export_dropped_total",
-                    "Report events never acknowledged, by reason (queue_full, attempts, rejected, encode).",
+                    "Report events never acknowledged, by reason (queue_full, attempts, rejected, encode, removed, read).",
                 ),
                 &["reason"],
             )
@@ -609,17 +609,12 @@ fn exported(store: &Store, entry: &Pending) -> Result<Option<Exported>, kdoctor_
     let Some(report) = store.report(entry.task, entry.round, &entry.node)? else {
         return Ok(None);
     };
-    let stored_at = store
-        .reports(entry.task, entry.round)?
-        .into_iter()
-        .find(|m| m.node == entry.node)
-        .map_or_else(jiff::Timestamp::now, |m| m.stored_at);
     Ok(Some(Exported {
         kind: task.kind,
         name: task.name,
         uid: report.task_uid.clone().unwrap_or(task.uid),
         report,
-        stored_at,
+        stored_at: entry.stored_at,
     }))
 }
 
@@ -717,8 +712,8 @@ pub fn start(
                 loop {
                     let (seq, item) = queue.next().await;
                     worker.deliver(item, &metrics).await;
-                    let store = store.clone();
-                    let _ = tokio::task::spawn_blocking(move || finish(&store, seq)).await;
+                    // A removal from sled's cache, not flushed: no blocking thread needed.
+                    finish(&store, seq);
                 }
             });
         }

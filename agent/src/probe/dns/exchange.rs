@@ -141,7 +141,7 @@ pub async fn tcp(server: SocketAddr, question: &Question) -> Result<Answered, Fa
         .await
         .map_err(|e| (classify_io(&e), None))?;
     let connect = Some(began.elapsed());
-    over_stream(stream, question, false, connect).await
+    over_stream(stream, question, connect).await
 }
 
 /// One query over a new TLS connection (DNS over TLS, RFC 7858).
@@ -160,7 +160,7 @@ pub async fn tls(
         .await
         .map_err(|e| (classify_tls(&e), None))?;
     let connect = Some(began.elapsed());
-    over_stream(stream, question, true, connect).await
+    over_stream(stream, question, connect).await
 }
 
 async fn open_tcp(server: SocketAddr) -> io::Result<TcpStream> {
@@ -170,20 +170,27 @@ async fn open_tcp(server: SocketAddr) -> io::Result<TcpStream> {
     Ok(stream)
 }
 
-/// The TCP socket under a stream.
+/// A stream a query goes over: the TCP socket under it, and how its errors are classified.
 trait Transport {
     fn tcp(&self) -> &TcpStream;
+    fn classify(e: &io::Error) -> ProbeError;
 }
 
 impl Transport for TcpStream {
     fn tcp(&self) -> &TcpStream {
         self
     }
+    fn classify(e: &io::Error) -> ProbeError {
+        classify_io(e)
+    }
 }
 
 impl Transport for tokio_rustls::client::TlsStream<TcpStream> {
     fn tcp(&self) -> &TcpStream {
         self.get_ref().0
+    }
+    fn classify(e: &io::Error) -> ProbeError {
+        classify_tls(e)
     }
 }
 
@@ -197,17 +204,9 @@ fn quick_ack(stream: &impl Transport) {
 async fn over_stream<S: AsyncRead + AsyncWrite + Unpin + Transport>(
     mut stream: S,
     question: &Question,
-    tls: bool,
     connect: Option<Duration>,
 ) -> Result<Answered, Failed> {
-    let failed = |e: io::Error| {
-        let error = if tls {
-            classify_tls(&e)
-        } else {
-            classify_io(&e)
-        };
-        (error, connect)
-    };
+    let failed = |e: io::Error| (S::classify(&e), connect);
     let id = next_id();
     stream
         .write_all(&question.framed(id))
