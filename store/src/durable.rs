@@ -88,6 +88,11 @@ impl DurableMark {
         self.write(rv, false)
     }
 
+    /// Sets the mark to `rv`, lower or not (a follower that loaded its leader's snapshot).
+    pub fn reset(&self, rv: u64) -> Result<()> {
+        self.write(rv, true)
+    }
+
     fn write(&self, rv: u64, force: bool) -> Result<()> {
         let mut guard = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let (file, current) = &mut *guard;

@@ -105,6 +105,12 @@ pub enum StoreError {
     /// A write is not acceptable.
     #[error("{0}")]
     Invalid(String),
+    /// This store follows the leader's: it takes writes only from the leader.
+    #[error("this replica follows the leader's store; writes go to the leader")]
+    Follower,
+    /// A follower could not apply what the leader sent.
+    #[error("replication: {0}")]
+    Replication(String),
 }
 
 impl StoreError {

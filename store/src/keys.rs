@@ -3,7 +3,7 @@
 //!
 //! | prefix | key | value |
 //! |---|---|---|
-//! | `m` | name | metadata (`rv`, `format`) |
+//! | `m` | name | metadata (`rv`, `term`, `id`, `format`) |
 //! | `s` | id | task summary (JSON) |
 //! | `t` | id | task record (framed) |
 //! | `u` | uid | id |
@@ -14,6 +14,7 @@
 //! | `b` | id, round, node | report body (framed: probe row and JSON, `body.rs`) |
 //! | `x` | key of a framed value, chunk | one chunk of a large framed value |
 //! | `e` | resourceVersion | change event (JSON) |
+//! | `q` | sequence | report waiting for export (JSON) |
 //!
 //! Numbers are big-endian so that keys sort numerically.
 
@@ -23,6 +24,8 @@ use crate::model::IncarnationId;
 pub const META_RV: &[u8] = b"mrv";
 /// Metadata: the layout version of the store.
 pub const META_FORMAT: &[u8] = b"mformat";
+/// Metadata: the term of the writer of the last batch (crate::replica).
+pub const META_TERM: &[u8] = b"mterm";
 /// Metadata: the last incarnation id handed out.
 pub const META_ID: &[u8] = b"mid";
 

@@ -20,6 +20,7 @@ mod migrate;
 mod model;
 mod outbox;
 mod probes;
+pub mod replica;
 mod retention;
 mod store;
 mod transfer;
@@ -40,6 +41,7 @@ pub use model::{
 pub use outbox::Pending;
 pub use retention::{Reason, Removal, SweepReport, plan as plan_retention, run_retention};
 pub use store::{
-    FORMAT_VERSION, NewReport, Repair, RoundInfo, Stats, Store, Subscription, WatchError,
+    FORMAT_VERSION, NewReport, REPLICATION_WINDOW_BYTES, Repair, RoundInfo, Stats, Store,
+    Subscription, WatchError,
 };
 pub use transfer::{BadLine, Counts, ImportError, ImportReport, Line};

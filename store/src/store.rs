@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use jiff::Timestamp;
@@ -17,7 +18,7 @@ use kdoctor_api::matrix::ProbeRow;
 use kdoctor_api::report::Report;
 use kdoctor_api::task::TaskKind;
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use crate::body;
 use crate::codec::{self, Frame};
@@ -34,11 +35,14 @@ use crate::model::{
 };
 use crate::outbox::{OutboxState, Pending, ReportKey};
 use crate::probes;
+use crate::replica::{Op, Position, ReplicaLog};
 
 /// Layout version written by this build.
 pub const FORMAT_VERSION: u32 = 1;
 /// Live events buffered per subscriber before it is told it lagged.
-const BROADCAST_CAPACITY: usize = 4096;
+pub(crate) const BROADCAST_CAPACITY: usize = 4096;
+/// Bytes of recent writes kept for followers that resume (beyond it they load a snapshot).
+pub const REPLICATION_WINDOW_BYTES: usize = 64 << 20;
 
 /// The stored header of one agent report.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -118,25 +122,34 @@ pub struct Subscription {
 }
 
 /// Writer state, under the writer lock.
-struct Writer {
-    rv: u64,
-    next_id: u64,
-    window: VecDeque<Event>,
+pub(crate) struct Writer {
+    pub(crate) rv: u64,
+    pub(crate) next_id: u64,
+    pub(crate) window: VecDeque<Event>,
     /// The last resourceVersion whose event went to watchers (everything up to it is durable).
-    published: u64,
+    pub(crate) published: u64,
+    /// Recent writes for followers (crate::replica).
+    pub(crate) log: ReplicaLog,
 }
 
 /// The report store of the controller.
 pub struct Store {
     path: PathBuf,
-    db: sled::Db,
-    writer: Mutex<Writer>,
-    index: RwLock<Index>,
-    events: broadcast::Sender<Event>,
-    mark: DurableMark,
+    pub(crate) db: sled::Db,
+    pub(crate) writer: Mutex<Writer>,
+    pub(crate) index: RwLock<Index>,
+    /// Replaced when a follower loads a snapshot, which ends every watch of the old history.
+    pub(crate) events: RwLock<broadcast::Sender<Event>>,
+    pub(crate) mark: DurableMark,
     config: StoreConfig,
-    metrics: StoreMetrics,
-    outbox: Mutex<OutboxState>,
+    pub(crate) metrics: StoreMetrics,
+    pub(crate) outbox: Mutex<OutboxState>,
+    /// A follower applies the leader's writes and refuses its own.
+    pub(crate) following: AtomicBool,
+    /// The last durable resourceVersion, for those who wait for one.
+    pub(crate) durable_rv: watch::Sender<u64>,
+    /// The newest resourceVersion a connected follower has applied.
+    pub(crate) replicated_rv: watch::Sender<u64>,
     _lock: LockFile,
 }
 
@@ -144,16 +157,20 @@ pub struct Store {
 #[derive(Default)]
 struct Changes {
     batch: sled::Batch,
+    /// The same operations, for followers.
+    ops: Vec<Op>,
     events: Vec<(EventType, IncarnationId, Option<u64>)>,
 }
 
 impl Changes {
     fn insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.batch.insert(key, value);
+        self.batch.insert(key.as_slice(), value.as_slice());
+        self.ops.push(Op::Put(key, value));
     }
 
     fn remove(&mut self, key: Vec<u8>) {
-        self.batch.remove(key);
+        self.batch.remove(key.as_slice());
+        self.ops.push(Op::Remove(key));
     }
 
     fn framed(&mut self, key: &[u8], plain: &[u8], old: Option<&Frame>) -> Result<u64> {
@@ -199,10 +216,7 @@ impl Store {
                 }
             }
         }
-        let read_u64 = |key: &[u8]| -> Result<u64> {
-            Ok(db.get(key)?.and_then(|v| keys::u64_at(&v, 0)).unwrap_or(0))
-        };
-        let rv = read_u64(keys::META_RV)?;
+        let rv = read_u64(&db, keys::META_RV)?;
         if let Some(promised) = durable::read(&path)?
             && promised > rv
         {
@@ -213,38 +227,28 @@ impl Store {
             });
         }
         let mark = DurableMark::open(&path, rv)?;
-        let next_id = read_u64(keys::META_ID)?;
-        let index = load_index(&db)?;
-        let mut window = VecDeque::new();
-        for item in db.scan_prefix([keys::EVENT]) {
-            let (_, value) = item?;
-            window.push_back(serde_json::from_slice::<Event>(&value)?);
-        }
-        let mut pending = Vec::new();
-        for item in db.scan_prefix([keys::OUTBOX]) {
-            let (key, value) = item?;
-            let mut entry: Pending = serde_json::from_slice(&value)?;
-            entry.seq = keys::u64_at(&key, 1).unwrap_or_default();
-            pending.push(entry);
-        }
-        let outbox = OutboxState::load(pending);
+        let loaded = Loaded::read(&db)?;
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         let metrics = StoreMetrics::new();
         let store = Store {
             path,
-            db,
             writer: Mutex::new(Writer {
                 rv,
-                next_id,
-                window,
+                next_id: loaded.next_id,
+                window: loaded.window,
                 published: rv,
+                log: ReplicaLog::new(loaded.position, new_term(), REPLICATION_WINDOW_BYTES),
             }),
-            index: RwLock::new(index),
-            events,
+            db,
+            index: RwLock::new(loaded.index),
+            events: RwLock::new(events),
             mark,
             config,
             metrics,
-            outbox: Mutex::new(outbox),
+            outbox: Mutex::new(loaded.outbox),
+            following: AtomicBool::new(false),
+            durable_rv: watch::Sender::new(rv),
+            replicated_rv: watch::Sender::new(0),
             _lock: lock,
         };
         store.update_gauges();
@@ -276,11 +280,11 @@ impl Store {
         self.index.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write_index(&self) -> RwLockWriteGuard<'_, Index> {
+    pub(crate) fn write_index(&self) -> RwLockWriteGuard<'_, Index> {
         self.index.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lock_writer(&self) -> MutexGuard<'_, Writer> {
+    pub(crate) fn lock_writer(&self) -> MutexGuard<'_, Writer> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -298,6 +302,7 @@ impl Store {
                 "a task record needs a name and a uid".into(),
             ));
         }
+        self.writable()?;
         let mut writer = self.lock_writer();
         let existing = self.read_index().by_uid(&record.uid);
         let mut changes = Changes::default();
@@ -394,6 +399,7 @@ impl Store {
 
     /// Stores the controller's summary of a round.
     pub fn put_round(&self, id: IncarnationId, summary: &RoundSummary) -> Result<Outcome> {
+        self.writable()?;
         let mut writer = self.lock_writer();
         let mut entry = self
             .read_index()
@@ -449,6 +455,7 @@ impl Store {
     /// Stores agent reports in one atomic batch and one flush; returns once they are durable.
     /// A report already stored byte for byte is not written again.
     pub fn put_reports(&self, reports: &[NewReport<'_>]) -> Result<Vec<Outcome>> {
+        self.writable()?;
         let mut writer = self.lock_writer();
         let mut changes = Changes::default();
         let mut written: Vec<ReportKey> = Vec::new();
@@ -624,12 +631,14 @@ impl Store {
         };
         if removed {
             self.tree().remove(keys::outbox(seq))?;
+            self.lock_writer().log.carry(Op::Remove(keys::outbox(seq)));
         }
         Ok(())
     }
 
     /// Removes a task incarnation and everything stored for it. `false` if it was not there.
     pub fn purge_task(&self, id: IncarnationId) -> Result<bool> {
+        self.writable()?;
         let mut writer = self.lock_writer();
         let Some(entry) = self.read_index().get(id).cloned() else {
             return Ok(false);
@@ -672,6 +681,7 @@ impl Store {
 
     /// Removes one round of a task (summary and reports). Returns the bytes removed.
     pub fn purge_round(&self, id: IncarnationId, round: u64) -> Result<u64> {
+        self.writable()?;
         let mut writer = self.lock_writer();
         let Some(mut entry) = self.read_index().get(id).cloned() else {
             return Ok(0);
@@ -815,7 +825,12 @@ impl Store {
             changes.remove(keys::event(old.resource_version));
         }
         changes.insert(keys::META_RV.to_vec(), writer.rv.to_be_bytes().to_vec());
+        changes.insert(
+            keys::META_TERM.to_vec(),
+            writer.log.term.to_be_bytes().to_vec(),
+        );
         self.db.apply_batch(changes.batch)?;
+        writer.log.append(writer.rv, changes.ops);
 
         {
             let mut index = self.write_index();
@@ -842,17 +857,33 @@ impl Store {
         self.db.flush()?;
         self.mark.advance(applied)?;
         let mut writer = self.lock_writer();
+        self.publish(&mut writer, applied);
+        Ok(())
+    }
+
+    /// Sends the events up to `applied` (durable now) to watchers and the writes to followers.
+    pub(crate) fn publish(&self, writer: &mut Writer, applied: u64) {
         if applied > writer.published {
             let from = writer.published;
+            let events = self.events.read().unwrap_or_else(|p| p.into_inner());
             for event in writer
                 .window
                 .iter()
                 .filter(|e| e.resource_version > from && e.resource_version <= applied)
             {
                 // No subscriber is not an error.
-                let _ = self.events.send(event.clone());
+                let _ = events.send(event.clone());
             }
             writer.published = applied;
+            writer.log.publish(applied);
+            self.durable_rv.send_replace(applied);
+        }
+    }
+
+    /// Fails when this store follows a leader (its writes come from the leader).
+    fn writable(&self) -> Result<()> {
+        if self.following.load(Ordering::SeqCst) {
+            return Err(StoreError::Follower);
         }
         Ok(())
     }
@@ -862,7 +893,7 @@ impl Store {
         self.update_gauges_with(rv);
     }
 
-    fn update_gauges_with(&self, rv: u64) {
+    pub(crate) fn update_gauges_with(&self, rv: u64) {
         let index = self.read_index();
         self.metrics.tasks.set(index.entries().count() as i64);
         self.metrics.stored_bytes.set(index.total_bytes() as i64);
@@ -1106,7 +1137,11 @@ impl Store {
     /// Watches changes after `after` (a resourceVersion), or from now.
     pub fn subscribe(&self, after: Option<u64>) -> Result<Subscription, WatchError> {
         let writer = self.lock_writer();
-        let live = self.events.subscribe();
+        let live = self
+            .events
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .subscribe();
         let Some(after) = after else {
             return Ok(Subscription {
                 backlog: vec![],
@@ -1211,32 +1246,81 @@ impl Store {
     }
 }
 
+fn read_u64(db: &sled::Db, key: &[u8]) -> Result<u64> {
+    Ok(db.get(key)?.and_then(|v| keys::u64_at(&v, 0)).unwrap_or(0))
+}
+
+/// A term no other store has used: the clock in nanoseconds, mixed with the process id.
+pub(crate) fn new_term() -> u64 {
+    let nanos = Timestamp::now().as_nanosecond() as u64;
+    (nanos ^ (u64::from(std::process::id()) << 48)).max(1)
+}
+
+/// What the store keeps in memory, read from the database (at open, and after a follower
+/// loaded a snapshot).
+pub(crate) struct Loaded {
+    pub(crate) next_id: u64,
+    pub(crate) index: Index,
+    pub(crate) window: VecDeque<Event>,
+    pub(crate) outbox: OutboxState,
+    pub(crate) position: Position,
+}
+
+impl Loaded {
+    pub(crate) fn read(db: &sled::Db) -> Result<Loaded> {
+        let mut window = VecDeque::new();
+        for item in db.scan_prefix([keys::EVENT]) {
+            let (_, value) = item?;
+            window.push_back(serde_json::from_slice::<Event>(&value)?);
+        }
+        let mut pending = Vec::new();
+        for item in db.scan_prefix([keys::OUTBOX]) {
+            let (key, value) = item?;
+            let mut entry: Pending = serde_json::from_slice(&value)?;
+            entry.seq = keys::u64_at(&key, 1).unwrap_or_default();
+            pending.push(entry);
+        }
+        Ok(Loaded {
+            next_id: read_u64(db, keys::META_ID)?,
+            index: load_index(db)?,
+            window,
+            outbox: OutboxState::load(pending),
+            position: Position {
+                rv: read_u64(db, keys::META_RV)?,
+                term: read_u64(db, keys::META_TERM)?,
+            },
+        })
+    }
+}
+
 /// Rebuilds the in-memory index from task summaries and round records.
 fn load_index(db: &sled::Db) -> Result<Index> {
     let mut index = Index::default();
     for item in db.scan_prefix([keys::SUMMARY]) {
         let (key, value) = item?;
-        let summary: TaskSummary = serde_json::from_slice(&value)
-            .map_err(|e| StoreError::corrupt(&key, &e.to_string()))?;
-        let record_bytes = db
-            .get(keys::by_id(keys::RECORD_BYTES, summary.id))?
-            .and_then(|v| keys::u64_at(&v, 0))
-            .unwrap_or(0);
-        let mut entry = Entry {
-            summary,
-            record_bytes,
-            rounds: Default::default(),
-        };
-        for round in db.scan_prefix(keys::by_id(keys::ROUND, entry.summary.id)) {
-            let (key, value) = round?;
-            let number = keys::u64_at(&key, 9)
-                .ok_or_else(|| StoreError::corrupt(&key, "short round key"))?;
-            let meta: RoundMeta = serde_json::from_slice(&value)
-                .map_err(|e| StoreError::corrupt(&key, &e.to_string()))?;
-            entry.rounds.insert(number, meta);
-        }
-        entry.refresh();
-        index.insert(entry);
+        index.insert(entry_of(db, &key, &value)?);
     }
     Ok(index)
+}
+
+/// The index entry of the task whose summary is `value` at `key`.
+pub(crate) fn entry_of(db: &sled::Db, key: &[u8], value: &[u8]) -> Result<Entry> {
+    let summary: TaskSummary =
+        serde_json::from_slice(value).map_err(|e| StoreError::corrupt(key, &e.to_string()))?;
+    let record_bytes = read_u64(db, &keys::by_id(keys::RECORD_BYTES, summary.id))?;
+    let mut entry = Entry {
+        summary,
+        record_bytes,
+        rounds: Default::default(),
+    };
+    for round in db.scan_prefix(keys::by_id(keys::ROUND, entry.summary.id)) {
+        let (key, value) = round?;
+        let number =
+            keys::u64_at(&key, 9).ok_or_else(|| StoreError::corrupt(&key, "short round key"))?;
+        let meta: RoundMeta = serde_json::from_slice(&value)
+            .map_err(|e| StoreError::corrupt(&key, &e.to_string()))?;
+        entry.rounds.insert(number, meta);
+    }
+    entry.refresh();
+    Ok(entry)
 }

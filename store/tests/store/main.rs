@@ -6,5 +6,6 @@ mod crash;
 mod feed;
 mod outbox;
 mod props;
+mod replica;
 mod retention;
 mod support;
