@@ -16,6 +16,7 @@ pub struct Health {
     store_open: AtomicBool,
     authentication_loaded: AtomicBool,
     leading: AtomicBool,
+    replica_current: AtomicBool,
 }
 
 impl Default for Health {
@@ -24,6 +25,7 @@ impl Default for Health {
             store_open: AtomicBool::new(false),
             authentication_loaded: AtomicBool::new(true),
             leading: AtomicBool::new(true),
+            replica_current: AtomicBool::new(false),
         }
     }
 }
@@ -39,10 +41,16 @@ impl Health {
         self.authentication_loaded.store(loaded, Ordering::SeqCst);
     }
 
-    /// Whether this replica leads (only the leader's store receives reports, so only it is
-    /// ready to serve them). True when there is no election.
+    /// Whether this replica leads (the leader's store receives reports; without replication
+    /// only the leader is ready to serve them). True when there is no election.
     pub fn set_leading(&self, leading: bool) {
         self.leading.store(leading, Ordering::SeqCst);
+    }
+
+    /// Whether this replica, following the leader, has caught up with it (a current follower
+    /// serves reads as well as the leader does).
+    pub fn set_replica_current(&self, current: bool) {
+        self.replica_current.store(current, Ordering::SeqCst);
     }
 
     /// Whether every readiness check passes.
@@ -58,7 +66,11 @@ impl Health {
                 "authentication-configuration",
                 self.authentication_loaded.load(Ordering::SeqCst),
             ));
-            checks.push(("leader-election", self.leading.load(Ordering::SeqCst)));
+            // The leader, or a follower whose copy of the store has caught up with it.
+            checks.push((
+                "leader-election",
+                self.leading.load(Ordering::SeqCst) || self.replica_current.load(Ordering::SeqCst),
+            ));
         }
         checks
     }

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod certs;
 pub mod discovery;
 pub mod first_bytes;
+pub mod follower;
 pub mod health;
 pub mod metrics;
 pub mod negotiate;

@@ -1,10 +1,11 @@
 //! What every handler shares.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use kdoctor_store::Store;
 
 use crate::auth::Auth;
+use crate::follower::LeaderWrites;
 use crate::health::Health;
 use crate::metrics::ApiMetrics;
 use crate::resource::cache::ObjectCache;
@@ -40,6 +41,8 @@ pub struct Shared {
     pub objects: Arc<ObjectCache>,
     /// Task objects served read-only under `kdoctor.io` (local mode only; `None`: not served).
     pub tasks: Option<crate::tasks::TaskObjects>,
+    /// Where a follower's writes go (set once replication runs).
+    leader_writes: Arc<OnceLock<Arc<dyn LeaderWrites>>>,
 }
 
 impl AppState {
@@ -60,7 +63,18 @@ impl AppState {
             health: Arc::new(Health::default()),
             shutdown,
             tasks: None,
+            leader_writes: Arc::new(OnceLock::new()),
         }))
+    }
+
+    /// Sends the writes made while this replica follows to the leader.
+    pub fn set_leader_writes(&self, writes: Arc<dyn LeaderWrites>) {
+        let _ = self.leader_writes.set(writes);
+    }
+
+    /// Where a follower's writes go, once set.
+    pub fn leader_writes(&self) -> Option<Arc<dyn LeaderWrites>> {
+        self.leader_writes.get().cloned()
     }
 
     /// The same state, showing `tasks` (local mode) or not.

@@ -123,6 +123,18 @@ impl ApiError {
         )
     }
 
+    /// A resourceVersion newer than this replica has, still after waiting for it (a follower
+    /// far behind its leader), as kube-apiserver answers it: 504, reason Timeout.
+    pub fn too_large_version(requested: u64, current: u64) -> ApiError {
+        ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "Timeout",
+            format!(
+                "Too large resource version: {requested}, current: {current} (this replica is catching up with the leader; retry)"
+            ),
+        )
+    }
+
     /// A response format the client asked for and the server does not produce.
     pub fn not_acceptable(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_ACCEPTABLE, "NotAcceptable", message.into())
@@ -233,6 +245,15 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        // client-go retries these after the given seconds.
+        if matches!(
+            self.code,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
+        ) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         response.extensions_mut().insert(self);
         response
     }
@@ -240,6 +261,9 @@ impl IntoResponse for ApiError {
 
 impl From<kdoctor_store::StoreError> for ApiError {
     fn from(e: kdoctor_store::StoreError) -> Self {
+        if matches!(e, kdoctor_store::StoreError::Follower) {
+            return ApiError::unavailable(format!("{e}; retry"));
+        }
         tracing::error!(error = %e, "store error");
         ApiError::internal(format!("the report store failed: {e}"))
     }

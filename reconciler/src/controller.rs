@@ -39,6 +39,9 @@ use crate::metrics::ControllerMetrics;
 use crate::options::ControllerOptions;
 use crate::orphans;
 use crate::reconcile::{error_policy, reconcile};
+use crate::replica::client::PeerClient;
+use crate::replica::follow::{self, FollowMetrics};
+use crate::replica::{ADDRESS_ANNOTATION, Replication};
 use crate::task::TaskObject;
 
 /// Name of the leader Lease (upstream's).
@@ -64,6 +67,9 @@ pub struct Setup {
     pub election: Option<LeaseTiming>,
     /// Where stored reports are exported to; `None`: nowhere.
     pub export: Option<ExportConfig>,
+    /// Replication of the store between replicas (with `election`); `None`: only the leader
+    /// has the reports.
+    pub replication: Option<Replication>,
 }
 
 /// Why the reconciler stopped.
@@ -75,6 +81,9 @@ pub enum RunError {
     /// Another replica took over; this one must stop acting.
     #[error("lost the leader Lease {LEASE_NAME}")]
     LostLeadership,
+    /// The replication endpoint could not start.
+    #[error(transparent)]
+    Replication(#[from] crate::replica::serve::ServeError),
 }
 
 fn agent_watch_config() -> watcher::Config {
@@ -182,17 +191,38 @@ pub async fn run(
     // stops them all, so a stopped controller stops renewing its Lease at once.
     let mut tasks = JoinSet::new();
 
-    // 1. Leadership.
+    // 1. Leadership; until then, with replication, follow the leader's store.
+    let replication = setup
+        .replication
+        .clone()
+        .filter(|_| setup.election.is_some());
+    if let Some(replication) = &replication {
+        setup.store.follow();
+        tasks.spawn(crate::replica::serve::serve(setup.store.clone(), replication).await?);
+        tasks.spawn(follow::run(
+            setup.store.clone(),
+            Api::namespaced(setup.client.clone(), &setup.options.namespace),
+            setup.identity.clone(),
+            PeerClient::new(replication)?,
+            replication.current.clone(),
+            FollowMetrics::new(&setup.registry),
+        ));
+    }
     let mut lead = leading.subscribe();
     let mut elected: Option<Elector> = None;
     if let Some(timing) = setup.election.clone() {
-        let elector = Elector::new(
+        let mut elector = Elector::new(
             setup.client.clone(),
             &setup.options.namespace,
             LEASE_NAME,
             &setup.identity,
             timing,
         );
+        if let Some(replication) = &replication {
+            elector = elector
+                .annotate(ADDRESS_ANNOTATION, &replication.address())
+                .defer_unless(replication.current.subscribe());
+        }
         let sender = leading.clone();
         elected = Some(elector.clone());
         tasks.spawn(async move { elector.run(sender).await });
@@ -207,6 +237,10 @@ pub async fn run(
         }
     } else {
         let _ = leading.send(true);
+    }
+    if replication.is_some() {
+        // The follower loop ends on its own once the store leads.
+        setup.store.lead();
     }
     metrics.leader.set(1);
 

@@ -220,6 +220,21 @@ impl Harvester {
             // Their outbox entries were written with them.
             export.stored();
         }
+        // With followers, one of them should have the reports before the agent may drop them:
+        // a failover right after the acknowledgement then loses nothing. Bounded, so a slow
+        // follower delays acknowledgements, never the round.
+        let rv = self.store.resource_version();
+        if !self.store.followers().is_empty()
+            && !self
+                .store
+                .replicated(rv, crate::replica::REPLICATION_ACK_WAIT)
+                .await
+        {
+            tracing::warn!(
+                resource_version = rv,
+                "no follower applied the reports in time; acknowledging them anyway"
+            );
+        }
         outcome.stored += stored;
         self.metrics
             .reports_stored

@@ -3,6 +3,7 @@
 //! `lease_duration`. Writes are conditional on the resourceVersion, so two replicas never both
 //! win. A leader that cannot renew in time gives up (the caller stops acting).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -39,7 +40,15 @@ pub struct Elector {
     name: String,
     identity: String,
     timing: LeaseTiming,
+    /// Written on the Lease by its holder (where followers reach it).
+    annotations: BTreeMap<String, String>,
+    /// Whether this candidate has the newest data; one that has not lets the others take an
+    /// expired Lease first, a few times.
+    current: Option<watch::Receiver<bool>>,
 }
+
+/// Expired Leases a candidate that is behind leaves to the others before taking one.
+const DEFERRALS: u32 = 3;
 
 /// What one attempt found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +77,31 @@ impl Elector {
             name: name.to_string(),
             identity: identity.to_string(),
             timing,
+            annotations: BTreeMap::new(),
+            current: None,
+        }
+    }
+
+    /// Writes `key: value` on the Lease while this replica holds it.
+    pub fn annotate(mut self, key: &str, value: &str) -> Elector {
+        self.annotations.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    /// Takes an expired Lease only when `current` says this replica's data is the newest
+    /// (or after a few deferrals to candidates that are).
+    pub fn defer_unless(mut self, current: watch::Receiver<bool>) -> Elector {
+        self.current = Some(current);
+        self
+    }
+
+    fn annotate_lease(&self, lease: &mut Lease) {
+        if !self.annotations.is_empty() {
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_default()
+                .extend(self.annotations.clone());
         }
     }
 
@@ -82,17 +116,18 @@ impl Elector {
         }
     }
 
-    /// Tries once to acquire or renew the Lease.
+    /// Tries once to acquire or renew the Lease (and keeps its annotations).
     pub async fn try_acquire(&self) -> Result<Attempt, kube::Error> {
         let now = Timestamp::now();
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
-            let lease = Lease {
+            let mut lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.name.clone()),
                     ..ObjectMeta::default()
                 },
                 spec: Some(self.spec(now, now, 0)),
             };
+            self.annotate_lease(&mut lease);
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(_) => Ok(Attempt::Leading),
                 Err(kube::Error::Api(e)) if e.code == 409 => {
@@ -107,21 +142,13 @@ impl Elector {
         let (acquired, transitions) = if holder == self.identity {
             (spec.acquire_time.map(|t| t.0).unwrap_or(now), transitions)
         } else {
-            let duration = spec
-                .lease_duration_seconds
-                .map(|s| Duration::from_secs(s.max(0) as u64))
-                .unwrap_or(self.timing.lease_duration);
-            let expires = spec
-                .renew_time
-                .map(|t| t.0)
-                .and_then(|t| t.checked_add(duration).ok());
-            let expired = holder.is_empty() || expires.is_none_or(|e| e <= now);
-            if !expired {
+            if !expired(&lease, self.timing.lease_duration, now) {
                 return Ok(Attempt::Following(holder));
             }
             (now, transitions + 1)
         };
         lease.spec = Some(self.spec(now, acquired, transitions));
+        self.annotate_lease(&mut lease);
         match self
             .api
             .replace(&self.name, &PostParams::default(), &lease)
@@ -164,7 +191,20 @@ impl Elector {
     /// duration), after which the process should stop acting as leader.
     pub async fn run(&self, leading: watch::Sender<bool>) {
         let mut last_renewal: Option<tokio::time::Instant> = None;
+        let mut deferred = 0;
         loop {
+            let behind = self.current.as_ref().is_some_and(|c| !*c.borrow());
+            if !*leading.borrow() && behind && deferred < DEFERRALS {
+                // Only while the Lease is free to take does deferring matter.
+                if let Ok(Some(lease)) = self.api.get_opt(&self.name).await
+                    && expired(&lease, self.timing.lease_duration, Timestamp::now())
+                {
+                    deferred += 1;
+                    tracing::info!(lease = %self.name, "the Lease is free, but this replica's copy is behind: leaving it to a current replica");
+                    tokio::time::sleep(self.timing.renew).await;
+                    continue;
+                }
+            }
             match self.try_acquire().await {
                 Ok(Attempt::Leading) => {
                     if !*leading.borrow() {
@@ -195,4 +235,22 @@ impl Elector {
             tokio::time::sleep(self.timing.renew).await;
         }
     }
+}
+
+/// Whether nobody holds `lease` any more (released, or not renewed within its duration).
+fn expired(lease: &Lease, default_duration: Duration, now: Timestamp) -> bool {
+    let Some(spec) = &lease.spec else {
+        return true;
+    };
+    if spec.holder_identity.as_deref().is_none_or(str::is_empty) {
+        return true;
+    }
+    let duration = spec
+        .lease_duration_seconds
+        .map(|s| Duration::from_secs(s.max(0) as u64))
+        .unwrap_or(default_duration);
+    spec.renew_time
+        .as_ref()
+        .and_then(|t| t.0.checked_add(duration).ok())
+        .is_none_or(|e| e <= now)
 }

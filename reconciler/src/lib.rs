@@ -24,6 +24,7 @@ pub mod pod_security;
 pub mod readiness;
 pub mod reconcile;
 pub mod references;
+pub mod replica;
 pub mod rounds;
 pub mod streaks;
 pub mod task;

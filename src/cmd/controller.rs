@@ -20,6 +20,7 @@ use kdoctor_reconciler::controller::{RunError, Setup, run};
 use kdoctor_reconciler::export::ExportConfig;
 use kdoctor_reconciler::leader::LeaseTiming;
 use kdoctor_reconciler::options::{AgentPorts, ControllerOptions};
+use kdoctor_reconciler::replica::{REPLICA_NAME, Replication};
 use tokio::sync::watch;
 
 /// Arguments of `kdoctor controller`.
@@ -101,9 +102,21 @@ pub struct Args {
     #[arg(long = "pod-name", env = "ENV_POD_NAME")]
     pod_name: Option<String>,
     /// Elect a leader on the Lease `kdoctor-controller-lease` (only the leader reconciles
-    /// and is ready to serve reports).
+    /// and harvests; with --pod-ip, the other replicas follow its store and serve reads too).
     #[arg(long = "leader-elect", default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
+    /// This replica's pod IP: with leader election, the leader serves its store's history to
+    /// the other replicas at this address (port of --replication-listen); without it, only the
+    /// leader serves reports.
+    #[arg(long = "pod-ip", env = "ENV_POD_IP", value_name = "IP")]
+    pod_ip: Option<std::net::IpAddr>,
+    /// Address of the replication endpoint (mutual TLS, the install's CA).
+    #[arg(
+        long = "replication-listen",
+        value_name = "ADDR",
+        default_value = "0.0.0.0:5722"
+    )]
+    replication_listen: SocketAddr,
     /// Agent image of per-task carriers.
     #[arg(long = "agent-image", env = "ENV_AGENT_IMAGE")]
     agent_image: Option<String>,
@@ -324,6 +337,55 @@ async fn keep_certificates(client: kube::Client, settings: CertSettings, data: P
     }
 }
 
+/// The certificates and addresses of replication: a serving certificate for the pod IP and a
+/// client certificate named [`REPLICA_NAME`], both from the install's CA.
+fn replication(
+    args: &Args,
+    ip: std::net::IpAddr,
+    ca: &Ca,
+    current: watch::Sender<bool>,
+) -> Result<Replication> {
+    let server = ca
+        .serving(&[ip.to_string()])
+        .context("issuing the replication serving certificate")?;
+    let client = ca
+        .client(REPLICA_NAME, &[])
+        .context("issuing the replication client certificate")?;
+    Ok(Replication {
+        listen: args.replication_listen,
+        advertise: SocketAddr::new(ip, args.replication_listen.port()),
+        roots: kdoctor_agent::tls::parse_roots(ca.pem.cert.as_bytes(), "the install CA")?,
+        server: identity_from_pem(&server.cert, &server.key)?,
+        client: identity_from_pem(&client.cert, &client.key)?,
+        current,
+    })
+}
+
+/// A follower's writes (DELETEs of reports), made by the leader.
+struct ForwardToLeader {
+    client: kdoctor_reconciler::replica::client::PeerClient,
+    leases: kube::Api<k8s_openapi::api::coordination::v1::Lease>,
+    identity: String,
+}
+
+impl kdoctor_apiserver::follower::LeaderWrites for ForwardToLeader {
+    fn purge(
+        &self,
+        uid: String,
+        round: Option<u64>,
+    ) -> kdoctor_apiserver::follower::BoxFuture<Result<u64, String>> {
+        let client = self.client.clone();
+        let leases = self.leases.clone();
+        let identity = self.identity.clone();
+        Box::pin(async move {
+            let leader = kdoctor_reconciler::replica::follow::leader_address(&leases, &identity)
+                .await
+                .ok_or("no leader is known")?;
+            client.purge(leader, &uid, round).await
+        })
+    }
+}
+
 async fn controller(args: &Args) -> Result<ExitCode> {
     let config = config(args)?;
     let options = options(args)?;
@@ -376,6 +438,12 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         .clone()
         .unwrap_or_else(kdoctor_agent::config::host_name);
 
+    let (current_tx, mut current_rx) = watch::channel(false);
+    let replication = match (args.leader_elect, args.pod_ip) {
+        (true, Some(ip)) => Some(replication(args, ip, &ca, current_tx)?),
+        _ => None,
+    };
+
     let server = start(ServerOptions {
         tls_files,
         tls_sans: args.tls_san.clone(),
@@ -403,6 +471,19 @@ async fn controller(args: &Args) -> Result<ExitCode> {
             health.set_leading(*leading_rx.borrow());
         }
     });
+    let health = state.health.clone();
+    tokio::spawn(async move {
+        while current_rx.changed().await.is_ok() {
+            health.set_replica_current(*current_rx.borrow());
+        }
+    });
+    if let Some(replication) = &replication {
+        state.set_leader_writes(Arc::new(ForwardToLeader {
+            client: kdoctor_reconciler::replica::client::PeerClient::new(replication)?,
+            leases: kube::Api::namespaced(client.clone(), &args.namespace),
+            identity: identity.clone(),
+        }));
+    }
     let setup = Setup {
         client,
         store: Arc::clone(&store),
@@ -413,6 +494,7 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         identity,
         election: args.leader_elect.then(LeaseTiming::default),
         export,
+        replication,
     };
     let result = run(setup, leading_tx, super::stopped()).await;
     server.stop().await;

@@ -105,8 +105,11 @@ pub fn plan(entries: &[Entry], retention: &Retention, now: Timestamp) -> Vec<Rem
 }
 
 impl Store {
-    /// Applies retention once, as of `now`.
+    /// Applies retention once, as of `now` (a follower does not: it applies the leader's).
     pub fn sweep(&self, now: Timestamp) -> Result<SweepReport> {
+        if self.is_following() {
+            return Ok(SweepReport::default());
+        }
         let entries = self.index_snapshot();
         let mut report = SweepReport::default();
         for removal in plan(&entries, &self.config().retention, now) {

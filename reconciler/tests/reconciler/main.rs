@@ -8,6 +8,7 @@ mod invalid;
 mod markers;
 mod plan;
 mod real_agents;
+mod replication;
 mod robustness;
 mod rounds;
 mod scale;

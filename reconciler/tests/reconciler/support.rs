@@ -31,6 +31,7 @@ use kdoctor_reconciler::controller::{Setup, run};
 use kdoctor_reconciler::export::ExportConfig;
 use kdoctor_reconciler::leader::LeaseTiming;
 use kdoctor_reconciler::options::ControllerOptions;
+use kdoctor_reconciler::replica::Replication;
 use kdoctor_store::{Store, StoreConfig};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -216,10 +217,25 @@ pub struct Cluster {
     pub leading: watch::Receiver<bool>,
     /// Report export of every controller started.
     pub export: Option<ExportConfig>,
+    /// Whether controllers replicate their stores (each replica on its own port).
+    replication: bool,
+    next_port: std::sync::atomic::AtomicU16,
     _dir: TempDir,
     tasks: Vec<JoinHandle<()>>,
     /// The runtime inside the cluster's namespace (controller, agents, receivers).
     net: Option<tokio::runtime::Runtime>,
+}
+
+/// A controller replica started by a test.
+pub struct Replica {
+    /// Stops it gracefully.
+    pub stop: watch::Sender<bool>,
+    /// Whether it leads.
+    pub leading: watch::Receiver<bool>,
+    /// Whether its copy of the store is current (a follower with replication).
+    pub current: watch::Receiver<bool>,
+    /// Its task (abort: a crash).
+    pub handle: JoinHandle<()>,
 }
 
 /// The user name of the controller (the manifests' ServiceAccount).
@@ -557,6 +573,8 @@ pub struct ClusterConfig {
     /// A dual-stack cluster (the machine must route the simulated IPv6 addresses) and
     /// `enableIPv6` in the controller's configuration.
     pub ipv6: bool,
+    /// Controllers replicate their stores (with `election`).
+    pub replication: bool,
 }
 
 impl Default for ClusterConfig {
@@ -569,6 +587,7 @@ impl Default for ClusterConfig {
             real_agent_nodes: 0,
             export: None,
             ipv6: false,
+            replication: false,
         }
     }
 }
@@ -711,6 +730,8 @@ impl Cluster {
             controller: None,
             leading: watch::channel(false).1,
             export: settings.export,
+            replication: settings.replication,
+            next_port: std::sync::atomic::AtomicU16::new(5722),
             _dir: dir,
             tasks: vec![runner],
             net: Some(net),
@@ -719,19 +740,56 @@ impl Cluster {
         cluster
     }
 
-    /// Starts a controller replica; returns whether it leads (via the receiver).
+    /// Starts a controller replica on the cluster's store; returns whether it leads (via the
+    /// receiver).
     pub fn spawn_controller(
         &self,
         election: bool,
         identity: &str,
     ) -> (watch::Sender<bool>, watch::Receiver<bool>, JoinHandle<()>) {
+        let replica = self.spawn_replica(election, identity, self.store.clone());
+        (replica.stop, replica.leading, replica.handle)
+    }
+
+    /// Replication settings for a new replica: its own port on the namespace's loopback,
+    /// certificates of the install's CA.
+    fn replication(&self) -> (Replication, watch::Receiver<bool>) {
+        let port = self.next_port.fetch_add(1, Ordering::SeqCst);
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let server = self.ca.serving(&["127.0.0.1".into()]).expect("server cert");
+        let client = self
+            .ca
+            .client(kdoctor_reconciler::replica::REPLICA_NAME, &[])
+            .expect("client cert");
+        let (current, current_rx) = watch::channel(false);
+        let replication = Replication {
+            listen: addr,
+            advertise: addr,
+            roots: kdoctor_agent::tls::parse_roots(self.ca.pem.cert.as_bytes(), "test CA")
+                .expect("roots"),
+            server: identity_from_pem(&server.cert, &server.key).expect("identity"),
+            client: identity_from_pem(&client.cert, &client.key).expect("identity"),
+            current,
+        };
+        (replication, current_rx)
+    }
+
+    /// Starts a controller replica on `store` (its own, with replication on).
+    pub fn spawn_replica(&self, election: bool, identity: &str, store: Arc<Store>) -> Replica {
         let harvester = self
             .ca
             .client(kdoctor_agent::report_api::HARVESTER_NAME, &[])
             .expect("client cert");
+        let (replication, current) = match self.replication {
+            true => {
+                let (r, c) = self.replication();
+                (Some(r), c)
+            }
+            false => (None, watch::channel(false).1),
+        };
         let setup = Setup {
             client: self.controller_client.clone(),
-            store: self.store.clone(),
+            store: store.clone(),
             config: self.config.clone(),
             options: self.options.clone(),
             harvest_identity: identity_from_pem(&harvester.cert, &harvester.key).expect("identity"),
@@ -744,6 +802,7 @@ impl Cluster {
                 renew: Duration::from_secs(1),
             }),
             export: self.export.clone(),
+            replication,
         };
         let (stop_tx, mut stop_rx) = watch::channel(false);
         let (leading_tx, leading_rx) = watch::channel(false);
@@ -753,7 +812,12 @@ impl Cluster {
             };
             let _ = run(setup, leading_tx, stopped).await;
         });
-        (stop_tx, leading_rx, handle)
+        Replica {
+            stop: stop_tx,
+            leading: leading_rx,
+            current,
+            handle,
+        }
     }
 
     fn start_controller(&mut self, election: bool, identity: &str) {

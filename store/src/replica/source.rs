@@ -46,6 +46,15 @@ impl Store {
         self.durable_rv.subscribe()
     }
 
+    /// Waits until every write up to `rv` is durable here, at most `timeout`; `false` when it
+    /// did not come in time.
+    pub async fn wait_durable(&self, rv: u64, timeout: Duration) -> bool {
+        let mut durable = self.durable_rv.subscribe();
+        tokio::time::timeout(timeout, durable.wait_for(|d| *d >= rv))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
     /// Followers that asked for records lately, with the resourceVersion each has applied.
     pub fn followers(&self) -> Vec<(String, u64)> {
         self.lock_writer().log.followers(Instant::now())
