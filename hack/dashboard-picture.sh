@@ -51,7 +51,7 @@ k get nodes -L topology.kubernetes.io/zone
 step "installing manifests/"
 k apply -k manifests/
 k -n kdoctor rollout status daemonset/kdoctor-agent --timeout=120s
-k -n kdoctor rollout status deployment/kdoctor-controller --timeout=120s
+k -n kdoctor rollout status statefulset/kdoctor-controller --timeout=120s
 
 step "a NetReach task: a round every minute"
 k apply -f - <<'TASK'

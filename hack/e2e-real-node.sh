@@ -68,7 +68,7 @@ case "$runtime" in containerd://*) echo "$NODE: $runtime" ;; *) fail "$NODE runs
 step "installing the chart, the controller pinned to $NODE"
 hack/cluster.sh install-chart --set "kdoctorController.nodeSelector.kubernetes\.io/hostname=$NODE"
 k -n kdoctor rollout status daemonset/kdoctor-agent --timeout=120s
-k -n kdoctor rollout status deployment/kdoctor-controller --timeout=120s
+k -n kdoctor rollout status statefulset/kdoctor-controller --timeout=120s
 
 # The pod of COMPONENT on the real node, and its container's process on this host.
 pod_on_node() {

@@ -90,7 +90,7 @@ else
   hack/cluster.sh install-chart "${sets[@]}"
 fi
 k -n kdoctor rollout status daemonset/kdoctor-agent --timeout=120s
-k -n kdoctor rollout status deployment/kdoctor-controller --timeout=120s
+k -n kdoctor rollout status statefulset/kdoctor-controller --timeout=120s
 
 step "the APIService is Available, as the real kube-aggregator judges it, through the Service"
 k wait apiservice/v1beta1.system.kdoctor.io --for=condition=Available --timeout=90s

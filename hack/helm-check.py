@@ -361,7 +361,7 @@ def args_of(objects: list[dict], kind: str, name: str) -> list[str]:
 
 
 def check_binary_accepts(binary: str, objects: list[dict], what: str) -> None:
-    for kind, name in [("DaemonSet", "kdoctor-agent"), ("Deployment", "kdoctor-controller")]:
+    for kind, name in [("DaemonSet", "kdoctor-agent"), ("StatefulSet", "kdoctor-controller")]:
         args = args_of(objects, kind, name)
         out = kdoctor(binary, *args, "--help")
         if out.returncode != 0:
@@ -527,13 +527,13 @@ def check_values_reach_objects(binary: str) -> None:
             "priorityClassName": "system-node-critical",
             "resources": {"limits": {"cpu": "2", "memory": "2Gi"}},
         },
-        "kdoctorController": {"extraArgs": ["--cert-renew-before-days=60"]},
+        "kdoctorController": {"extraArgs": ["--cert-renew-before-days=60"], "replicas": 3},
         "global": {"clusterDnsDomain": "corp.local"},
     }
     lint(values, "non-default values")
     r = render(values)
     check_binary_accepts(binary, r, "non-default values")
-    controller = args_of(r, "Deployment", "kdoctor-controller")
+    controller = args_of(r, "StatefulSet", "kdoctor-controller")
     agent = args_of(r, "DaemonSet", "kdoctor-agent")
     for flag in [
         "--retention-interval-minutes=5",
@@ -568,14 +568,16 @@ def check_values_reach_objects(binary: str) -> None:
     ing = find(r, "Ingress", "kdoctor-agent")
     if not ing or ing["spec"].get("ingressClassName") != "nginx":
         fail(f"Ingress class not set: {ing}")
-    pvc = find(r, "PersistentVolumeClaim", "kdoctor-reports")["spec"]
+    if find(r, "StatefulSet", "kdoctor-controller")["spec"]["replicas"] != 3:
+        fail("kdoctorController.replicas does not reach the StatefulSet")
+    pvc = find(r, "StatefulSet", "kdoctor-controller")["spec"]["volumeClaimTemplates"][0]["spec"]
     if pvc.get("storageClassName") != "fast" or pvc["resources"]["requests"]["storage"] != "5Gi":
-        fail(f"PVC: {pvc}")
+        fail(f"the controller's volume claim template: {pvc}")
     for o in r:
         for c in o.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
             if c["image"] != "registry.example/kdoctor:9.9.9" or c["imagePullPolicy"] != "Always":
                 fail(f"{key(o)} image {c['image']} {c['imagePullPolicy']}")
-    env = find(r, "Deployment", "kdoctor-controller")["spec"]["template"]["spec"]["containers"][0]["env"]
+    env = find(r, "StatefulSet", "kdoctor-controller")["spec"]["template"]["spec"]["containers"][0]["env"]
     if {"name": "ENV_AGENT_IMAGE", "value": "registry.example/kdoctor:9.9.9"} not in env:
         fail("the controller's ENV_AGENT_IMAGE (the carriers' image) is not the chart's image")
     ds = find(r, "DaemonSet", "kdoctor-agent")["spec"]["template"]["spec"]
@@ -614,7 +616,7 @@ def check_values_reach_objects(binary: str) -> None:
     except helm.HelmError as e:
         if "tls.server.method" not in str(e):
             fail(f"unexpected error for an unknown tls.server.method: {e}")
-    ok("non-default values reach conf.yml, arguments, Services, Ingress, PVC, images and certificates")
+    ok("non-default values reach conf.yml, arguments, Services, Ingress, replicas, volume claims, images and certificates")
 
 
 def values_of(settings: list[str]) -> dict:

@@ -157,11 +157,10 @@ fn typed<T: serde::de::DeserializeOwned>(object: &serde_json::Value) -> T {
 
 #[test]
 fn install_objects_parse_as_their_kinds_in_the_kdoctor_namespace() {
-    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-    use k8s_openapi::api::core::v1::{
-        ConfigMap, Namespace, PersistentVolumeClaim, Service, ServiceAccount,
-    };
+    use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
     use k8s_openapi::api::networking::v1::Ingress;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     let objects = install();
     assert!(objects.len() >= 20, "{} objects", objects.len());
     for o in &objects {
@@ -174,13 +173,10 @@ fn install_objects_parse_as_their_kinds_in_the_kdoctor_namespace() {
             "Role" => typed::<Role>(o).metadata.namespace.is_some(),
             "RoleBinding" => typed::<RoleBinding>(o).metadata.namespace.is_some(),
             "DaemonSet" => typed::<DaemonSet>(o).metadata.namespace.is_some(),
-            "Deployment" => typed::<Deployment>(o).metadata.namespace.is_some(),
+            "StatefulSet" => typed::<StatefulSet>(o).metadata.namespace.is_some(),
+            "PodDisruptionBudget" => typed::<PodDisruptionBudget>(o).metadata.namespace.is_some(),
             "Service" => typed::<Service>(o).metadata.namespace.is_some(),
             "Ingress" => typed::<Ingress>(o).metadata.namespace.is_some(),
-            "PersistentVolumeClaim" => typed::<PersistentVolumeClaim>(o)
-                .metadata
-                .namespace
-                .is_some(),
             "APIService" => typed::<APIService>(o).metadata.namespace.is_some(),
             other => panic!("unexpected kind {other} in manifests/"),
         };
@@ -307,7 +303,7 @@ fn names_ports_selectors_and_mounts_agree_across_objects_and_with_the_code() {
             "DaemonSet",
             config.agent_daemonset_name.as_str(),
         ),
-        ("kdoctor-controller", "Deployment", "kdoctor-controller"),
+        ("kdoctor-controller", "StatefulSet", "kdoctor-controller"),
     ] {
         let svc = find(&objects, "Service", service);
         let template = pod_of(&objects, kind, workload);
@@ -336,9 +332,10 @@ fn names_ports_selectors_and_mounts_agree_across_objects_and_with_the_code() {
             if let Some(cm) = volume["configMap"]["name"].as_str() {
                 find(&objects, "ConfigMap", cm);
             }
-            if let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str() {
-                find(&objects, "PersistentVolumeClaim", claim);
-            }
+            assert!(
+                volume.get("persistentVolumeClaim").is_none(),
+                "{workload}: a claim shared by replicas; each has its own (volumeClaimTemplates)"
+            );
             if let Some(secret) = volume["secret"]["secretName"].as_str() {
                 assert!(
                     ["kdoctor-ca", "kdoctor-controller-cert"].contains(&secret),
@@ -425,7 +422,7 @@ fn the_workloads_arguments_are_accepted_by_the_binary() {
     let objects = install();
     for (kind, name) in [
         ("DaemonSet", "kdoctor-agent"),
-        ("Deployment", "kdoctor-controller"),
+        ("StatefulSet", "kdoctor-controller"),
     ] {
         let container = &pod_of(&objects, kind, name)["spec"]["containers"][0];
         let mut args: Vec<String> = container["args"]
@@ -864,7 +861,7 @@ fn the_manifests_run_the_image_as_described() {
     let objects = install();
     for (kind, name, subcommand) in [
         ("DaemonSet", "kdoctor-agent", "agent"),
-        ("Deployment", "kdoctor-controller", "controller"),
+        ("StatefulSet", "kdoctor-controller", "controller"),
     ] {
         let pod = &pod_of(&objects, kind, name)["spec"];
         let container = &pod["containers"][0];
@@ -882,7 +879,8 @@ fn the_manifests_run_the_image_as_described() {
         );
     }
     // Per-task carriers run the controller's own image.
-    let controller = &pod_of(&objects, "Deployment", "kdoctor-controller")["spec"]["containers"][0];
+    let controller =
+        &pod_of(&objects, "StatefulSet", "kdoctor-controller")["spec"]["containers"][0];
     let agent_image = controller["env"]
         .as_array()
         .expect("env")
@@ -890,4 +888,56 @@ fn the_manifests_run_the_image_as_described() {
         .find(|e| e["name"] == "ENV_AGENT_IMAGE")
         .expect("ENV_AGENT_IMAGE");
     assert_eq!(agent_image["value"], controller["image"]);
+}
+
+/// Issue 18: the controller keeps the APIService Available through the loss of a pod — two
+/// replicas, each with a store of its own, one disrupted at a time, spread over nodes, and each
+/// told its pod IP (where followers reach the leader) and serving the replication port.
+#[test]
+fn the_controller_runs_two_replicas_each_on_its_own_store() {
+    let objects = install();
+    let set = find(&objects, "StatefulSet", "kdoctor-controller");
+    assert_eq!(set["spec"]["replicas"], 2);
+    let claims = set["spec"]["volumeClaimTemplates"]
+        .as_array()
+        .expect("volumeClaimTemplates");
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0]["metadata"]["name"], "reports");
+    let pod = &pod_of(&objects, "StatefulSet", "kdoctor-controller")["spec"];
+    let container = &pod["containers"][0];
+    let mounts = container["volumeMounts"].as_array().expect("mounts");
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["name"] == "reports" && m["mountPath"] == "/report"),
+        "{mounts:?}"
+    );
+    let env = container["env"].as_array().expect("env");
+    let pod_ip = env
+        .iter()
+        .find(|e| e["name"] == "ENV_POD_IP")
+        .expect("ENV_POD_IP");
+    assert_eq!(pod_ip["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+    let ports = container["ports"].as_array().expect("ports");
+    assert!(
+        ports
+            .iter()
+            .any(|p| p["name"] == "replication" && p["containerPort"] == 5722),
+        "{ports:?}"
+    );
+    let spread =
+        &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+    assert_eq!(
+        spread[0]["podAffinityTerm"]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    let budget = find(&objects, "PodDisruptionBudget", "kdoctor-controller");
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    let labels = &pod_of(&objects, "StatefulSet", "kdoctor-controller")["metadata"]["labels"];
+    for (k, v) in budget["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("selector")
+    {
+        assert_eq!(&labels[k], v, "the budget selects the controller's pods");
+    }
 }
