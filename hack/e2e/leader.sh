@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # hack/e2e.sh's leader check: while hack/e2e/leader.yaml's round is probing, the leading
 # controller's process is killed (SIGKILL: it cannot release the Lease) and its pod removed, as
-# when its node dies. Then the Lease kdoctor/kdoctor-controller-lease must move to the new pod,
-# and the round finish once: done 1 of 1, succeeded, one result per node in the report.
+# when its node dies. Then the Lease kdoctor/kdoctor-controller-lease must move to another pod
+# (the other replica, or the StatefulSet's new pod of the same name), the round finish once:
+# done 1 of 1, succeeded, one result per node in the report — and `kubectl get kdoctorreport`
+# through the aggregation layer must keep answering throughout (the follower serves reads).
 #   leader.sh KUBECTL NODES      (CLUSTER_NETNS names the cluster's namespace)
 set -euo pipefail
 kubectl="$1"
@@ -23,24 +25,43 @@ done
 sleep 3
 # The leader's process, found by its pod's network namespace (kube-sim names them
 # <cluster namespace>-<pod uid>).
-uid="$(k -n kdoctor get pod "$old" -o jsonpath='{.metadata.uid}' | tr -d '-' | cut -c1-16)"
+old_uid="$(k -n kdoctor get pod "$old" -o jsonpath='{.metadata.uid}')"
+uid="$(printf '%s' "$old_uid" | tr -d '-' | cut -c1-16)"
 pid=""
 for p in $(ip netns pids "${CLUSTER_NETNS:?}-$uid" 2>/dev/null); do
   case "$(tr '\0' ' ' <"/proc/$p/cmdline")" in "/usr/bin/kdoctor controller"*) pid="$p" ;; esac
 done
 [ -n "$pid" ] || fail "cannot find the process of the leading controller pod $old"
+# Reads through the aggregation layer, twice a second from just before the kill until the round
+# has finished: each failure is counted.
+reads_log="$(mktemp)"
+(
+  while :; do
+    if k get kdoctorreport --request-timeout=5s >/dev/null 2>>"$reads_log.err"; then echo ok; else echo failed; fi
+    sleep 0.5
+  done >>"$reads_log"
+) &
+reader=$!
+trap 'kill "$reader" 2>/dev/null || true' EXIT
+sleep 1
 echo "killing the leader's process $pid (SIGKILL) and removing its pod"
+killed_at=$SECONDS
 kill -KILL "$pid"
+# Only a new holder renews the Lease from now on.
+renewed_before="$(k -n kdoctor get lease kdoctor-controller-lease -o jsonpath='{.spec.renewTime}')"
 k -n kdoctor delete pod "$old" --grace-period=0 --force --wait=false 2>&1 | grep -v 'Warning: Immediate deletion' || true
 
 deadline=$((SECONDS + 120))
 while :; do
   holder="$(lease)"
-  if [ -n "$holder" ] && [ "$holder" != "$old" ] && k -n kdoctor get pod "$holder" >/dev/null 2>&1; then break; fi
-  [ "$SECONDS" -lt "$deadline" ] || fail "the Lease did not move from $old within 120s (holder: '$holder')"
+  holder_uid="$(k -n kdoctor get pod "$holder" -o jsonpath='{.metadata.uid}' 2>/dev/null || true)"
+  # Held and renewed by a live pod that is not the killed one.
+  if [ -n "$holder" ] && [ -n "$holder_uid" ] && [ "$holder_uid" != "$old_uid" ] &&
+    [ "$(k -n kdoctor get lease kdoctor-controller-lease -o jsonpath='{.spec.renewTime}')" != "$renewed_before" ]; then break; fi
+  [ "$SECONDS" -lt "$deadline" ] || fail "the Lease did not move from the killed pod $old within 120s (holder: '$holder')"
   sleep 1
 done
-echo "the Lease moved: $old -> $holder"
+echo "the Lease moved within $((SECONDS - killed_at))s: $old (pod $old_uid) -> $holder (pod $holder_uid)"
 
 deadline=$((SECONDS + 240))
 until [ "$(k get netreach e2e-leader -o jsonpath='{.status.finish}')" = true ]; do
@@ -56,3 +77,13 @@ distinct="$(printf '%s\n' "$reported" | grep . | sort -u | wc -l)"
 rounds="$(k get kdoctorreport netreach-e2e-leader -o jsonpath='{.metadata.annotations.kdoctor\.io/rounds}')"
 [ "$rounds" = 1 ] || fail "the store holds $rounds rounds of e2e-leader, expected 1"
 echo "e2e-leader: finished once by the new leader ($state); $total results from $distinct nodes; 1 round stored"
+kill "$reader" 2>/dev/null || true
+wait "$reader" 2>/dev/null || true
+reads="$(grep -c . "$reads_log" || true)"
+failed="$(grep -c failed "$reads_log" || true)"
+echo "reads during the failover: $reads, failed: $failed"
+if [ "$failed" -ne 0 ]; then
+  sort "$reads_log.err" | uniq -c | sort -rn | head -5 >&2
+  fail "$failed of $reads reads of kdoctorreports failed during the failover (goal 0)"
+fi
+rm -f "$reads_log" "$reads_log.err"

@@ -211,6 +211,7 @@ pub async fn run(
     let mut lead = leading.subscribe();
     let mut elected: Option<Elector> = None;
     if let Some(timing) = setup.election.clone() {
+        let duration = timing.lease_duration;
         let mut elector = Elector::new(
             setup.client.clone(),
             &setup.options.namespace,
@@ -219,9 +220,21 @@ pub async fn run(
             timing,
         );
         if let Some(replication) = &replication {
+            let current = replication.current.subscribe();
+            let store = setup.store.clone();
+            let identity = setup.identity.clone();
             elector = elector
                 .annotate(ADDRESS_ANNOTATION, &replication.address())
-                .defer_unless(replication.current.subscribe());
+                .defer_while(Arc::new(move |lease| {
+                    crate::replica::should_defer(
+                        lease,
+                        &identity,
+                        *current.borrow(),
+                        store.resource_version(),
+                        jiff::Timestamp::now(),
+                        duration,
+                    )
+                }));
         }
         let sender = leading.clone();
         elected = Some(elector.clone());

@@ -42,10 +42,13 @@ pub struct Elector {
     timing: LeaseTiming,
     /// Written on the Lease by its holder (where followers reach it).
     annotations: BTreeMap<String, String>,
-    /// Whether this candidate has the newest data; one that has not lets the others take an
-    /// expired Lease first, a few times.
-    current: Option<watch::Receiver<bool>>,
+    /// Whether this candidate should leave the Lease to another for now (its data is not the
+    /// newest); it takes the Lease anyway after a few deferrals.
+    defer: Option<Deferral>,
 }
+
+/// Decides, from the Lease as it is, whether a candidate leaves it to another replica for now.
+pub type Deferral = std::sync::Arc<dyn Fn(&Lease) -> bool + Send + Sync>;
 
 /// Expired Leases a candidate that is behind leaves to the others before taking one.
 const DEFERRALS: u32 = 3;
@@ -78,7 +81,7 @@ impl Elector {
             identity: identity.to_string(),
             timing,
             annotations: BTreeMap::new(),
-            current: None,
+            defer: None,
         }
     }
 
@@ -88,10 +91,10 @@ impl Elector {
         self
     }
 
-    /// Takes an expired Lease only when `current` says this replica's data is the newest
-    /// (or after a few deferrals to candidates that are).
-    pub fn defer_unless(mut self, current: watch::Receiver<bool>) -> Elector {
-        self.current = Some(current);
+    /// Leaves the Lease to other candidates while `defer` says so (at most a few times in a
+    /// row, so that an election always ends).
+    pub fn defer_while(mut self, defer: Deferral) -> Elector {
+        self.defer = Some(defer);
         self
     }
 
@@ -193,17 +196,16 @@ impl Elector {
         let mut last_renewal: Option<tokio::time::Instant> = None;
         let mut deferred = 0;
         loop {
-            let behind = self.current.as_ref().is_some_and(|c| !*c.borrow());
-            if !*leading.borrow() && behind && deferred < DEFERRALS {
-                // Only while the Lease is free to take does deferring matter.
-                if let Ok(Some(lease)) = self.api.get_opt(&self.name).await
-                    && expired(&lease, self.timing.lease_duration, Timestamp::now())
-                {
-                    deferred += 1;
-                    tracing::info!(lease = %self.name, "the Lease is free, but this replica's copy is behind: leaving it to a current replica");
-                    tokio::time::sleep(self.timing.renew).await;
-                    continue;
-                }
+            if let Some(defer) = &self.defer
+                && !*leading.borrow()
+                && deferred < DEFERRALS
+                && let Ok(Some(lease)) = self.api.get_opt(&self.name).await
+                && defer(&lease)
+            {
+                deferred += 1;
+                tracing::info!(lease = %self.name, "this replica's copy of the store is not the newest: leaving the Lease to a current replica for now");
+                tokio::time::sleep(self.timing.renew).await;
+                continue;
             }
             match self.try_acquire().await {
                 Ok(Attempt::Leading) => {
@@ -238,7 +240,7 @@ impl Elector {
 }
 
 /// Whether nobody holds `lease` any more (released, or not renewed within its duration).
-fn expired(lease: &Lease, default_duration: Duration, now: Timestamp) -> bool {
+pub fn expired(lease: &Lease, default_duration: Duration, now: Timestamp) -> bool {
     let Some(spec) = &lease.spec else {
         return true;
     };

@@ -6,6 +6,7 @@ mod connections;
 mod delegated;
 mod discovery;
 mod fake_kube;
+mod follower;
 mod frontproxy;
 mod hostile;
 mod kube_client;

@@ -12,6 +12,9 @@ pub mod serve;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+
 use kdoctor_transport::tls::Identity;
 use rustls::RootCertStore;
 use tokio::sync::watch;
@@ -57,5 +60,133 @@ impl Replication {
     /// The Lease annotation value.
     pub fn address(&self) -> String {
         format!("https://{}", self.advertise)
+    }
+}
+
+/// Whether a candidate leaves the leader Lease to another replica for now, so that the replica
+/// with the newest data leads: a follower whose copy is current never defers; before any
+/// leader has replicated (a fresh install) nobody does; a replica restarted under the Lease's
+/// own name defers only with an empty store (a lost volume: the follower has the data); any
+/// other copy that is not current leaves a free Lease to a current follower first.
+pub fn should_defer(
+    lease: &Lease,
+    identity: &str,
+    current: bool,
+    store_rv: u64,
+    now: Timestamp,
+    lease_duration: Duration,
+) -> bool {
+    if current {
+        return false;
+    }
+    let replicated = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ADDRESS_ANNOTATION));
+    if !replicated {
+        return false;
+    }
+    let holder = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .unwrap_or_default();
+    if holder == identity {
+        return store_rv == 0;
+    }
+    crate::leader::expired(lease, lease_duration, now)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    use super::*;
+
+    fn lease(holder: &str, renewed_ago: i64, replicated: bool) -> Lease {
+        let now: Timestamp = "2026-11-26T10:00:00Z".parse().expect("time");
+        let mut lease = Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.to_string()),
+                lease_duration_seconds: Some(15),
+                renew_time: Some(MicroTime(
+                    now.checked_sub(jiff::SignedDuration::from_secs(renewed_ago))
+                        .expect("time"),
+                )),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        };
+        if replicated {
+            lease.metadata.annotations = Some(BTreeMap::from([(
+                ADDRESS_ANNOTATION.to_string(),
+                "https://10.0.0.1:5722".to_string(),
+            )]));
+        }
+        lease
+    }
+
+    #[test]
+    fn the_replica_with_the_newest_data_leads() {
+        let now: Timestamp = "2026-11-26T10:00:00Z".parse().expect("time");
+        let d = Duration::from_secs(15);
+        // A current follower takes a free Lease at once.
+        assert!(!should_defer(
+            &lease("c-0", 60, true),
+            "c-1",
+            true,
+            10,
+            now,
+            d
+        ));
+        // A follower behind leaves a free Lease to a current one first…
+        assert!(should_defer(
+            &lease("c-0", 60, true),
+            "c-1",
+            false,
+            10,
+            now,
+            d
+        ));
+        // …and a held Lease is not its to take anyway.
+        assert!(!should_defer(
+            &lease("c-0", 1, true),
+            "c-1",
+            false,
+            10,
+            now,
+            d
+        ));
+        // The leader restarted under its own name keeps leading with its data, not with an
+        // empty volume.
+        assert!(!should_defer(
+            &lease("c-0", 1, true),
+            "c-0",
+            false,
+            10,
+            now,
+            d
+        ));
+        assert!(should_defer(
+            &lease("c-0", 1, true),
+            "c-0",
+            false,
+            0,
+            now,
+            d
+        ));
+        // A fresh install: nobody has data yet, nobody waits.
+        assert!(!should_defer(
+            &lease("c-0", 60, false),
+            "c-1",
+            false,
+            0,
+            now,
+            d
+        ));
     }
 }
