@@ -71,9 +71,10 @@ k -n kdoctor rollout status daemonset/kdoctor-agent --timeout=120s
 k -n kdoctor rollout status statefulset/kdoctor-controller --timeout=120s
 
 # The pod of COMPONENT on the real node, and its container's process on this host.
+# The first pod of the component on $NODE (the controller's two replicas are both pinned there).
 pod_on_node() {
   k -n kdoctor get pods -l "app.kubernetes.io/component=$1" \
-    -o jsonpath="{range .items[?(@.spec.nodeName==\"$NODE\")]}{.metadata.name}{end}"
+    -o jsonpath="{range .items[?(@.spec.nodeName==\"$NODE\")]}{.metadata.name}{\" \"}{end}" | awk '{ print $1 }'
 }
 container_pid() {
   local id="$1"
@@ -174,16 +175,16 @@ reached="$(grep -c "AgentPodV4IP_${AGENT_POD}_" <<<"$rows")"
 step "diagnostics as docs/troubleshooting.md gives them, through the real kubelet"
 # Captured before grep: `grep -q` stops at the first match, and kubectl, killed by SIGPIPE on
 # its next write, would fail the pipeline.
-logs="$(k -n kdoctor logs deploy/kdoctor-controller)"
-grep -q '^{"timestamp"' <<<"$logs" || fail "kubectl logs deploy/kdoctor-controller: no JSON log lines"
+logs="$(k -n kdoctor logs statefulset/kdoctor-controller)"
+grep -q '^{"timestamp"' <<<"$logs" || fail "kubectl logs statefulset/kdoctor-controller: no JSON log lines"
 logs="$(k -n kdoctor logs "$AGENT_POD")"
 grep -q 'round started' <<<"$logs" || fail "kubectl logs $AGENT_POD: no 'round started' line after the round"
-k -n kdoctor port-forward deploy/kdoctor-controller 15721:5721 >/dev/null 2>&1 &
+k -n kdoctor port-forward statefulset/kdoctor-controller 15721:5721 >/dev/null 2>&1 &
 forward=$!
-wait_until 10 "kubectl port-forward deploy/kdoctor-controller 5721 answered nothing" curl -fsS -o /dev/null http://127.0.0.1:15721/metrics
+wait_until 10 "kubectl port-forward statefulset/kdoctor-controller 5721 answered nothing" curl -fsS -o /dev/null http://127.0.0.1:15721/metrics
 metrics="$(curl -fsS http://127.0.0.1:15721/metrics)"
 kill "$forward" 2>/dev/null || true
-grep -q '^kdoctor_controller_' <<<"$metrics" || fail "kubectl port-forward deploy/kdoctor-controller 5721: no kdoctor_controller_ metrics"
+grep -q '^kdoctor_controller_' <<<"$metrics" || fail "kubectl port-forward statefulset/kdoctor-controller 5721: no kdoctor_controller_ metrics"
 echo "controller logs, agent logs and metrics through kubectl port-forward: ok"
 
 echo
