@@ -12,6 +12,8 @@
 #                                            # probing every target over IPv4 and IPv6
 #   E2E_NODES=5 hack/e2e.sh
 #   E2E_KEEP=1 hack/e2e.sh                   # keep the cluster (hack/cluster.sh down later)
+#   E2E_CHAOS=0 hack/e2e.sh                  # only the leader case of hack/chaos.sh (the
+#                                            # suite runs by default with manifests/)
 #
 # The cluster is its own (its own namespace and directory, $E2E_DIR, default .cluster-e2e/):
 # a developer's `hack/cluster.sh up` cluster is left alone. Needs root (see hack/cluster.sh).
@@ -226,8 +228,13 @@ step "markers go away with their task"
 k delete netreach e2e-marker --wait=true
 hack/e2e/markers.sh "$KUBECTL" absent
 
-step "killing the leader: the Lease moves, the round finishes once"
-hack/e2e/leader.sh "$KUBECTL" "$NODES"
+if [ "${E2E_CHAOS:-$([ "$FROM" = manifests ] && echo 1 || echo 0)}" = 1 ]; then
+  step "the chaos suite: the leader killed, kube-apiserver and etcd restarted, an agent killed and one cut off, each mid-round"
+  hack/chaos.sh "$KUBECTL" "$NODES"
+else
+  step "killing the leader: the Lease moves, the round finishes once"
+  hack/e2e/leader.sh "$KUBECTL" "$NODES"
+fi
 
 step "every request of kdoctor's ServiceAccounts was allowed by the shipped RBAC"
 python3 hack/e2e/audit.py "$CLUSTER_DIR/logs/audit.log" system:serviceaccount:kdoctor:kdoctor-controller system:serviceaccount:kdoctor:kdoctor-agent

@@ -10,10 +10,15 @@ use std::time::Duration;
 use kdoctor_store::Store;
 
 use crate::query::Query;
+use crate::state::AppState;
 use crate::status::ApiError;
 
 /// How long a read waits for a resourceVersion this replica has not applied yet.
 pub const VERSION_WAIT: Duration = Duration::from_secs(3);
+
+/// How long a read that names no resourceVersion waits for a follower out of contact with its
+/// leader to catch up again, before it is answered from what the follower has.
+pub const SYNC_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a forwarded write waits until this replica has applied the leader's change.
 pub const FORWARD_WAIT: Duration = Duration::from_secs(10);
@@ -36,16 +41,25 @@ fn named_version(query: &Query) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Waits until the store has applied the resourceVersion the request names (a follower behind
-/// the leader a client has read from); 504 Timeout when it does not come in time.
-pub async fn await_version(store: &Store, query: &Query) -> Result<(), ApiError> {
-    let Some(wanted) = named_version(query) else {
-        return Ok(());
-    };
-    if wanted <= store.resource_version() || !store.is_following() {
+/// Waits until this replica may answer a read. A read that names a resourceVersion waits until
+/// the store has applied it (a follower behind the leader a client has read from); 504 Timeout
+/// when it does not come in time. A read that names none is served at once by the leader and by
+/// a follower in contact with it (whose copy trails by the time a record takes to arrive); a
+/// follower out of contact (its leader restarting, say) first waits a little for the contact to
+/// come back, then answers from its copy: during a failover, it is the replica that can.
+pub async fn await_version(state: &AppState, store: &Store, query: &Query) -> Result<(), ApiError> {
+    if !store.is_following() {
         return Ok(());
     }
-    if store.wait_durable(wanted, VERSION_WAIT).await {
+    let Some(wanted) = named_version(query) else {
+        if let Some(mut in_sync) = state.follower_sync()
+            && !*in_sync.borrow_and_update()
+        {
+            let _ = tokio::time::timeout(SYNC_WAIT, in_sync.wait_for(|s| *s)).await;
+        }
+        return Ok(());
+    };
+    if wanted <= store.resource_version() || store.wait_durable(wanted, VERSION_WAIT).await {
         return Ok(());
     }
     Err(ApiError::too_large_version(

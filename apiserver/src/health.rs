@@ -55,11 +55,13 @@ impl Health {
 
     /// Whether every readiness check passes.
     pub fn ready(&self) -> bool {
-        self.checks("readyz").iter().all(|(_, ok)| *ok)
+        self.checks("readyz", false).iter().all(|(_, ok)| *ok)
     }
 
-    fn checks(&self, endpoint: &str) -> Vec<(&'static str, bool)> {
-        let mut checks = vec![("ping", true), ("log", true)];
+    fn checks(&self, endpoint: &str, store_stopped: bool) -> Vec<(&'static str, bool)> {
+        // A store stopped on an I/O error (a full disk) takes no write until reopened: the
+        // process must restart, so liveness fails too.
+        let mut checks = vec![("ping", true), ("log", true), ("report-store-io", !store_stopped)];
         if endpoint == "readyz" {
             checks.push(("report-store", self.store_open.load(Ordering::SeqCst)));
             checks.push((
@@ -90,14 +92,19 @@ fn text(code: StatusCode, body: String) -> Response {
     response
 }
 
-fn report(health: &Health, endpoint: &str, raw: Option<&str>, only: Option<&str>) -> Response {
+fn report(state: &AppState, endpoint: &str, raw: Option<&str>, only: Option<&str>) -> Response {
+    let health = &state.health;
+    let stopped = state
+        .store()
+        .ok()
+        .is_some_and(|store| store.failure().is_some());
     let query = Query::parse(raw);
     let verbose = query.get("verbose").is_some();
     let excluded: Vec<&str> = query
         .get("exclude")
         .map(|e| e.split(',').collect())
         .unwrap_or_default();
-    let checks = health.checks(endpoint);
+    let checks = health.checks(endpoint, stopped);
     if let Some(name) = only {
         return match checks.iter().find(|(n, _)| *n == name) {
             Some((_, true)) => text(StatusCode::OK, "ok".into()),
@@ -142,10 +149,10 @@ fn report(health: &Health, endpoint: &str, raw: Option<&str>, only: Option<&str>
 
 /// `/healthz`, `/livez` or `/readyz`.
 pub fn endpoint(state: &AppState, endpoint: &str, raw: Option<&str>) -> Response {
-    report(&state.health, endpoint, raw, None)
+    report(state, endpoint, raw, None)
 }
 
 /// `/<endpoint>/<check>`.
 pub fn check(state: &AppState, endpoint: &str, check: &str) -> Response {
-    report(&state.health, endpoint, None, Some(check))
+    report(state, endpoint, None, Some(check))
 }

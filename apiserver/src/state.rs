@@ -43,6 +43,9 @@ pub struct Shared {
     pub tasks: Option<crate::tasks::TaskObjects>,
     /// Where a follower's writes go (set once replication runs).
     leader_writes: Arc<OnceLock<Arc<dyn LeaderWrites>>>,
+    /// Whether this follower is in contact with its leader and caught up (set once replication
+    /// runs).
+    follower_sync: Arc<OnceLock<tokio::sync::watch::Receiver<bool>>>,
 }
 
 impl AppState {
@@ -64,12 +67,23 @@ impl AppState {
             shutdown,
             tasks: None,
             leader_writes: Arc::new(OnceLock::new()),
+            follower_sync: Arc::new(OnceLock::new()),
         }))
     }
 
     /// Sends the writes made while this replica follows to the leader.
     pub fn set_leader_writes(&self, writes: Arc<dyn LeaderWrites>) {
         let _ = self.leader_writes.set(writes);
+    }
+
+    /// Tells reads on a follower whether it is in contact with its leader and caught up.
+    pub fn set_follower_sync(&self, in_sync: tokio::sync::watch::Receiver<bool>) {
+        let _ = self.follower_sync.set(in_sync);
+    }
+
+    /// Whether this follower is in contact with its leader, once replication runs.
+    pub fn follower_sync(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.follower_sync.get().cloned()
     }
 
     /// Where a follower's writes go, once set.

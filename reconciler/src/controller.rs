@@ -204,7 +204,10 @@ pub async fn run(
             Api::namespaced(setup.client.clone(), &setup.options.namespace),
             setup.identity.clone(),
             PeerClient::new(replication)?,
-            replication.current.clone(),
+            follow::Signals {
+                current: replication.current.clone(),
+                in_sync: replication.in_sync.clone(),
+            },
             FollowMetrics::new(&setup.registry),
         ));
     }

@@ -320,6 +320,25 @@ fn write_serving(data: &Path, serving: &Pem) -> Result<(PathBuf, PathBuf)> {
     Ok((cert, key))
 }
 
+/// The install's certificates, retried for a while: a controller starting while kube-apiserver
+/// restarts waits for it instead of exiting into a crash loop.
+async fn ensure_patiently(
+    client: &kube::Client,
+    settings: &CertSettings,
+) -> Result<kdoctor_apiserver::certs::bootstrap::Issued> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match ensure(client, settings).await {
+            Ok(issued) => return Ok(issued),
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "managing the install's certificates failed; retrying");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// Re-checks the managed certificates every hour; a renewed serving certificate is written
 /// where the server reloads it from.
 async fn keep_certificates(client: kube::Client, settings: CertSettings, data: PathBuf) {
@@ -344,6 +363,7 @@ fn replication(
     ip: std::net::IpAddr,
     ca: &Ca,
     current: watch::Sender<bool>,
+    in_sync: watch::Sender<bool>,
 ) -> Result<Replication> {
     let server = ca
         .serving(&[ip.to_string()])
@@ -358,6 +378,7 @@ fn replication(
         server: identity_from_pem(&server.cert, &server.key)?,
         client: identity_from_pem(&client.cert, &client.key)?,
         current,
+        in_sync,
     })
 }
 
@@ -405,7 +426,7 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         }
         _ => {
             let settings = cert_settings(args);
-            let issued = ensure(&client, &settings)
+            let issued = ensure_patiently(&client, &settings)
                 .await
                 .context("managing the install's certificates (--ca-secret, --serving-secret)")?;
             let files = match args.tls_cert.clone().zip(args.tls_key.clone()) {
@@ -439,8 +460,9 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         .unwrap_or_else(kdoctor_agent::config::host_name);
 
     let (current_tx, mut current_rx) = watch::channel(false);
+    let (in_sync_tx, in_sync_rx) = watch::channel(false);
     let replication = match (args.leader_elect, args.pod_ip) {
-        (true, Some(ip)) => Some(replication(args, ip, &ca, current_tx)?),
+        (true, Some(ip)) => Some(replication(args, ip, &ca, current_tx, in_sync_tx)?),
         _ => None,
     };
 
@@ -458,6 +480,21 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         tracing::info!(store = %args.data.display(), "waiting for the report store to open");
     }
     let store = state.wait_store().await;
+    // A store stopped on an I/O error (a full disk) takes nothing more until reopened, and sled
+    // would hang closing it: the process exits, and the pod restarts and reopens it once the
+    // cause is gone (meanwhile another replica serves, and takes the Lease).
+    {
+        let store = store.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                if let Some(failure) = store.failure() {
+                    tracing::error!(%failure, "the report store stopped; exiting so that the pod restarts and reopens it");
+                    std::process::exit(1);
+                }
+            }
+        });
+    }
     let ops = kdoctor_apiserver::ops::serve(args.metrics_listen, state.clone())
         .await
         .with_context(|| format!("cannot listen on --metrics-listen {}", args.metrics_listen))?;
@@ -478,6 +515,7 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         }
     });
     if let Some(replication) = &replication {
+        state.set_follower_sync(in_sync_rx);
         state.set_leader_writes(Arc::new(ForwardToLeader {
             client: kdoctor_reconciler::replica::client::PeerClient::new(replication)?,
             leases: kube::Api::namespaced(client.clone(), &args.namespace),

@@ -105,6 +105,11 @@ pub enum StoreError {
     /// A write is not acceptable.
     #[error("{0}")]
     Invalid(String),
+    /// The store stopped on an earlier I/O error and must be reopened.
+    #[error(
+        "the report store stopped on an I/O error and must be reopened (the controller restarts it): {0}"
+    )]
+    Stopped(String),
     /// This store follows the leader's: it takes writes only from the leader.
     #[error("this replica follows the leader's store; writes go to the leader")]
     Follower,

@@ -23,6 +23,8 @@ pub struct StoreMetrics {
     pub outbox_length: IntGauge,
     /// Reports never exported because the outbox was full.
     pub outbox_dropped: IntCounter,
+    /// 1 once the store stopped on an I/O error (a full disk, say) until it is reopened.
+    pub failed: IntGauge,
 }
 
 impl StoreMetrics {
@@ -74,6 +76,11 @@ impl StoreMetrics {
                 "Stored reports never exported because the export outbox was full.",
             )
             .expect("valid metric"),
+            failed: IntGauge::new(
+                "kdoctor_store_failed",
+                "1 once the report store stopped on an I/O error (a full disk, say): it takes no write until it is reopened.",
+            )
+            .expect("valid metric"),
         }
     }
 
@@ -88,6 +95,7 @@ impl StoreMetrics {
         registry.register(Box::new(self.resource_version.clone()))?;
         registry.register(Box::new(self.outbox_length.clone()))?;
         registry.register(Box::new(self.outbox_dropped.clone()))?;
+        registry.register(Box::new(self.failed.clone()))?;
         Ok(())
     }
 }

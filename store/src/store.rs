@@ -150,6 +150,8 @@ pub struct Store {
     pub(crate) durable_rv: watch::Sender<u64>,
     /// The newest resourceVersion a connected follower has applied.
     pub(crate) replicated_rv: watch::Sender<u64>,
+    /// The I/O error the store stopped on (sled takes nothing more after one, e.g. a full disk).
+    failure: Mutex<Option<String>>,
     _lock: LockFile,
 }
 
@@ -249,6 +251,7 @@ impl Store {
             following: AtomicBool::new(false),
             durable_rv: watch::Sender::new(rv),
             replicated_rv: watch::Sender::new(0),
+            failure: Mutex::new(None),
             _lock: lock,
         };
         store.update_gauges();
@@ -297,12 +300,45 @@ impl Store {
     /// Records a task incarnation (created, or its spec/status/deletion changed). The UID
     /// decides the incarnation: the same name with a new UID is a new incarnation.
     pub fn record_task(&self, record: &TaskRecord) -> Result<(IncarnationId, Outcome)> {
+        self.writable()?;
+        self.record_task_unguarded(record)
+            .map_err(|e| self.stopped(e))
+    }
+
+    /// Stores the controller's summary of a round.
+    pub fn put_round(&self, id: IncarnationId, summary: &RoundSummary) -> Result<Outcome> {
+        self.writable()?;
+        self.put_round_unguarded(id, summary)
+            .map_err(|e| self.stopped(e))
+    }
+
+    /// Stores agent reports in one atomic batch and one flush; returns once they are durable.
+    /// A report already stored byte for byte is not written again.
+    pub fn put_reports(&self, reports: &[NewReport<'_>]) -> Result<Vec<Outcome>> {
+        self.writable()?;
+        self.put_reports_unguarded(reports)
+            .map_err(|e| self.stopped(e))
+    }
+
+    /// Removes a task incarnation and everything stored for it. `false` if it was not there.
+    pub fn purge_task(&self, id: IncarnationId) -> Result<bool> {
+        self.writable()?;
+        self.purge_task_unguarded(id).map_err(|e| self.stopped(e))
+    }
+
+    /// Removes one round of a task (summary and reports). Returns the bytes removed.
+    pub fn purge_round(&self, id: IncarnationId, round: u64) -> Result<u64> {
+        self.writable()?;
+        self.purge_round_unguarded(id, round)
+            .map_err(|e| self.stopped(e))
+    }
+
+    fn record_task_unguarded(&self, record: &TaskRecord) -> Result<(IncarnationId, Outcome)> {
         if record.name.is_empty() || record.uid.is_empty() {
             return Err(StoreError::Invalid(
                 "a task record needs a name and a uid".into(),
             ));
         }
-        self.writable()?;
         let mut writer = self.lock_writer();
         let existing = self.read_index().by_uid(&record.uid);
         let mut changes = Changes::default();
@@ -397,9 +433,7 @@ impl Store {
         self.record_task(&record).map(|(_, outcome)| outcome)
     }
 
-    /// Stores the controller's summary of a round.
-    pub fn put_round(&self, id: IncarnationId, summary: &RoundSummary) -> Result<Outcome> {
-        self.writable()?;
+    fn put_round_unguarded(&self, id: IncarnationId, summary: &RoundSummary) -> Result<Outcome> {
         let mut writer = self.lock_writer();
         let mut entry = self
             .read_index()
@@ -452,10 +486,7 @@ impl Store {
         Ok(outcomes.into_iter().next().unwrap_or(Outcome::Unchanged))
     }
 
-    /// Stores agent reports in one atomic batch and one flush; returns once they are durable.
-    /// A report already stored byte for byte is not written again.
-    pub fn put_reports(&self, reports: &[NewReport<'_>]) -> Result<Vec<Outcome>> {
-        self.writable()?;
+    fn put_reports_unguarded(&self, reports: &[NewReport<'_>]) -> Result<Vec<Outcome>> {
         let mut writer = self.lock_writer();
         let mut changes = Changes::default();
         let mut written: Vec<ReportKey> = Vec::new();
@@ -636,9 +667,7 @@ impl Store {
         Ok(())
     }
 
-    /// Removes a task incarnation and everything stored for it. `false` if it was not there.
-    pub fn purge_task(&self, id: IncarnationId) -> Result<bool> {
-        self.writable()?;
+    fn purge_task_unguarded(&self, id: IncarnationId) -> Result<bool> {
         let mut writer = self.lock_writer();
         let Some(entry) = self.read_index().get(id).cloned() else {
             return Ok(false);
@@ -679,9 +708,7 @@ impl Store {
         Ok(true)
     }
 
-    /// Removes one round of a task (summary and reports). Returns the bytes removed.
-    pub fn purge_round(&self, id: IncarnationId, round: u64) -> Result<u64> {
-        self.writable()?;
+    fn purge_round_unguarded(&self, id: IncarnationId, round: u64) -> Result<u64> {
         let mut writer = self.lock_writer();
         let Some(mut entry) = self.read_index().get(id).cloned() else {
             return Ok(0);
@@ -829,7 +856,9 @@ impl Store {
             keys::META_TERM.to_vec(),
             writer.log.term.to_be_bytes().to_vec(),
         );
-        self.db.apply_batch(changes.batch)?;
+        self.db
+            .apply_batch(changes.batch)
+            .map_err(|e| self.stopped(e.into()))?;
         writer.log.append(writer.rv, changes.ops);
 
         {
@@ -854,8 +883,8 @@ impl Store {
     /// that are now durable, in resourceVersion order (several writers may flush at once).
     fn flush(&self) -> Result<()> {
         let applied = self.lock_writer().rv;
-        self.db.flush()?;
-        self.mark.advance(applied)?;
+        self.db.flush().map_err(|e| self.stopped(e.into()))?;
+        self.mark.advance(applied).map_err(|e| self.stopped(e))?;
         let mut writer = self.lock_writer();
         self.publish(&mut writer, applied);
         Ok(())
@@ -880,12 +909,41 @@ impl Store {
         }
     }
 
-    /// Fails when this store follows a leader (its writes come from the leader).
+    /// Fails when this store follows a leader (its writes come from the leader), or stopped on
+    /// an I/O error.
     fn writable(&self) -> Result<()> {
         if self.following.load(Ordering::SeqCst) {
             return Err(StoreError::Follower);
         }
+        if let Some(reason) = self.failure() {
+            return Err(StoreError::Stopped(reason));
+        }
         Ok(())
+    }
+
+    /// Records an I/O error the store cannot go on after (sled refuses every later operation
+    /// with it): the store must be reopened, once the cause (a full disk, say) is gone.
+    pub(crate) fn stopped(&self, error: StoreError) -> StoreError {
+        if matches!(
+            error,
+            StoreError::Sled(sled::Error::Io(_)) | StoreError::Io { .. }
+        ) {
+            let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+            if failure.is_none() {
+                tracing::error!(path = %self.path.display(), %error, "the report store stopped on an I/O error; it must be reopened (the controller restarts) once the cause is gone");
+                *failure = Some(error.to_string());
+                self.metrics.failed.set(1);
+            }
+        }
+        error
+    }
+
+    /// The I/O error the store stopped on, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn update_gauges(&self) {

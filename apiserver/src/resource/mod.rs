@@ -91,7 +91,7 @@ pub async fn list(
         return watch::watch(state, query, filter, wanted, include).await;
     }
     let store = state.store()?;
-    crate::follower::await_version(&store, &query).await?;
+    crate::follower::await_version(&state, &store, &query).await?;
     let limit = query
         .number("limit")?
         .filter(|l| *l > 0)
@@ -226,6 +226,7 @@ pub async fn get(
     };
     let include = Include::parse(query.get("includeObject"))?;
     let store = state.store()?;
+    crate::follower::await_version(&state, &store, &query).await?;
     let objects = state.objects.clone();
     let gzip = accepts_gzip(&headers);
     // A cached object is served without leaving the async thread: resolving a name that selects

@@ -104,10 +104,12 @@ pub async fn run(
     leases: Api<Lease>,
     identity: String,
     client: PeerClient,
-    current: watch::Sender<bool>,
+    signals: Signals,
     metrics: FollowMetrics,
 ) {
+    let Signals { current, in_sync } = signals;
     while store.is_following() {
+        in_sync.send_replace(false);
         let Some(leader) = leader_address(&leases, &identity).await else {
             tokio::time::sleep(RETRY).await;
             continue;
@@ -123,11 +125,19 @@ pub async fn run(
         tracing::info!(%leader, "following the leader");
         loop {
             match exchange(&store, &mut connection, &identity, &current, &metrics).await {
-                Ok(()) => {}
+                Ok(behind) => {
+                    in_sync.send_if_modified(|s| {
+                        let now = behind == 0;
+                        let changed = *s != now;
+                        *s = now;
+                        changed
+                    });
+                }
                 Err(FollowError::Leading) => return,
                 Err(FollowError::Status(StatusCode::GONE, reason)) => {
                     tracing::info!(%reason, "loading a snapshot of the leader's store");
                     let _ = current.send(false);
+                    in_sync.send_replace(false);
                     if let Err(e) = load_snapshot(&store, &mut connection).await {
                         tracing::warn!(error = %e, "loading the leader's snapshot failed");
                         break;
@@ -136,6 +146,7 @@ pub async fn run(
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "replication interrupted");
+                    in_sync.send_replace(false);
                     break;
                 }
             }
@@ -144,14 +155,23 @@ pub async fn run(
     }
 }
 
-/// One long poll: the records after this store's position, applied.
+/// What a follower tells the rest of its process.
+pub struct Signals {
+    /// Caught up (and staying so while the leader is unreachable): readiness.
+    pub current: watch::Sender<bool>,
+    /// In contact with the leader and caught up: fresh reads.
+    pub in_sync: watch::Sender<bool>,
+}
+
+/// One long poll: the records after this store's position, applied; returns how many
+/// resourceVersions this store is still behind the leader's answer.
 async fn exchange(
     store: &Arc<Store>,
     connection: &mut PeerConnection,
     identity: &str,
     current: &watch::Sender<bool>,
     metrics: &FollowMetrics,
-) -> Result<(), FollowError> {
+) -> Result<u64, FollowError> {
     if !store.is_following() {
         return Err(FollowError::Leading);
     }
@@ -226,7 +246,7 @@ async fn exchange(
         *c = now;
         changed
     });
-    Ok(())
+    Ok(behind)
 }
 
 /// Replaces this store's content with the leader's snapshot.

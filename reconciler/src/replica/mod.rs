@@ -51,9 +51,12 @@ pub struct Replication {
     pub server: Identity,
     /// Client certificate with [`REPLICA_NAME`].
     pub client: Identity,
-    /// Whether this replica's copy is current (a follower that caught up); the API server's
-    /// readiness follows it.
+    /// Whether this replica's copy is current (a follower that caught up, and stays so while
+    /// its leader is unreachable); the API server's readiness follows it.
     pub current: watch::Sender<bool>,
+    /// Whether this follower is in contact with its leader and caught up: reads that name no
+    /// resourceVersion wait a little for it.
+    pub in_sync: watch::Sender<bool>,
 }
 
 impl Replication {

@@ -770,6 +770,7 @@ impl Cluster {
             server: identity_from_pem(&server.cert, &server.key).expect("identity"),
             client: identity_from_pem(&client.cert, &client.key).expect("identity"),
             current,
+            in_sync: watch::channel(false).0,
         };
         (replication, current_rx)
     }

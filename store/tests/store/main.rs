@@ -4,6 +4,7 @@ mod basics;
 mod corruption;
 mod crash;
 mod feed;
+mod full_disk;
 mod outbox;
 mod props;
 mod replica;

@@ -1,0 +1,147 @@
+//! Issue 18 item 3, a full disk: the store's filesystem (a small tmpfs mounted for the test, so
+//! nothing else on the machine fills) runs out of space while reports are written. A write that
+//! cannot be made fails with an error that says so, and the store reports that it stopped (sled
+//! takes nothing more after an I/O error, and hangs if closed gracefully: the controller's
+//! liveness check fails instead, and the pod restarts). Once space returns, the store reopens
+//! with every acknowledged write, and takes writes again.
+//!
+//! The writer is a child process (this test binary, with `KDOCTOR_STORE_FULL_DISK_CHILD` set)
+//! that exits without closing the store, as a restarted controller does. Needs root (mount); CI
+//! runs as root, and without it the test fails saying why rather than passing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kdoctor_api::fixtures::net_reach_report;
+use kdoctor_api::report::Report;
+use kdoctor_store::{Store, StoreConfig};
+
+use crate::support::{scratch, task};
+
+const CHILD_ENV: &str = "KDOCTOR_STORE_FULL_DISK_CHILD";
+
+/// A tmpfs of `size` at `dir`, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).expect("mount point");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("mount(8) runs");
+        assert!(
+            status.success(),
+            "mounting a tmpfs at {} failed: this test needs root (as CI runs it)",
+            dir.display()
+        );
+        Tmpfs(dir.to_path_buf())
+    }
+
+    fn resize(&self, size: &str) {
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .status()
+            .expect("mount(8) runs");
+        assert!(status.success(), "resizing the tmpfs failed");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Report number `n`: many distinct targets, so that it compresses poorly and the disk fills.
+fn report(n: u64) -> Report {
+    net_reach_report(&format!("node-{n}"), 1, 400, n * 7919)
+}
+
+/// The child: writes until a write fails, prints what it saw, exits without closing the store.
+fn fill(path: &Path) -> ! {
+    let store = Store::open(StoreConfig::new(path)).expect("store opens");
+    let (id, _) = store.record_task(&task("t", "uid-full")).expect("task");
+    let mut acknowledged = 0u64;
+    for n in 0..5_000u64 {
+        match store.put_report(id, &report(n)) {
+            Ok(_) => acknowledged = n + 1,
+            Err(e) => {
+                println!("FAILED {e}");
+                break;
+            }
+        }
+    }
+    println!("ACKNOWLEDGED {acknowledged}");
+    println!("STOPPED {}", store.failure().unwrap_or_default());
+    let after = store.put_report(id, &report(9_999));
+    println!("AFTER {}", after.is_err());
+    std::process::exit(0);
+}
+
+#[test]
+fn a_full_disk_fails_writes_clearly_keeps_what_was_acknowledged_and_recovers() {
+    if let Ok(path) = std::env::var(CHILD_ENV) {
+        fill(Path::new(&path));
+    }
+    let dir = scratch("full-disk");
+    let disk = Tmpfs::mount(&dir, "24m");
+    let path = dir.join("store");
+    let output = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "full_disk::a_full_disk_fails_writes_clearly_keeps_what_was_acknowledged_and_recovers",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, &path)
+        .output()
+        .expect("the writer runs");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let line = |prefix: &str| -> String {
+        // Anywhere in a line: the test harness prints on the same line.
+        text.lines()
+            .find_map(|l| l.find(prefix).map(|at| &l[at + prefix.len()..]))
+            .unwrap_or_else(|| panic!("the writer printed no {prefix:?} line: {text}"))
+            .to_string()
+    };
+    let failed = line("FAILED ");
+    assert!(
+        failed.contains("No space left on device"),
+        "the error says what happened: {failed}"
+    );
+    let acknowledged: u64 = line("ACKNOWLEDGED ").parse().expect("a count");
+    assert!(acknowledged > 0, "{text}");
+    let stopped = line("STOPPED ");
+    assert!(
+        stopped.contains("No space left on device"),
+        "the store reports that it stopped: {text}"
+    );
+    assert_eq!(line("AFTER "), "true", "no write after the failure");
+
+    // Space returns; the store reopens with every acknowledged report, and takes writes.
+    disk.resize("256m");
+    let store = Store::open(StoreConfig::new(&path)).expect("reopens once space returns");
+    assert!(store.failure().is_none());
+    let id = store.tasks()[0].id;
+    for n in 0..acknowledged {
+        assert_eq!(
+            store
+                .report(id, 1, &format!("node-{n}"))
+                .expect("readable")
+                .as_ref(),
+            Some(&report(n)),
+            "acknowledged report {n}"
+        );
+    }
+    let before = store.resource_version();
+    store
+        .put_report(id, &report(10_000))
+        .expect("writes resume once space returns");
+    assert!(store.resource_version() > before);
+    drop(store);
+    drop(disk);
+    let _ = std::fs::remove_dir_all(&dir);
+}
