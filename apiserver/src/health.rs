@@ -61,7 +61,11 @@ impl Health {
     fn checks(&self, endpoint: &str, store_stopped: bool) -> Vec<(&'static str, bool)> {
         // A store stopped on an I/O error (a full disk) takes no write until reopened: the
         // process must restart, so liveness fails too.
-        let mut checks = vec![("ping", true), ("log", true), ("report-store-io", !store_stopped)];
+        let mut checks = vec![
+            ("ping", true),
+            ("log", true),
+            ("report-store-io", !store_stopped),
+        ];
         if endpoint == "readyz" {
             checks.push(("report-store", self.store_open.load(Ordering::SeqCst)));
             checks.push((
