@@ -152,6 +152,9 @@ pub struct Store {
     pub(crate) replicated_rv: watch::Sender<u64>,
     /// The I/O error the store stopped on (sled takes nothing more after one, e.g. a full disk).
     failure: Mutex<Option<String>>,
+    /// Bumped when a follower loads a snapshot: the same resourceVersion may then name other
+    /// data than before (its old history was not the leader's), so caches key on it too.
+    pub(crate) generation: std::sync::atomic::AtomicU64,
     _lock: LockFile,
 }
 
@@ -239,7 +242,9 @@ impl Store {
                 next_id: loaded.next_id,
                 window: loaded.window,
                 published: rv,
-                log: ReplicaLog::new(loaded.position, new_term(), REPLICATION_WINDOW_BYTES),
+                // No history is kept for followers until the store leads with replication
+                // ([`Store::lead`]): a single replica does not pay its memory.
+                log: ReplicaLog::new(loaded.position, new_term(), 0),
             }),
             db,
             index: RwLock::new(loaded.index),
@@ -252,6 +257,7 @@ impl Store {
             durable_rv: watch::Sender::new(rv),
             replicated_rv: watch::Sender::new(0),
             failure: Mutex::new(None),
+            generation: std::sync::atomic::AtomicU64::new(0),
             _lock: lock,
         };
         store.update_gauges();
@@ -936,6 +942,11 @@ impl Store {
             }
         }
         error
+    }
+
+    /// Changes when a follower's content is replaced by a snapshot (see the field).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 
     /// The I/O error the store stopped on, if it did.

@@ -24,17 +24,21 @@ pub struct ObjectKey {
     pub incarnation: u64,
     /// The task's resource version when the object was written.
     pub resource_version: u64,
+    /// The store's generation (a follower's snapshot may reuse resource versions).
+    pub generation: u64,
     /// Whether these are the gzip-encoded bytes.
     pub gzip: bool,
 }
 
 impl ObjectKey {
-    /// The key of the identity-encoded object `target` names, as it is now.
-    pub fn of(target: &super::names::Target) -> ObjectKey {
+    /// The key of the identity-encoded object `target` names, as it is now, in a store of
+    /// `generation`.
+    pub fn of(target: &super::names::Target, generation: u64) -> ObjectKey {
         ObjectKey {
             name: target.name.clone(),
             incarnation: target.task.id.0,
             resource_version: target.task.resource_version,
+            generation,
             gzip: false,
         }
     }
@@ -203,6 +207,7 @@ mod tests {
             name: name.to_string(),
             incarnation: 1,
             resource_version: rv,
+            generation: 0,
             gzip: false,
         }
     }

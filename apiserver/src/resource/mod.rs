@@ -235,7 +235,7 @@ pub async fn get(
         && !name.contains(names::ROUND_SUFFIX)
         && let Some(target) = resolve(&store, &name)
     {
-        let key = ObjectKey::of(&target);
+        let key = ObjectKey::of(&target, store.generation());
         let hit = if gzip {
             objects.get(&key.gzipped()).map(gzip_response)
         } else {
@@ -269,7 +269,7 @@ const GZIP_MIN: usize = 1024;
 /// The JSON of one object: from the cache when it has it (gzip-encoded for a client that takes
 /// it, compressed once per version), else streamed from the store and kept.
 fn json_get(objects: &Arc<ObjectCache>, store: Arc<Store>, target: Target, gzip: bool) -> Response {
-    let key = ObjectKey::of(&target);
+    let key = ObjectKey::of(&target, store.generation());
     if gzip && let Some(bytes) = objects.get(&key.gzipped()) {
         return gzip_response(bytes);
     }

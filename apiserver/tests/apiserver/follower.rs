@@ -56,6 +56,8 @@ impl LeaderWrites for Leader {
 
 fn leader(test: &str) -> Arc<Store> {
     let store = Arc::new(Store::open(StoreConfig::new(scratch(test))).expect("leader store"));
+    // Keeps its history for followers from here.
+    store.lead();
     fill(&store);
     store
 }

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
 use crate::flow::{apply, net_reach, status_when};
-use crate::support::{Cluster, ClusterConfig, eventually};
+use crate::support::{Cluster, ClusterConfig, TempDir, eventually};
 
 const SECRET: &[u8] = b"export-test-shared-secret";
 
@@ -432,6 +432,107 @@ async fn reports_not_yet_exported_when_the_controller_stops_are_delivered_by_the
     assert_eq!(accepted, expected);
     assert_eq!(accepting.deliveries().len(), 3, "each once");
     assert!(cluster.store.outbox(None, 100).is_empty());
+}
+
+/// Issue 18 item 2, across a leader change: the outbox is part of the replicated store, so the
+/// reports the old leader could not deliver are delivered by the follower that takes over,
+/// once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_waiting_for_export_when_the_leader_dies_are_delivered_by_the_follower() {
+    let mut cluster = Cluster::start(ClusterConfig {
+        election: true,
+        replication: true,
+        ..ClusterConfig::default()
+    })
+    .await;
+    let accept = Arc::new(AtomicBool::new(false));
+    let receiver = {
+        let accept = accept.clone();
+        cluster
+            .inside(Receiver::start(move |_| {
+                if accept.load(Ordering::SeqCst) {
+                    Answer::Accept
+                } else {
+                    Answer::Unavailable
+                }
+            }))
+            .await
+    };
+    // Both replicas export to the receiver: the cluster's first controller is replaced.
+    cluster.kill_controller().await;
+    let url = format!("https://localhost:{}/events", receiver.addr.port());
+    let mut export =
+        ExportConfig::new(&url, SECRET, Some(receiver.ca.as_bytes()), false).expect("export");
+    export.timeout = Duration::from_secs(1);
+    export.backoff_initial = Duration::from_millis(50);
+    export.backoff_max = Duration::from_millis(200);
+    cluster.export = Some(export);
+    let leader = cluster.spawn_replica(true, "controller-a", cluster.store.clone());
+    let mut leading = leader.leading.clone();
+    tokio::time::timeout(Duration::from_secs(40), leading.wait_for(|l| *l))
+        .await
+        .expect("controller-a leads")
+        .expect("leading");
+    let dir = TempDir::new("export-follower");
+    let store = Arc::new(
+        kdoctor_store::Store::open(kdoctor_store::StoreConfig::new(dir.0.join("store")))
+            .expect("store"),
+    );
+    let follower = cluster.spawn_replica(true, "controller-b", store.clone());
+    let mut current = follower.current.clone();
+    tokio::time::timeout(Duration::from_secs(30), current.wait_for(|c| *c))
+        .await
+        .expect("the follower catches up")
+        .expect("current");
+
+    apply::<NetReach>(&cluster, "move", &net_reach("move", serde_json::json!({}))).await;
+    status_when(
+        &cluster,
+        "move",
+        Duration::from_secs(30),
+        "the round to finish",
+        |s| s.finish,
+    )
+    .await;
+    // Refused by the receiver, waiting in the leader's outbox — and in the follower's copy.
+    eventually(Duration::from_secs(20), "the outbox replicated", || async {
+        (store.outbox(None, 100).len() == 3).then_some(())
+    })
+    .await;
+    assert_eq!(cluster.store.outbox(None, 100).len(), 3);
+
+    leader.handle.abort();
+    let _ = leader.handle.await;
+    accept.store(true, Ordering::SeqCst);
+    let mut leading = follower.leading.clone();
+    tokio::time::timeout(Duration::from_secs(40), leading.wait_for(|l| *l))
+        .await
+        .expect("the follower takes over")
+        .expect("leading");
+    let task = cluster.task::<NetReach>("move").await.expect("task");
+    let uid = task.metadata.uid.clone().expect("uid");
+    let expected: Vec<String> = ["node-1", "node-2", "node-3"]
+        .iter()
+        .map(|node| format!("{uid}/1/{node}"))
+        .collect();
+    let accepted = || {
+        let mut ids: Vec<String> = receiver
+            .deliveries()
+            .iter()
+            .filter(|d| d.status == 202)
+            .map(|d| d.id.clone())
+            .collect();
+        ids.sort();
+        ids
+    };
+    eventually(Duration::from_secs(30), "the follower to deliver them", || async {
+        (accepted().len() >= 3).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(accepted(), expected, "each report accepted once");
+    assert!(store.outbox(None, 100).is_empty());
+    follower.handle.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

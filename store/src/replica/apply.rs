@@ -24,7 +24,8 @@ impl Store {
         self.following.store(true, Ordering::SeqCst);
     }
 
-    /// From now on this store writes on its own, as the leader, under a new term.
+    /// From now on this store writes on its own, as the leader, under a new term, keeping its
+    /// recent history for followers.
     pub fn lead(&self) {
         let mut writer = self.lock_writer();
         let base = writer.log.last_published();
@@ -207,6 +208,7 @@ impl SnapshotLoader<'_> {
         store.mark.reset(at.rv)?;
         let (events, _) = broadcast::channel(crate::store::BROADCAST_CAPACITY);
         *store.events.write().unwrap_or_else(|p| p.into_inner()) = events;
+        store.generation.fetch_add(1, Ordering::SeqCst);
         store.durable_rv.send_replace(at.rv);
         store.update_gauges_with(at.rv);
         tracing::info!(

@@ -25,6 +25,8 @@ impl Store {
         max_bytes: usize,
     ) -> std::result::Result<Vec<Arc<Record>>, NeedSnapshot> {
         let mut writer = self.lock_writer();
+        let records = writer.log.after(from, max_bytes)?;
+        // Only a position the leader recognises acknowledges anything.
         writer.log.ack(follower, from.rv, Instant::now());
         let acked = writer
             .log
@@ -38,7 +40,7 @@ impl Store {
             *old = acked;
             changed
         });
-        writer.log.after(from, max_bytes)
+        Ok(records)
     }
 
     /// The last durable resourceVersion, changing as writes become durable.

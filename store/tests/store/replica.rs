@@ -127,6 +127,8 @@ fn assert_same(leader: &Store, follower: &Store) {
 fn an_empty_follower_catches_up_and_follows_with_the_leaders_versions() {
     let (leader, _a) = open("replica-leader");
     let (follower, _b) = open("replica-follower");
+    // A store keeps its recent history for followers once it leads with replication.
+    leader.lead();
     follower.follow();
     leader.enable_outbox(100);
     write_round(&leader, "uid-1", 1);
@@ -167,6 +169,7 @@ fn a_follower_behind_the_window_or_from_another_history_reloads_a_snapshot() {
     // after those writes, so the empty follower needs a snapshot.
     drop(leader);
     let leader = Store::open(kdoctor_store::StoreConfig::new(&dir)).expect("reopens");
+    leader.lead();
     write_round(&leader, "uid-1", 2);
     follower.follow();
     assert_eq!(catch_up(&leader, &follower), 1);
