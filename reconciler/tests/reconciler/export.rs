@@ -525,9 +525,11 @@ async fn reports_waiting_for_export_when_the_leader_dies_are_delivered_by_the_fo
         ids.sort();
         ids
     };
-    eventually(Duration::from_secs(30), "the follower to deliver them", || async {
-        (accepted().len() >= 3).then_some(())
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the follower to deliver them",
+        || async { (accepted().len() >= 3).then_some(()) },
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(accepted(), expected, "each report accepted once");
