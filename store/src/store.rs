@@ -862,9 +862,7 @@ impl Store {
             keys::META_TERM.to_vec(),
             writer.log.term.to_be_bytes().to_vec(),
         );
-        self.db
-            .apply_batch(changes.batch)
-            .map_err(|e| self.stopped(e.into()))?;
+        self.db.apply_batch(changes.batch)?;
         writer.log.append(writer.rv, changes.ops);
 
         {
@@ -889,8 +887,8 @@ impl Store {
     /// that are now durable, in resourceVersion order (several writers may flush at once).
     fn flush(&self) -> Result<()> {
         let applied = self.lock_writer().rv;
-        self.db.flush().map_err(|e| self.stopped(e.into()))?;
-        self.mark.advance(applied).map_err(|e| self.stopped(e))?;
+        self.db.flush()?;
+        self.mark.advance(applied)?;
         let mut writer = self.lock_writer();
         self.publish(&mut writer, applied);
         Ok(())
@@ -929,7 +927,7 @@ impl Store {
 
     /// Records an I/O error the store cannot go on after (sled refuses every later operation
     /// with it): the store must be reopened, once the cause (a full disk, say) is gone.
-    pub(crate) fn stopped(&self, error: StoreError) -> StoreError {
+    fn stopped(&self, error: StoreError) -> StoreError {
         if matches!(
             error,
             StoreError::Sled(sled::Error::Io(_)) | StoreError::Io { .. }

@@ -129,15 +129,10 @@ async fn a_delete_on_a_follower_is_made_by_the_leader() {
     let s = server("follower-delete");
     s.store.follow();
     sync(&leader, &s.store);
+    let uri = format!("{BASE}/netdns-dns");
+    let delete = || send(&s.router, Method::DELETE, &uri, Some("admin-token"), None);
     // Without a way to the leader: 503, retryable, nothing changed.
-    let reply = send(
-        &s.router,
-        Method::DELETE,
-        &format!("{BASE}/netdns-dns"),
-        Some("admin-token"),
-        None,
-    )
-    .await;
+    let reply = delete().await;
     assert_eq!(
         reply.status,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -154,14 +149,7 @@ async fn a_delete_on_a_follower_is_made_by_the_leader() {
         store: leader.clone(),
         follower: s.store.clone(),
     }));
-    let reply = send(
-        &s.router,
-        Method::DELETE,
-        &format!("{BASE}/netdns-dns"),
-        Some("admin-token"),
-        None,
-    )
-    .await;
+    let reply = delete().await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(reply.json()["metadata"]["name"], "netdns-dns");
     // Answered once the follower applied it: a GET right after does not see it.

@@ -125,14 +125,7 @@ pub async fn run(
         tracing::info!(%leader, "following the leader");
         loop {
             match exchange(&store, &mut connection, &identity, &current, &metrics).await {
-                Ok(behind) => {
-                    in_sync.send_if_modified(|s| {
-                        let now = behind == 0;
-                        let changed = *s != now;
-                        *s = now;
-                        changed
-                    });
-                }
+                Ok(behind) => set(&in_sync, behind == 0),
                 Err(FollowError::Leading) => return,
                 Err(FollowError::Status(StatusCode::GONE, reason)) => {
                     tracing::info!(%reason, "loading a snapshot of the leader's store");
@@ -240,13 +233,13 @@ async fn exchange(
     let mine = store.position().rv;
     let behind = leader_rv.map_or(0, |l| l.saturating_sub(mine));
     metrics.lag.set(behind as i64);
-    current.send_if_modified(|c| {
-        let now = behind == 0;
-        let changed = *c != now;
-        *c = now;
-        changed
-    });
+    set(current, behind == 0);
     Ok(behind)
+}
+
+/// Sets a flag, waking its watchers only when it changes.
+fn set(flag: &watch::Sender<bool>, value: bool) {
+    flag.send_if_modified(|old| std::mem::replace(old, value) != value);
 }
 
 /// Replaces this store's content with the leader's snapshot.

@@ -136,60 +136,74 @@ mod tests {
     #[test]
     fn the_replica_with_the_newest_data_leads() {
         let now: Timestamp = "2026-11-26T10:00:00Z".parse().expect("time");
-        let d = Duration::from_secs(15);
-        // A current follower takes a free Lease at once.
-        assert!(!should_defer(
-            &lease("c-0", 60, true),
-            "c-1",
-            true,
-            10,
-            now,
-            d
-        ));
-        // A follower behind leaves a free Lease to a current one first…
-        assert!(should_defer(
-            &lease("c-0", 60, true),
-            "c-1",
-            false,
-            10,
-            now,
-            d
-        ));
-        // …and a held Lease is not its to take anyway.
-        assert!(!should_defer(
-            &lease("c-0", 1, true),
-            "c-1",
-            false,
-            10,
-            now,
-            d
-        ));
-        // The leader restarted under its own name keeps leading with its data, not with an
-        // empty volume.
-        assert!(!should_defer(
-            &lease("c-0", 1, true),
-            "c-0",
-            false,
-            10,
-            now,
-            d
-        ));
-        assert!(should_defer(
-            &lease("c-0", 1, true),
-            "c-0",
-            false,
-            0,
-            now,
-            d
-        ));
-        // A fresh install: nobody has data yet, nobody waits.
-        assert!(!should_defer(
-            &lease("c-0", 60, false),
-            "c-1",
-            false,
-            0,
-            now,
-            d
-        ));
+        // (holder, renewed seconds ago, replicated before, candidate, current, store rv,
+        // defers, why)
+        let cases = [
+            (
+                "c-0",
+                60,
+                true,
+                "c-1",
+                true,
+                10,
+                false,
+                "a current follower takes a free Lease",
+            ),
+            (
+                "c-0",
+                60,
+                true,
+                "c-1",
+                false,
+                10,
+                true,
+                "one behind leaves a free Lease first",
+            ),
+            (
+                "c-0",
+                1,
+                true,
+                "c-1",
+                false,
+                10,
+                false,
+                "a held Lease is not its to take anyway",
+            ),
+            (
+                "c-0",
+                1,
+                true,
+                "c-0",
+                false,
+                10,
+                false,
+                "a restarted leader keeps it with its data",
+            ),
+            (
+                "c-0",
+                1,
+                true,
+                "c-0",
+                false,
+                0,
+                true,
+                "…but not with an empty volume",
+            ),
+            (
+                "c-0",
+                60,
+                false,
+                "c-1",
+                false,
+                0,
+                false,
+                "a fresh install: nobody waits",
+            ),
+        ];
+        for (holder, ago, replicated, candidate, current, rv, defers, why) in cases {
+            let lease = lease(holder, ago, replicated);
+            let got = should_defer(&lease, candidate, current, rv, now, Duration::from_secs(15));
+            assert_eq!(got, defers, "{why}");
+        }
     }
 }

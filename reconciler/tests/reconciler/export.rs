@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
 use crate::flow::{apply, net_reach, status_when};
-use crate::support::{Cluster, ClusterConfig, TempDir, eventually};
+use crate::support::{Cluster, ClusterConfig, TempDir, eventually, turns_true};
 
 const SECRET: &[u8] = b"export-test-shared-secret";
 
@@ -187,6 +187,17 @@ impl Receiver {
 }
 
 /// A metric's value in the Prometheus text format (0 when absent).
+/// Export to `receiver`, with timeouts and backoff short enough for a test.
+fn quick_export(receiver: &Receiver) -> ExportConfig {
+    let url = format!("https://localhost:{}/events", receiver.addr.port());
+    let mut export =
+        ExportConfig::new(&url, SECRET, Some(receiver.ca.as_bytes()), false).expect("export");
+    export.timeout = Duration::from_secs(1);
+    export.backoff_initial = Duration::from_millis(50);
+    export.backoff_max = Duration::from_millis(200);
+    export
+}
+
 fn metric(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|l| {
@@ -217,11 +228,7 @@ async fn export_delivers_every_report_exactly_once_despite_failures_signed_and_w
         }
     };
     let receiver = cluster.inside(Receiver::start(plan)).await;
-    let url = format!("https://localhost:{}/events", receiver.addr.port());
-    let mut export =
-        ExportConfig::new(&url, SECRET, Some(receiver.ca.as_bytes()), false).expect("export");
-    export.timeout = Duration::from_secs(1);
-    export.backoff_initial = Duration::from_millis(50);
+    let mut export = quick_export(&receiver);
     export.backoff_max = Duration::from_millis(400);
     cluster.restart_controller_with_export(export).await;
 
@@ -368,17 +375,8 @@ async fn reports_not_yet_exported_when_the_controller_stops_are_delivered_by_the
     let refusing = cluster
         .inside(Receiver::start(|_| Answer::Unavailable))
         .await;
-    let config = |receiver: &Receiver| {
-        let url = format!("https://localhost:{}/events", receiver.addr.port());
-        let mut export =
-            ExportConfig::new(&url, SECRET, Some(receiver.ca.as_bytes()), false).expect("export");
-        export.timeout = Duration::from_secs(1);
-        export.backoff_initial = Duration::from_millis(50);
-        export.backoff_max = Duration::from_millis(200);
-        export
-    };
     cluster
-        .restart_controller_with_export(config(&refusing))
+        .restart_controller_with_export(quick_export(&refusing))
         .await;
     apply::<NetReach>(&cluster, "keep", &net_reach("keep", serde_json::json!({}))).await;
     status_when(
@@ -404,7 +402,7 @@ async fn reports_not_yet_exported_when_the_controller_stops_are_delivered_by_the
 
     let accepting = cluster.inside(Receiver::start(|_| Answer::Accept)).await;
     cluster
-        .restart_controller_with_export(config(&accepting))
+        .restart_controller_with_export(quick_export(&accepting))
         .await;
     let task = cluster.task::<NetReach>("keep").await.expect("task");
     let uid = task.metadata.uid.clone().expect("uid");
@@ -460,30 +458,26 @@ async fn reports_waiting_for_export_when_the_leader_dies_are_delivered_by_the_fo
     };
     // Both replicas export to the receiver: the cluster's first controller is replaced.
     cluster.kill_controller().await;
-    let url = format!("https://localhost:{}/events", receiver.addr.port());
-    let mut export =
-        ExportConfig::new(&url, SECRET, Some(receiver.ca.as_bytes()), false).expect("export");
-    export.timeout = Duration::from_secs(1);
-    export.backoff_initial = Duration::from_millis(50);
-    export.backoff_max = Duration::from_millis(200);
-    cluster.export = Some(export);
+    cluster.export = Some(quick_export(&receiver));
     let leader = cluster.spawn_replica(true, "controller-a", cluster.store.clone());
-    let mut leading = leader.leading.clone();
-    tokio::time::timeout(Duration::from_secs(40), leading.wait_for(|l| *l))
-        .await
-        .expect("controller-a leads")
-        .expect("leading");
+    turns_true(
+        &leader.leading,
+        Duration::from_secs(40),
+        "controller-a leads",
+    )
+    .await;
     let dir = TempDir::new("export-follower");
     let store = Arc::new(
         kdoctor_store::Store::open(kdoctor_store::StoreConfig::new(dir.0.join("store")))
             .expect("store"),
     );
     let follower = cluster.spawn_replica(true, "controller-b", store.clone());
-    let mut current = follower.current.clone();
-    tokio::time::timeout(Duration::from_secs(30), current.wait_for(|c| *c))
-        .await
-        .expect("the follower catches up")
-        .expect("current");
+    turns_true(
+        &follower.current,
+        Duration::from_secs(30),
+        "the follower catches up",
+    )
+    .await;
 
     apply::<NetReach>(&cluster, "move", &net_reach("move", serde_json::json!({}))).await;
     status_when(
@@ -504,11 +498,12 @@ async fn reports_waiting_for_export_when_the_leader_dies_are_delivered_by_the_fo
     leader.handle.abort();
     let _ = leader.handle.await;
     accept.store(true, Ordering::SeqCst);
-    let mut leading = follower.leading.clone();
-    tokio::time::timeout(Duration::from_secs(40), leading.wait_for(|l| *l))
-        .await
-        .expect("the follower takes over")
-        .expect("leading");
+    turns_true(
+        &follower.leading,
+        Duration::from_secs(40),
+        "the follower takes over",
+    )
+    .await;
     let task = cluster.task::<NetReach>("move").await.expect("task");
     let uid = task.metadata.uid.clone().expect("uid");
     let expected: Vec<String> = ["node-1", "node-2", "node-3"]

@@ -14,7 +14,7 @@ use kdoctor_store::{RoundResult, Store, StoreConfig};
 use kube::Api;
 
 use crate::flow::{apply, net_reach, status_when};
-use crate::support::{Cluster, ClusterConfig, NAMESPACE, TempDir, eventually};
+use crate::support::{Cluster, ClusterConfig, NAMESPACE, TempDir, eventually, ever_is, turns_true};
 
 fn nodes_of(store: &Store, round: u64) -> Vec<String> {
     let Some(task) = store.find(TaskKind::NetReach, "ha").first().cloned() else {
@@ -38,34 +38,24 @@ async fn a_follower_keeps_the_leaders_store_and_takes_over_mid_round_with_it() {
         ..ClusterConfig::default()
     })
     .await;
-    let mut first = cluster.leading.clone();
-    tokio::time::timeout(Duration::from_secs(20), first.wait_for(|l| *l))
-        .await
-        .expect("the first replica leads")
-        .expect("leading");
+    turns_true(
+        &cluster.leading,
+        Duration::from_secs(20),
+        "the first replica leads",
+    )
+    .await;
     let dir = TempDir::new("follower");
     let store = Arc::new(Store::open(StoreConfig::new(dir.0.join("store"))).expect("store"));
     let follower = cluster.spawn_replica(true, "controller-b", store.clone());
-    let mut current = follower.current.clone();
-    tokio::time::timeout(Duration::from_secs(30), current.wait_for(|c| *c))
-        .await
-        .expect("the follower catches up with the leader")
-        .expect("current");
+    turns_true(
+        &follower.current,
+        Duration::from_secs(30),
+        "the follower catches up with the leader",
+    )
+    .await;
     // From here to the end, any moment the follower's copy is not current counts (it would be
     // unready: the APIService would have one replica less, and none during the failover).
-    let stale_meanwhile = {
-        let mut watching = follower.current.clone();
-        tokio::spawn(async move {
-            loop {
-                if !*watching.borrow_and_update() {
-                    return true;
-                }
-                if watching.changed().await.is_err() {
-                    return false;
-                }
-            }
-        })
-    };
+    let stale_meanwhile = ever_is(&follower.current, false);
 
     // Round 1 runs; node-1 reports before the leader dies, node-2 and node-3 after.
     for node in ["node-1", "node-2", "node-3"] {
@@ -106,11 +96,12 @@ async fn a_follower_keeps_the_leaders_store_and_takes_over_mid_round_with_it() {
     for node in ["node-2", "node-3"] {
         cluster.agents.unsilence(node);
     }
-    let mut leading = follower.leading.clone();
-    tokio::time::timeout(Duration::from_secs(40), leading.wait_for(|l| *l))
-        .await
-        .expect("the follower takes over once the Lease expires")
-        .expect("leading");
+    turns_true(
+        &follower.leading,
+        Duration::from_secs(40),
+        "the follower takes over once the Lease expires",
+    )
+    .await;
     let status = status_when(
         &cluster,
         "ha",

@@ -11,7 +11,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 
 use crate::flow::{apply, net_reach, status_when};
-use crate::support::{Cluster, ClusterConfig, eventually};
+use crate::support::{Cluster, ClusterConfig, eventually, ever_is, turns_true};
 
 fn ongoing(s: &kdoctor_api::task::TaskStatus) -> bool {
     s.history
@@ -230,26 +230,15 @@ async fn a_second_replica_stays_passive_until_the_leader_is_gone() {
         ..ClusterConfig::default()
     })
     .await;
-    let mut first = cluster.leading.clone();
-    tokio::time::timeout(Duration::from_secs(20), first.wait_for(|l| *l))
-        .await
-        .expect("the first replica leads")
-        .expect("leading");
-    let (_stop, mut second, handle) = cluster.spawn_controller(true, "controller-b");
+    turns_true(
+        &cluster.leading,
+        Duration::from_secs(20),
+        "the first replica leads",
+    )
+    .await;
+    let (_stop, second, handle) = cluster.spawn_controller(true, "controller-b");
     // Watched for the whole round, not looked at once: any moment of leadership counts.
-    let led_meanwhile = {
-        let mut watching = second.clone();
-        tokio::spawn(async move {
-            loop {
-                if *watching.borrow_and_update() {
-                    return true;
-                }
-                if watching.changed().await.is_err() {
-                    return false;
-                }
-            }
-        })
-    };
+    let led_meanwhile = ever_is(&second, true);
     apply::<NetReach>(&cluster, "one", &net_reach("one", serde_json::json!({}))).await;
     status_when(
         &cluster,
@@ -266,10 +255,12 @@ async fn a_second_replica_stays_passive_until_the_leader_is_gone() {
     led_meanwhile.abort();
 
     cluster.kill_controller().await;
-    tokio::time::timeout(Duration::from_secs(30), second.wait_for(|l| *l))
-        .await
-        .expect("the second replica takes over once the Lease expires")
-        .expect("leading");
+    turns_true(
+        &second,
+        Duration::from_secs(30),
+        "the second replica takes over once the Lease expires",
+    )
+    .await;
     apply::<NetReach>(&cluster, "two", &net_reach("two", serde_json::json!({}))).await;
     status_when(
         &cluster,

@@ -226,6 +226,31 @@ pub struct Cluster {
     net: Option<tokio::runtime::Runtime>,
 }
 
+/// Waits until `flag` is true, at most `limit`; panics saying `what` otherwise.
+pub async fn turns_true(flag: &watch::Receiver<bool>, limit: Duration, what: &str) {
+    let mut flag = flag.clone();
+    tokio::time::timeout(limit, flag.wait_for(|v| *v))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
+        .unwrap_or_else(|_| panic!("{what}: its sender is gone"));
+}
+
+/// Watches `flag` from now on: the task ends, with `true`, once the flag is `value` — so that a
+/// test asks after a whole phase whether it ever was (not only when it looked).
+pub fn ever_is(flag: &watch::Receiver<bool>, value: bool) -> JoinHandle<bool> {
+    let mut flag = flag.clone();
+    tokio::spawn(async move {
+        loop {
+            if *flag.borrow_and_update() == value {
+                return true;
+            }
+            if flag.changed().await.is_err() {
+                return false;
+            }
+        }
+    })
+}
+
 /// A controller replica started by a test.
 pub struct Replica {
     /// Stops it gracefully.

@@ -2,9 +2,9 @@
 //! removed when delivered, bounded with the oldest dropped and counted.
 
 use kdoctor_api::fixtures::net_reach_report;
-use kdoctor_store::{NewReport, Store, StoreConfig};
+use kdoctor_store::{Store, StoreConfig};
 
-use crate::support::{open, task};
+use crate::support::{open, put_all, task};
 
 fn nodes(store: &Store) -> Vec<(u64, String)> {
     store
@@ -28,16 +28,9 @@ fn stored_reports_wait_in_the_outbox_across_a_reopen_until_delivered() {
     let reports: Vec<_> = (0..3)
         .map(|n| net_reach_report(&format!("n{n}"), 1, 10, n))
         .collect();
-    let batch: Vec<_> = reports
-        .iter()
-        .map(|r| NewReport {
-            task: id,
-            report: r,
-        })
-        .collect();
-    store.put_reports(&batch).expect("batch");
+    put_all(&store, id, &reports);
     // The same bytes again are not a new report; a changed one already waiting is not added.
-    store.put_reports(&batch).expect("again");
+    put_all(&store, id, &reports);
     let mut changed = reports[0].clone();
     changed.round_result = "fail".into();
     store.put_report(id, &changed).expect("changed");

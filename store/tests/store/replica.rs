@@ -5,9 +5,9 @@
 
 use kdoctor_api::fixtures::net_reach_report;
 use kdoctor_store::replica::{Frame, NeedSnapshot, Position, decode};
-use kdoctor_store::{NewReport, RoundResult, RoundSummary, Store, StoreError};
+use kdoctor_store::{RoundResult, RoundSummary, Store, StoreError};
 
-use crate::support::{open, task};
+use crate::support::{open, put_all, task};
 
 /// Loads the leader's snapshot into the follower, through the wire format.
 fn snapshot(leader: &Store, follower: &Store) -> Position {
@@ -85,14 +85,7 @@ fn write_round(store: &Store, uid: &str, round: u64) {
         .iter()
         .map(|n| net_reach_report(n, round as i64, 10, 1))
         .collect();
-    let batch: Vec<_> = reports
-        .iter()
-        .map(|r| NewReport {
-            task: id,
-            report: r,
-        })
-        .collect();
-    store.put_reports(&batch).expect("reports");
+    put_all(store, id, &reports);
     store.put_round(id, &summary(round)).expect("summary");
 }
 

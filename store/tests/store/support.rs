@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 
 use jiff::Timestamp;
+use kdoctor_api::report::Report;
 use kdoctor_api::task::TaskKind;
-use kdoctor_store::{Store, StoreConfig, TaskRecord};
+use kdoctor_store::{IncarnationId, NewReport, Outcome, Store, StoreConfig, TaskRecord};
 
 /// A fresh directory for one test.
 pub fn scratch(test: &str) -> PathBuf {
@@ -33,4 +34,13 @@ pub fn task(name: &str, uid: &str) -> TaskRecord {
         status: Some(serde_json::json!({"expectedRound": 3, "doneRound": 0, "finish": false})),
         deleted: None,
     }
+}
+
+/// Stores `reports` of incarnation `id` in one batch.
+pub fn put_all(store: &Store, id: IncarnationId, reports: &[Report]) -> Vec<Outcome> {
+    let batch: Vec<NewReport> = reports
+        .iter()
+        .map(|report| NewReport { task: id, report })
+        .collect();
+    store.put_reports(&batch).expect("reports stored")
 }
