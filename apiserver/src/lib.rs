@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod certs;
+pub mod conn_threads;
 pub mod discovery;
 pub mod first_bytes;
 pub mod follower;

@@ -17,6 +17,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use crate::auth::PeerCertificates;
+use crate::conn_threads::ConnectionThreads;
 use crate::first_bytes::FirstBytes;
 use crate::parse_errors::StatusForParseErrors;
 
@@ -75,6 +76,7 @@ pub async fn serve_tls(
     app: Router,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
     limits: ServeLimits,
+    threads: ConnectionThreads,
 ) {
     let acceptor = TlsAcceptor::from(Arc::new(tls));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -105,7 +107,16 @@ pub async fn serve_tls(
         }
         let acceptor = acceptor.clone();
         let app = app.clone();
-        tokio::spawn(async move {
+        threads.spawn(async move {
+            // A stream accepted on one runtime is registered with the poller of the thread
+            // that serves it.
+            let stream = match stream.into_std().and_then(tokio::net::TcpStream::from_std) {
+                Ok(stream) => stream,
+                Err(e) => {
+                    tracing::debug!(peer = %peer, error = %e, "cannot move the connection");
+                    return;
+                }
+            };
             connection(acceptor, stream, peer, app, limits).await;
             drop(slot);
         });

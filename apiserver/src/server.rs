@@ -13,6 +13,7 @@ use crate::auth::Auth;
 use crate::auth::config::AuthnConfig;
 use crate::auth::kube_reviews::{KubeReviews, watch_configmap};
 use crate::auth::x509::CaPool;
+use crate::conn_threads::ConnectionThreads;
 use crate::metrics::ApiMetrics;
 use crate::pki::{Ca, Pem, kubeconfig};
 use crate::tls::{ServingCert, certified_key, server_config};
@@ -28,6 +29,10 @@ pub enum AuthMode {
     /// Given by the embedding program (e.g. reviews answered by a test double).
     Custom(Arc<Auth>),
 }
+
+/// Connection threads at most (one per core up to this): the API server shares its machine
+/// with the controller's reconcilers, the store's writers and the harvester.
+pub const CONNECTION_THREADS_CAP: usize = 4;
 
 /// What to start.
 pub struct ServerOptions {
@@ -55,6 +60,9 @@ pub struct ServerOptions {
     pub tasks: Option<crate::tasks::TaskObjects>,
     /// Deadlines and the connection cap.
     pub limits: crate::serve::ServeLimits,
+    /// Threads of their own that connections run on (0: the caller's runtime); default one per
+    /// core, at most [`CONNECTION_THREADS_CAP`].
+    pub connection_threads: usize,
 }
 
 impl ServerOptions {
@@ -73,6 +81,7 @@ impl ServerOptions {
             tls_reload_every: Duration::from_secs(10),
             tasks: None,
             limits: crate::serve::ServeLimits::default(),
+            connection_threads: crate::conn_threads::per_core(CONNECTION_THREADS_CAP),
         }
     }
 }
@@ -88,6 +97,9 @@ pub enum ServerError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The threads connections run on cannot be started.
+    #[error("cannot start the connection threads: {0}")]
+    Threads(std::io::Error),
     /// Certificates cannot be made or read.
     #[error(transparent)]
     Pki(#[from] crate::pki::PkiError),
@@ -244,8 +256,10 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
         listener,
         server_config(serving)?,
         router(state.clone()),
-        shutdown,
+        shutdown.clone(),
         options.limits,
+        ConnectionThreads::start(options.connection_threads, shutdown)
+            .map_err(ServerError::Threads)?,
     ));
     Ok(RunningServer {
         address,

@@ -378,3 +378,73 @@ fn only_hyper_s_automatic_answers_are_replaced() {
     assert_eq!(automatic_answer(partial), None);
     assert_eq!(automatic_answer(b"{\"kind\":\"Status\"}"), None);
 }
+
+/// The names of this process's threads.
+fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_string())
+        .collect()
+}
+
+/// Connections on threads of their own (nginx's worker model): every connection is answered,
+/// whichever thread it was given to, and the threads end with the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_on_their_own_threads_are_answered_and_end_with_the_server() {
+    let dir = scratch("connection-threads");
+    let store = Arc::new(Store::open(StoreConfig::new(dir.join("store"))).expect("store"));
+    let server = start(ServerOptions {
+        store: Some(store),
+        connection_threads: 2,
+        ..ServerOptions::standalone(dir.join("server"), "127.0.0.1:0".parse().expect("addr"))
+    })
+    .await
+    .expect("starts");
+    let api_threads = || {
+        thread_names()
+            .into_iter()
+            .filter(|name| name.starts_with("kdoctor-api-"))
+            .count()
+    };
+    // A new thread names itself once it runs.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while api_threads() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(api_threads(), 2, "{:?}", thread_names());
+    // More connections than threads, open at once: each thread serves several.
+    let mut open = Vec::new();
+    for _ in 0..6 {
+        open.push(tls_connect(&dir, server.address).await);
+    }
+    for tls in &mut open {
+        tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        tls.flush().await.expect("flush");
+    }
+    for tls in &mut open {
+        let mut answer = Vec::new();
+        let mut buffer = [0u8; 1024];
+        while !(answer.windows(4).any(|w| w == b"\r\n\r\n") && answer_complete(&answer)) {
+            let n = tokio::time::timeout(Duration::from_secs(10), tls.read(&mut buffer))
+                .await
+                .expect("answered within 10 s")
+                .expect("read");
+            assert!(n > 0, "closed before answering");
+            answer.extend_from_slice(&buffer[..n]);
+        }
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("ok"), "{answer}");
+    }
+    drop(open);
+    server.stop().await;
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while api_threads() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(api_threads(), 0, "{:?}", thread_names());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -15,15 +15,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
     || { echo "cannot install ${missing[*]}: apt-get install -y ${missing[*]}" >&2; exit 2; }
 fi
-# The oha the figures in docs/benchmarks.md were taken with.
-OHA_VERSION=1.16.0
-tools="${KDOCTOR_TOOLS:-$HOME/.cache/kdoctor/tools}/oha-$OHA_VERSION"
-OHA=${OHA:-$tools/bin/oha}
-if [ ! -x "$OHA" ]; then
-  echo "installing oha $OHA_VERSION into $tools (cargo install; a few minutes the first time)" >&2
-  cargo install -q --locked --version "$OHA_VERSION" --root "$tools" oha \
-    || { echo "cannot install oha $OHA_VERSION (cargo install oha); OHA=/path/to/oha uses another" >&2; exit 2; }
-fi
+OHA=$(../oha.sh)
 root=$(cd ../../.. && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 (cd "$root" && CARGO_TARGET_DIR="$target" cargo build --release -q -p kdoctor)

@@ -40,11 +40,17 @@ struct Options {
     repeat: usize,
     /// Only the objects whose name contains this (all when empty).
     only: String,
+    /// Load generators: wrk, oha, or both (each cell run with each).
+    clients: Vec<Client>,
+    /// oha's path.
+    oha: PathBuf,
+    /// Connection threads of the API server (0: its runtime's two workers; default: the server's).
+    threads: usize,
     dir: PathBuf,
 }
 
 fn options() -> Options {
-    let mut o = Options { tasks: 10_000, seconds: 10, repeat: 3, only: String::new(), dir: std::env::temp_dir().join("kdoctor-bench-apiserver") };
+    let mut o = Options { tasks: 10_000, seconds: 10, repeat: 3, only: String::new(), clients: vec![Client::Wrk, Client::Oha], oha: PathBuf::from("oha"), threads: kdoctor_apiserver::conn_threads::per_core(kdoctor_apiserver::server::CONNECTION_THREADS_CAP), dir: std::env::temp_dir().join("kdoctor-bench-apiserver") };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
         let value = pair.get(1).cloned().unwrap_or_default();
@@ -53,6 +59,14 @@ fn options() -> Options {
             "--seconds" => o.seconds = value.parse().expect("--seconds S"),
             "--repeat" => o.repeat = value.parse::<usize>().expect("--repeat N").max(1),
             "--only" => o.only = value,
+            "--client" => o.clients = match value.as_str() {
+                "wrk" => vec![Client::Wrk],
+                "oha" => vec![Client::Oha],
+                "both" => vec![Client::Wrk, Client::Oha],
+                other => panic!("--client wrk|oha|both, not {other}"),
+            },
+            "--oha" => o.oha = PathBuf::from(value),
+            "--threads" => o.threads = value.parse().expect("--threads N"),
             "--dir" => o.dir = PathBuf::from(value),
             other => panic!("unknown option {other}"),
         }
@@ -112,7 +126,23 @@ fn fill(store: &Store, tasks: u64) -> Vec<String> {
     names
 }
 
-/// One wrk run: requests/s, p50 and p99 in ms.
+/// A load generator.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Client {
+    Wrk,
+    Oha,
+}
+
+impl Client {
+    fn name(self) -> &'static str {
+        match self {
+            Client::Wrk => "wrk",
+            Client::Oha => "oha",
+        }
+    }
+}
+
+/// One run of a load generator: requests/s, p50 and p99 in ms.
 struct Run {
     rps: f64,
     p50: f64,
@@ -163,6 +193,42 @@ fn wrk(url: &str, connections: u32, seconds: u64, headers: &[&str], body: usize)
             .unwrap_or(f64::NAN)
     };
     Ok(Run { rps, p50: percentile("50%"), p99: percentile("99%") })
+}
+
+/// Runs oha (HTTP/1.1, `connections` kept-alive connections, for `seconds`); `Err` says why the
+/// run does not count: an answer that was not a 200, an error other than the requests still in
+/// flight when the time was up, or an answer whose body is not `body` bytes.
+fn oha(oha: &Path, ca: &str, url: &str, connections: u32, seconds: u64, headers: &[&str], body: usize) -> Result<Run, String> {
+    let mut command = Command::new(oha);
+    command.args(["-z", &format!("{seconds}s"), "-c", &connections.to_string(), "--no-tui", "--output-format", "json", "--cacert", ca]);
+    // oha asks for compressed answers unless told not to; the gzip cells ask by header.
+    command.arg("--disable-compression");
+    for h in headers {
+        command.args(["-H", h]);
+    }
+    let out = command.arg(url).output().map_err(|e| format!("{}: {e}", oha.display()))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("oha's output is not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)))?;
+    let codes = v["statusCodeDistribution"].as_object().cloned().unwrap_or_default();
+    if let Some((code, n)) = codes.iter().find(|(code, _)| code.as_str() != "200") {
+        return Err(format!("{n} answers with status {code}"));
+    }
+    let answered: f64 = codes.values().filter_map(|n| n.as_f64()).sum();
+    // The requests in flight when the time is up are cut off: at most one per connection.
+    for (error, n) in v["errorDistribution"].as_object().cloned().unwrap_or_default() {
+        let n = n.as_u64().unwrap_or(u64::MAX);
+        if error != "aborted due to deadline" || n > u64::from(connections) {
+            return Err(format!("{n} × {error}"));
+        }
+    }
+    let size = v["summary"]["sizePerRequest"].as_u64().unwrap_or(0);
+    if size != body as u64 {
+        return Err(format!("answers averaged {size} bytes, the body is {body}"));
+    }
+    let total = v["summary"]["total"].as_f64().unwrap_or(f64::NAN);
+    // oha's percentiles are in seconds.
+    let p = |q: &str| v["latencyPercentiles"][q].as_f64().map(|s| s * 1000.0).unwrap_or(f64::NAN);
+    Ok(Run { rps: answered / total, p50: p("p50"), p99: p("p99") })
 }
 
 /// `13.55GB` in bytes.
@@ -234,6 +300,7 @@ fn main() {
     let options = ServerOptions {
         auth: AuthMode::Custom(auth),
         store: Some(store),
+        connection_threads: o.threads,
         ..ServerOptions::standalone(o.dir.join("server"), "127.0.0.1:0".parse().expect("addr"))
     };
     let server = runtime.block_on(start(options)).expect("server");
@@ -305,17 +372,21 @@ fn main() {
             let ours_headers: Vec<&str> = std::iter::once(auth_header.as_str()).chain(extra).collect();
             assert_eq!(size_with(url, &ours_headers), body, "{name} {encoding}: kdoctor's size");
             assert_eq!(size_with(&nginx_url, &theirs_headers), body, "{name} {encoding}: nginx's size differs from kdoctor's");
-            for connections in [1u32, 16, 100] {
+            for (client, connections) in o.clients.iter().flat_map(|c| [1u32, 16, 100].map(|n| (*c, n))) {
+                let load = |url: &str, headers: &[&str]| match client {
+                    Client::Wrk => wrk(url, connections, o.seconds, headers, body),
+                    Client::Oha => oha(&o.oha, &ca_arg, url, connections, o.seconds, headers, body),
+                };
                 let mut runs = Vec::new();
                 let mut discarded = Vec::new();
                 for _ in 0..o.repeat {
-                    match (wrk(url, connections, o.seconds, &ours_headers, body), wrk(&nginx_url, connections, o.seconds, &theirs_headers, body)) {
+                    match (load(url, &ours_headers), load(&nginx_url, &theirs_headers)) {
                         (Ok(ours), Ok(theirs)) => runs.push((ours.rps / theirs.rps, ours, theirs)),
                         (ours, theirs) => discarded.push(format!("{:?} / {:?}", ours.err(), theirs.err())),
                     }
                 }
                 runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-                let label = format!("{name} ({} KB) {encoding}, {connections} conn.", body / 1024);
+                let label = format!("{name} ({} KB) {encoding}, {connections} conn., {}", body / 1024, client.name());
                 match runs.get(runs.len() / 2) {
                     Some((ratio, ours, theirs)) => println!(
                         "| {label} | {:.0} | {:.0} | {ratio:.2} | {:.2} / {:.2} ms | {:.2} / {:.2} ms |{}",
