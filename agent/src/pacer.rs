@@ -125,11 +125,12 @@ pub struct PacerSummary {
 /// lateness — rather than dropping requests.
 pub const OVERRUN_GRACE: Duration = Duration::from_secs(1);
 
-/// The shortest time between two wakes of the pacer when slots are closer than that (above
-/// 4,000/s). Each wake is a turn of the event loop that costs more CPU than a request on these
-/// machines: waking for every slot made the HTTP prober spend 2-3× oha's CPU per request at
-/// 10,000-20,000/s. Groups of slots a quarter of a millisecond apart keep it near oha's while
-/// the requests of a group wait for each other only microseconds (shown as lateness).
+/// The shortest time between two wakes of the pacer when slots are closer than that, unless
+/// the prober asks for another (`Prober::wake_quantum`). Each wake is a turn of the event loop
+/// that costs more CPU than a request on these machines: waking for every slot made the HTTP
+/// prober spend 2-3× oha's CPU per request at 10,000-20,000/s. Groups of slots a quarter of a
+/// millisecond apart keep it near oha's while the requests of a group wait for each other only
+/// microseconds (shown as lateness).
 pub const WAKE_QUANTUM: Duration = Duration::from_micros(250);
 
 /// How the pacer waits for the next slot.
@@ -184,11 +185,11 @@ pub struct Pacer {
 }
 
 impl Pacer {
-    /// A pacer for `schedule` starting at `start`.
-    pub fn new(schedule: Schedule, start: Instant) -> Pacer {
-        // Slots closer together than the quantum go out in small groups, one wake each.
-        let quantum = if schedule.offset(1) < WAKE_QUANTUM {
-            WAKE_QUANTUM
+    /// A pacer for `schedule` starting at `start`; slots closer together than `quantum` go out
+    /// in small groups, one wake each.
+    pub fn new(schedule: Schedule, start: Instant, quantum: Duration) -> Pacer {
+        let quantum = if schedule.offset(1) < quantum {
+            quantum
         } else {
             Duration::ZERO
         };
@@ -254,12 +255,18 @@ mod tests {
     use super::*;
 
     /// Drives a pacer to the end, handing every slot to `dispatch`.
-    async fn run(
+    async fn run(schedule: Schedule, start: Instant, dispatch: impl FnMut(Slot)) -> PacerSummary {
+        run_with(schedule, start, WAKE_QUANTUM, dispatch).await
+    }
+
+    /// [`run`] with a wake quantum of the caller's.
+    async fn run_with(
         schedule: Schedule,
         start: Instant,
+        quantum: Duration,
         mut dispatch: impl FnMut(Slot),
     ) -> PacerSummary {
-        let mut pacer = Pacer::new(schedule, start);
+        let mut pacer = Pacer::new(schedule, start, quantum);
         while let Some(due) = pacer.due() {
             pacer.wait(due).await;
             let woke = Instant::now();
@@ -394,15 +401,17 @@ mod tests {
 
     #[tokio::test]
     async fn closely_spaced_slots_wake_the_pacer_a_quantum_apart() {
-        let s = Schedule::new(100_000.0, Duration::from_millis(100)).unwrap();
-        let mut slots = Vec::new();
-        let summary = run(s, Instant::now(), |slot| slots.push(slot)).await;
-        assert_eq!(summary.dispatched, 10_000);
-        let mut wakes: Vec<Instant> = slots.iter().map(|s| s.woke).collect();
-        wakes.dedup();
-        assert!(
-            wakes.windows(2).all(|w| w[1] - w[0] >= WAKE_QUANTUM),
-            "two wakes closer than {WAKE_QUANTUM:?}"
-        );
+        for quantum in [WAKE_QUANTUM, Duration::from_micros(100)] {
+            let s = Schedule::new(100_000.0, Duration::from_millis(100)).unwrap();
+            let mut slots = Vec::new();
+            let summary = run_with(s, Instant::now(), quantum, |slot| slots.push(slot)).await;
+            assert_eq!(summary.dispatched, 10_000);
+            let mut wakes: Vec<Instant> = slots.iter().map(|s| s.woke).collect();
+            wakes.dedup();
+            assert!(
+                wakes.windows(2).all(|w| w[1] - w[0] >= quantum),
+                "two wakes closer than {quantum:?}"
+            );
+        }
     }
 }

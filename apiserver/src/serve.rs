@@ -17,9 +17,9 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use crate::auth::PeerCertificates;
-use crate::conn_threads::ConnectionThreads;
 use crate::first_bytes::FirstBytes;
 use crate::parse_errors::StatusForParseErrors;
+use kdoctor_transport::runtime_threads::RuntimeThreads;
 
 /// Bounds on what one client may hold.
 #[derive(Clone, Copy, Debug)]
@@ -76,7 +76,7 @@ pub async fn serve_tls(
     app: Router,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
     limits: ServeLimits,
-    threads: ConnectionThreads,
+    threads: RuntimeThreads,
 ) {
     let acceptor = TlsAcceptor::from(Arc::new(tls));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -107,7 +107,7 @@ pub async fn serve_tls(
         }
         let acceptor = acceptor.clone();
         let app = app.clone();
-        threads.spawn(async move {
+        let _ = threads.spawn(async move {
             // A stream accepted on one runtime is registered with the poller of the thread
             // that serves it.
             let stream = match stream.into_std().and_then(tokio::net::TcpStream::from_std) {

@@ -13,7 +13,6 @@ use crate::auth::Auth;
 use crate::auth::config::AuthnConfig;
 use crate::auth::kube_reviews::{KubeReviews, watch_configmap};
 use crate::auth::x509::CaPool;
-use crate::conn_threads::ConnectionThreads;
 use crate::metrics::ApiMetrics;
 use crate::pki::{Ca, Pem, kubeconfig};
 use crate::tls::{ServingCert, certified_key, server_config};
@@ -81,7 +80,9 @@ impl ServerOptions {
             tls_reload_every: Duration::from_secs(10),
             tasks: None,
             limits: crate::serve::ServeLimits::default(),
-            connection_threads: crate::conn_threads::per_core(CONNECTION_THREADS_CAP),
+            connection_threads: kdoctor_transport::runtime_threads::per_core(
+                CONNECTION_THREADS_CAP,
+            ),
         }
     }
 }
@@ -127,6 +128,8 @@ pub struct RunningServer {
     pub state: AppState,
     /// The server's CA.
     pub ca: Ca,
+    /// The threads its connections run on.
+    pub threads: kdoctor_transport::runtime_threads::RuntimeThreads,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -252,19 +255,21 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
             options.retention_every,
         ),
     }
+    let threads = crate::conn_threads::start(options.connection_threads, shutdown.clone())
+        .map_err(ServerError::Threads)?;
     let task = tokio::spawn(serve::serve_tls(
         listener,
         server_config(serving)?,
         router(state.clone()),
-        shutdown.clone(),
+        shutdown,
         options.limits,
-        ConnectionThreads::start(options.connection_threads, shutdown)
-            .map_err(ServerError::Threads)?,
+        threads.clone(),
     ));
     Ok(RunningServer {
         address,
         state,
         ca,
+        threads,
         stop,
         task,
     })

@@ -2,8 +2,10 @@
 //! controller and binary share without depending on each other — the TLS material and
 //! configurations (rustls with ring), and the report API's contract: the listed entry, the
 //! harvester's certificate name, and the client the harvester pulls with. The agent serves the
-//! report API; the controller only speaks this contract, so it does not build the probers.
+//! report API; the controller only speaks this contract, so it does not build the probers. Also
+//! the threads that connections are served and probed from (`runtime_threads`).
 
 pub mod report_api;
 pub mod report_client;
+pub mod runtime_threads;
 pub mod tls;

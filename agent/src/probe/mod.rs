@@ -7,6 +7,7 @@ pub mod dns;
 pub mod http;
 pub mod outcome;
 pub mod record;
+pub mod threads;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +30,10 @@ pub trait Prober: Send + Sync + 'static {
     fn kind(&self) -> &'static str;
     /// Sends one request and reads the whole answer. The engine bounds it by the timeout.
     fn probe(&self) -> impl Future<Output = Attempt> + Send;
+    /// The shortest time between two wakes of the pacer when slots are closer than that.
+    fn wake_quantum(&self) -> Duration {
+        crate::pacer::WAKE_QUANTUM
+    }
 }
 
 /// How one target is probed.
@@ -132,14 +137,13 @@ pub async fn run_observed<P: Prober>(
     metrics: Option<Metrics>,
     series: Option<Arc<TargetSeries>>,
 ) -> Measurement {
-    // The pacer runs as a task of the runtime, not on the caller's thread (a `block_on`
-    // thread): requests it spawns then land in its worker's local queue instead of waking
-    // another thread for each one.
-    let paced = tokio::spawn(pace(prober, plan, progress, metrics, series));
-    match paced.await {
+    // The pacer and the requests it spawns run on one prober thread of their own, never on the
+    // caller's thread nor spread over a shared runtime's workers (`threads`).
+    let mut paced = threads::spawn(pace(prober, plan, progress, metrics, series));
+    match paced.finished().await {
         Ok(measurement) => measurement,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        // Cancelled: only when the runtime shuts down, which cancels this caller as well.
+        // Cancelled: only when the process ends (the prober threads' runtimes never shut down).
         Err(_) => std::future::pending().await,
     }
 }
@@ -249,7 +253,7 @@ async fn pace<P: Prober>(
     let started = jiff::Timestamp::now();
     let start = Instant::now();
     let mut last_woke = start;
-    let mut pacer = Pacer::new(plan.schedule, start);
+    let mut pacer = Pacer::new(plan.schedule, start, shared.prober.wake_quantum());
     let permits = Arc::new(Semaphore::new(plan.max_in_flight));
     // The first few requests in flight are driven by this task; more are spawned. A task per
     // request woke the runtime's other worker for each one, which at low rates cost more

@@ -443,3 +443,48 @@ async fn requests_beyond_the_in_flight_cap_are_counted_unsent_and_fail_the_targe
     );
     assert!(!detail.request_succeed);
 }
+
+/// A run lives on a prober thread of its own, but is its caller's: a caller that gives up (a
+/// round past its deadline) stops the sending at once instead of leaving it running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_caller_gives_up_stops_sending() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = served.clone();
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            async { "ok" }
+        }),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let count = || served.load(std::sync::atomic::Ordering::Relaxed);
+    // 200/s for 10 s, given up after half a second.
+    let run = probe_http(
+        http_spec(&format!("http://{addr}/")),
+        None,
+        None,
+        200.0,
+        Duration::from_secs(10),
+        SECOND,
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), run)
+            .await
+            .is_err()
+    );
+    let at_give_up = count();
+    assert!(at_give_up > 0, "nothing was sent before giving up");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // At most the requests already in flight arrive after.
+    let later = count();
+    assert!(
+        later <= at_give_up + 2,
+        "{} requests sent after the caller gave up",
+        later - at_give_up
+    );
+}

@@ -45,12 +45,12 @@ struct Options {
     /// oha's path.
     oha: PathBuf,
     /// Connection threads of the API server (0: its runtime's two workers; default: the server's).
-    threads: usize,
+    threads: Option<usize>,
     dir: PathBuf,
 }
 
 fn options() -> Options {
-    let mut o = Options { tasks: 10_000, seconds: 10, repeat: 3, only: String::new(), clients: vec![Client::Wrk, Client::Oha], oha: PathBuf::from("oha"), threads: kdoctor_apiserver::conn_threads::per_core(kdoctor_apiserver::server::CONNECTION_THREADS_CAP), dir: std::env::temp_dir().join("kdoctor-bench-apiserver") };
+    let mut o = Options { tasks: 10_000, seconds: 10, repeat: 3, only: String::new(), clients: vec![Client::Wrk, Client::Oha], oha: PathBuf::from("oha"), threads: None, dir: std::env::temp_dir().join("kdoctor-bench-apiserver") };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
         let value = pair.get(1).cloned().unwrap_or_default();
@@ -66,7 +66,7 @@ fn options() -> Options {
                 other => panic!("--client wrk|oha|both, not {other}"),
             },
             "--oha" => o.oha = PathBuf::from(value),
-            "--threads" => o.threads = value.parse().expect("--threads N"),
+            "--threads" => o.threads = Some(value.parse().expect("--threads N")),
             "--dir" => o.dir = PathBuf::from(value),
             other => panic!("unknown option {other}"),
         }
@@ -297,12 +297,13 @@ fn main() {
     let started = Instant::now();
     let store = Arc::new(Store::open(StoreConfig::new(&store_dir)).expect("store"));
     let auth = Arc::new(Auth::delegated(AuthnConfig::default(), Arc::new(BenchReviews)));
-    let options = ServerOptions {
+    let mut options = ServerOptions {
         auth: AuthMode::Custom(auth),
         store: Some(store),
-        connection_threads: o.threads,
         ..ServerOptions::standalone(o.dir.join("server"), "127.0.0.1:0".parse().expect("addr"))
     };
+    options.connection_threads = o.threads.unwrap_or(options.connection_threads);
+    println!("API server: {} connection thread(s)", options.connection_threads);
     let server = runtime.block_on(start(options)).expect("server");
     let ca = o.dir.join("server").join("pki").join("ca.crt");
     let ca_arg = ca.display().to_string();
