@@ -107,7 +107,7 @@ pub async fn serve_tls(
         }
         let acceptor = acceptor.clone();
         let app = app.clone();
-        let _ = threads.spawn(async move {
+        threads.spawn(async move {
             // A stream accepted on one runtime is registered with the poller of the thread
             // that serves it.
             let stream = match stream.into_std().and_then(tokio::net::TcpStream::from_std) {

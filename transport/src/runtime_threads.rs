@@ -96,8 +96,7 @@ mod tests {
 
     #[tokio::test]
     async fn work_goes_to_the_least_busy_thread_and_runs_there() {
-        let threads =
-            RuntimeThreads::start(2, "test-rt", || std::future::pending()).expect("threads");
+        let threads = RuntimeThreads::start(2, "test-rt", std::future::pending).expect("threads");
         // One long task on some thread: the next work goes to the other one.
         let (release, held) = tokio::sync::oneshot::channel::<()>();
         let first = threads.spawn(async move {
