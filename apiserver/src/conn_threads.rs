@@ -1,4 +1,4 @@
-//! The threads the API server's connections run on: one single-threaded runtime per core
+//! The threads the API server's connections run on: a runtime of one worker per core
 //! (`kdoctor_transport::runtime_threads`), each connection on one of them for its whole life,
 //! drained when the server stops.
 

@@ -1,4 +1,4 @@
-//! The threads probe runs are paced from: one single-threaded runtime per core, shared by the
+//! The threads probe runs are paced from: a runtime of one worker per core, shared by the
 //! process. A run (one target's pacer and its requests) lives on one of them from start to end.
 //! On the shared two-worker runtime each request's wake-ups went between the workers: one
 //! worker instead of two gave, at 1,000 HTTP requests/s, a p50 of 51 µs instead of 75 µs and
