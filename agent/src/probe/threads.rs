@@ -6,8 +6,10 @@
 //! (docs/benchmarks.md#agent). Targets still spread over every core: each run goes to the
 //! thread with the fewest tasks.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::OnceLock;
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Mutex, OnceLock};
 
 use kdoctor_transport::runtime_threads::{RuntimeThreads, per_core};
 use tokio::task::JoinHandle;
@@ -15,20 +17,37 @@ use tokio::task::JoinHandle;
 /// Prober threads at most (one per core up to this).
 const PROBER_THREADS_CAP: usize = 16;
 
-static THREADS: OnceLock<RuntimeThreads> = OnceLock::new();
+/// The prober threads of each network namespace, by the namespace's inode. A thread lives in
+/// the namespace of the thread that made it: a process that runs agents for several namespaces
+/// (the tests do, a thread per cluster) must not probe one cluster's addresses from another's.
+static THREADS: OnceLock<Mutex<HashMap<u64, RuntimeThreads>>> = OnceLock::new();
 
-/// The process's prober threads, started on first use; the caller's runtime when no thread can
-/// be started.
-fn threads() -> &'static RuntimeThreads {
-    THREADS.get_or_init(|| {
-        RuntimeThreads::start(per_core(PROBER_THREADS_CAP), "kdoctor-probe", || {
-            std::future::pending()
+/// The calling thread's network namespace (0 when it cannot be read: one set for all).
+fn network_namespace() -> u64 {
+    std::fs::metadata("/proc/thread-self/ns/net")
+        .map(|m| m.ino())
+        .unwrap_or(0)
+}
+
+/// The prober threads of the caller's network namespace, started on first use there; the
+/// caller's runtime when no thread can be started.
+fn threads() -> RuntimeThreads {
+    let namespace = network_namespace();
+    let mut all = THREADS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    all.entry(namespace)
+        .or_insert_with(|| {
+            RuntimeThreads::start(per_core(PROBER_THREADS_CAP), "kdoctor-probe", || {
+                std::future::pending()
+            })
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "cannot start prober threads; probing on the shared runtime");
+                RuntimeThreads::none()
+            })
         })
-        .unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "cannot start prober threads; probing on the shared runtime");
-            RuntimeThreads::none()
-        })
-    })
+        .clone()
 }
 
 /// A run on a prober thread, stopped when this is dropped (a round that times out takes its

@@ -488,3 +488,50 @@ async fn a_run_whose_caller_gives_up_stops_sending() {
         later - at_give_up
     );
 }
+
+/// Probes go out from the caller's network namespace, whichever prober thread runs them: a
+/// process that runs agents for several namespaces (the reconciler tests do, one cluster each)
+/// must not probe one namespace's addresses from another's. A fresh namespace has its loopback
+/// down, so there the probe of a server on this namespace's loopback cannot connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_go_out_from_the_caller_s_network_namespace() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let url = format!("http://{addr}/");
+    let here = probe_http(http_spec(&url), None, None, 20.0, SECOND / 2, SECOND).await;
+    assert_eq!(here.recorder.successes, 10, "{}", errors(&here));
+    let elsewhere = std::thread::spawn(move || {
+        // SAFETY: unshare affects only this thread's network namespace.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            panic!(
+                "unshare(CLONE_NEWNET): {} (the test needs root)",
+                std::io::Error::last_os_error()
+            );
+        }
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(probe_http(
+                http_spec(&url),
+                None,
+                None,
+                20.0,
+                SECOND / 2,
+                SECOND,
+            ))
+    })
+    .join()
+    .expect("the probe in a new namespace");
+    assert_eq!(elsewhere.recorder.requests, 10);
+    assert_eq!(
+        elsewhere.recorder.successes,
+        0,
+        "probed from another namespace: {}",
+        errors(&elsewhere)
+    );
+}
