@@ -1,9 +1,9 @@
 //! Runtimes of one worker thread each, running whole connections or probe runs (nginx's worker
-//! model). On a shared multi-threaded runtime a request's wake-ups went
-//! between its workers: perf showed a fifth of a small GET's CPU and most of an idle prober's
-//! in the scheduler's wake-up and switch paths, and an HTTP probe at 1,000/s measured 25 µs more
-//! at the median with two workers than with one. Work placed on one of these threads is woken
-//! by that thread's own poller and never handed to another.
+//! model). On a shared multi-threaded runtime a request's wake-ups went between its workers:
+//! perf showed a fifth of a small GET's CPU and most of an idle prober's in the scheduler's
+//! wake-up and switch paths, and an HTTP probe at 1,000/s measured 25 µs more at the median with
+//! two workers than with one. Work placed on one of these threads is woken by that thread's own
+//! poller and never handed to another.
 
 use std::future::Future;
 use std::sync::Arc;

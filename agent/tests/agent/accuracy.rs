@@ -15,7 +15,7 @@ use axum::Router;
 use tokio::time::Instant;
 
 use crate::peers::Nginx;
-use crate::support::{TIMED, agent, errors, http_spec, ms, pick, probe_http};
+use crate::support::{TIMED, agent, errors, http_spec, ms, pick, probe_http, serve_on_loopback};
 
 /// Fails the attempt (not the test) with a message.
 macro_rules! check {
@@ -152,8 +152,6 @@ async fn an_injected_delay_shows_in_the_percentiles() {
 /// A server that answers at once, except that requests arriving during `[stall_from,
 /// stall_until)` wait until `stall_until` (a one-second stall, like a GC pause or a full queue).
 async fn stalling_server(stall_from: Instant, stall_until: Instant) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let window = Arc::new((stall_from, stall_until));
     let app = Router::new().route(
         "/",
@@ -168,10 +166,7 @@ async fn stalling_server(stall_from: Instant, stall_until: Instant) -> SocketAdd
             }
         }),
     );
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    addr
+    serve_on_loopback(app).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::peers::{Nginx, TempDir, write_cert};
-use crate::support::{agent, errors, http_spec, pick, probe_http};
+use crate::support::{agent, errors, http_spec, pick, probe_http, serve_on_loopback};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -448,20 +448,16 @@ async fn requests_beyond_the_in_flight_cap_are_counted_unsent_and_fail_the_targe
 /// round past its deadline) stops the sending at once instead of leaving it running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_caller_gives_up_stops_sending() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
     let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counter = served.clone();
-    let app = axum::Router::new().route(
+    let addr = serve_on_loopback(axum::Router::new().route(
         "/",
         axum::routing::get(move || {
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             async { "ok" }
         }),
-    );
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    ))
+    .await;
     let count = || served.load(std::sync::atomic::Ordering::Relaxed);
     // 200/s for 10 s, given up after half a second.
     let run = probe_http(
@@ -495,12 +491,9 @@ async fn a_run_whose_caller_gives_up_stops_sending() {
 /// down, so there the probe of a server on this namespace's loopback cannot connect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_go_out_from_the_caller_s_network_namespace() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let addr =
+        serve_on_loopback(axum::Router::new().route("/", axum::routing::get(|| async { "ok" })))
+            .await;
     let url = format!("http://{addr}/");
     let here = probe_http(http_spec(&url), None, None, 20.0, SECOND / 2, SECOND).await;
     assert_eq!(here.recorder.successes, 10, "{}", errors(&here));

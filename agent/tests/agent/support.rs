@@ -13,6 +13,18 @@ use kdoctor_agent::tls::{ServerTrust, client_config};
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
+/// Serves `app` on a free port of 127.0.0.1 (a task of the caller's runtime); its address.
+pub async fn serve_on_loopback(app: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
 /// The agent's servers on 127.0.0.1 and ::1, every port chosen by the OS.
 pub async fn agent() -> RunningAgent {
     let args = AgentArgs::ephemeral(vec![

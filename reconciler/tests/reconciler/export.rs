@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
 use crate::flow::{apply, net_reach, status_when};
-use crate::support::{Cluster, ClusterConfig, TempDir, eventually, turns_true};
+use crate::support::{Cluster, ClusterConfig, eventually, turns_true};
 
 const SECRET: &[u8] = b"export-test-shared-secret";
 
@@ -466,18 +466,7 @@ async fn reports_waiting_for_export_when_the_leader_dies_are_delivered_by_the_fo
         "controller-a leads",
     )
     .await;
-    let dir = TempDir::new("export-follower");
-    let store = Arc::new(
-        kdoctor_store::Store::open(kdoctor_store::StoreConfig::new(dir.0.join("store")))
-            .expect("store"),
-    );
-    let follower = cluster.spawn_replica(true, "controller-b", store.clone());
-    turns_true(
-        &follower.current,
-        Duration::from_secs(30),
-        "the follower catches up",
-    )
-    .await;
+    let (follower, store) = cluster.spawn_follower("controller-b").await;
 
     apply::<NetReach>(&cluster, "move", &net_reach("move", serde_json::json!({}))).await;
     status_when(

@@ -3,18 +3,17 @@
 //! the leader dies mid-round, the follower takes the Lease with the leader's data, finishes the
 //! round, and no report, round or status record is lost or duplicated.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kdoctor_api::task::{NetReach, RoundStatus, TaskKind};
 use kdoctor_reconciler::controller::LEASE_NAME;
 use kdoctor_reconciler::replica::ADDRESS_ANNOTATION;
-use kdoctor_store::{RoundResult, Store, StoreConfig};
+use kdoctor_store::{RoundResult, Store};
 use kube::Api;
 
 use crate::flow::{apply, net_reach, status_when};
-use crate::support::{Cluster, ClusterConfig, NAMESPACE, TempDir, eventually, ever_is, turns_true};
+use crate::support::{Cluster, ClusterConfig, NAMESPACE, eventually, ever_is, turns_true};
 
 fn nodes_of(store: &Store, round: u64) -> Vec<String> {
     let Some(task) = store.find(TaskKind::NetReach, "ha").first().cloned() else {
@@ -44,15 +43,7 @@ async fn a_follower_keeps_the_leaders_store_and_takes_over_mid_round_with_it() {
         "the first replica leads",
     )
     .await;
-    let dir = TempDir::new("follower");
-    let store = Arc::new(Store::open(StoreConfig::new(dir.0.join("store"))).expect("store"));
-    let follower = cluster.spawn_replica(true, "controller-b", store.clone());
-    turns_true(
-        &follower.current,
-        Duration::from_secs(30),
-        "the follower catches up with the leader",
-    )
-    .await;
+    let (follower, store) = cluster.spawn_follower("controller-b").await;
     // From here to the end, any moment the follower's copy is not current counts (it would be
     // unready: the APIService would have one replica less, and none during the failover).
     let stale_meanwhile = ever_is(&follower.current, false);

@@ -800,6 +800,21 @@ impl Cluster {
         (replication, current_rx)
     }
 
+    /// Starts a follower replica `identity` with an empty store of its own (election and
+    /// replication on) and waits until its copy is current with the leader's.
+    pub async fn spawn_follower(&self, identity: &str) -> (Replica, Arc<Store>) {
+        let dir = TempDir::new(identity);
+        let store = Arc::new(Store::open(StoreConfig::new(dir.0.join("store"))).expect("store"));
+        let follower = self.spawn_replica(true, identity, store.clone());
+        turns_true(
+            &follower.current,
+            Duration::from_secs(30),
+            "the follower catches up with the leader",
+        )
+        .await;
+        (follower, store)
+    }
+
     /// Starts a controller replica on `store` (its own, with replication on).
     pub fn spawn_replica(&self, election: bool, identity: &str, store: Arc<Store>) -> Replica {
         let harvester = self

@@ -212,7 +212,7 @@ impl Prober for DnsProber {
 }
 
 /// The DNS prober's shortest time between two wakes of its pacer ([`Prober::wake_quantum`]).
-pub const DNS_WAKE_QUANTUM: std::time::Duration = std::time::Duration::from_micros(100);
+const DNS_WAKE_QUANTUM: std::time::Duration = std::time::Duration::from_micros(100);
 
 #[cfg(test)]
 mod tests {
