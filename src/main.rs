@@ -60,6 +60,8 @@ fn main() -> ExitCode {
         return finish(cmd::kubectl::run(plugin.args()));
     }
     let cli = Cli::parse();
+    // Before any thread starts: glibc fixes its arena limit once.
+    let arenas = kdoctor_transport::malloc_arenas::cap(hot_threads(&cli.command));
     match &cli.command {
         // Servers in a cluster log JSON at info (ENV_LOG_LEVEL, as upstream; RUST_LOG wins).
         Command::Controller(_) | Command::Agent(_) => logging::init(
@@ -67,6 +69,9 @@ fn main() -> ExitCode {
             true,
         ),
         _ => logging::init("warn", false),
+    }
+    if let Some(arenas) = arenas {
+        tracing::debug!(arenas, "malloc arenas capped");
     }
     let outcome = match cli.command {
         Command::Crd(args) => cmd::crd::run(&args),
@@ -81,6 +86,20 @@ fn main() -> ExitCode {
         Command::Kubectl(args) => cmd::kubectl::run(&args),
     };
     finish(outcome)
+}
+
+/// The threads a command serves connections or runs probes on (the API server's connection
+/// threads, the agent's prober threads), to size glibc's malloc arenas to.
+fn hot_threads(command: &Command) -> usize {
+    use kdoctor_transport::runtime_threads::per_core;
+    let connections = per_core(kdoctor_apiserver::server::CONNECTION_THREADS_CAP);
+    let probes = per_core(kdoctor_agent::probe::threads::PROBER_THREADS_CAP);
+    match command {
+        Command::Controller(_) | Command::Apiserver(_) => connections,
+        Command::Agent(_) | Command::Probe(_) => probes,
+        Command::Local(_) => connections.max(probes),
+        _ => 1,
+    }
 }
 
 /// The exit code of a subcommand's outcome; an error is printed on one line.

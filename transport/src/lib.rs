@@ -3,8 +3,10 @@
 //! configurations (rustls with ring), and the report API's contract: the listed entry, the
 //! harvester's certificate name, and the client the harvester pulls with. The agent serves the
 //! report API; the controller only speaks this contract, so it does not build the probers. Also
-//! the threads that connections are served and probed from (`runtime_threads`).
+//! the threads that connections are served and probed from (`runtime_threads`), and glibc's
+//! malloc arenas sized to them (`malloc_arenas`).
 
+pub mod malloc_arenas;
 pub mod report_api;
 pub mod report_client;
 pub mod runtime_threads;

@@ -15,7 +15,7 @@ use kdoctor_transport::runtime_threads::{RuntimeThreads, per_core};
 use tokio::task::JoinHandle;
 
 /// Prober threads at most (one per core up to this).
-const PROBER_THREADS_CAP: usize = 16;
+pub const PROBER_THREADS_CAP: usize = 16;
 
 /// The prober threads of each network namespace, by the namespace's inode. A thread lives in
 /// the namespace of the thread that made it: a process that runs agents for several namespaces

@@ -4,7 +4,8 @@
 # install -y nginx wrk curl); installs oha (hack/bench/oha.sh). Options: --tasks N (default
 # 10000), --seconds S per run (default 10), --repeat N runs of each cell, the median ratio shown
 # (default 3), --only small|medium|big, --client wrk|oha|both (default both), --threads N
-# connection threads of the API server (default: the server's, one per core up to 4; 0: none).
+# connection threads of the API server (default: the server's, one per core up to 4; 0: none),
+# --connections N,N,… (default 1,16,100).
 set -euo pipefail
 cd "$(dirname "$0")"
 for tool in nginx wrk curl python3; do
@@ -12,7 +13,4 @@ for tool in nginx wrk curl python3; do
 done
 OHA=$(../oha.sh)
 cargo build --release -q
-# The controller's manifests set the same: glibc's per-thread arenas otherwise keep freed
-# response buffers and RSS climbs with the number of worker threads.
-export MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-2}"
 exec ./target/release/kdoctor-bench-apiserver --oha "$OHA" "$@"

@@ -10,6 +10,4 @@ cd "$(dirname "$0")"
 root=$(cd ../../.. && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 (cd "$root" && CARGO_TARGET_DIR="$target" cargo build --release -q -p kdoctor)
-# As the controller's manifest: glibc's per-thread arenas otherwise inflate RSS.
-export MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-2}"
 exec cargo run --release -q -- --kdoctor "$target/release/kdoctor" "$@"

@@ -18,8 +18,10 @@ use kdoctor_apiserver::auth::config::AuthnConfig;
 use kdoctor_apiserver::auth::review::{Attributes, Decision, Reviews};
 use kdoctor_apiserver::auth::user::User;
 use kdoctor_apiserver::pki::Ca;
-use kdoctor_apiserver::server::{AuthMode, ServerOptions, start};
+use kdoctor_apiserver::server::{AuthMode, CONNECTION_THREADS_CAP, ServerOptions, start};
 use kdoctor_store::{NewReport, Store, StoreConfig, TaskRecord};
+use kdoctor_transport::malloc_arenas;
+use kdoctor_transport::runtime_threads::per_core;
 
 const TOKEN: &str = "bench";
 
@@ -28,10 +30,21 @@ struct BenchReviews;
 
 impl Reviews for BenchReviews {
     fn token_review<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Option<User>, String>> {
-        Box::pin(async move { Ok((token == TOKEN).then(|| User::new("bench", vec!["system:masters".to_string()]))) })
+        Box::pin(async move {
+            Ok((token == TOKEN).then(|| User::new("bench", vec!["system:masters".to_string()])))
+        })
     }
-    fn access_review<'a>(&'a self, _: &'a User, _: &'a Attributes) -> BoxFuture<'a, Result<Decision, String>> {
-        Box::pin(async move { Ok(Decision { allowed: true, reason: String::new() }) })
+    fn access_review<'a>(
+        &'a self,
+        _: &'a User,
+        _: &'a Attributes,
+    ) -> BoxFuture<'a, Result<Decision, String>> {
+        Box::pin(async move {
+            Ok(Decision {
+                allowed: true,
+                reason: String::new(),
+            })
+        })
     }
 }
 
@@ -47,11 +60,23 @@ struct Options {
     oha: PathBuf,
     /// Connection threads of the API server (0: its runtime's two workers; default: the server's).
     threads: Option<usize>,
+    /// Client connections of each cell.
+    connections: Vec<u32>,
     dir: PathBuf,
 }
 
 fn options() -> Options {
-    let mut o = Options { tasks: 10_000, seconds: 10, repeat: 3, only: String::new(), clients: vec![Client::Wrk, Client::Oha], oha: PathBuf::from("oha"), threads: None, dir: std::env::temp_dir().join("kdoctor-bench-apiserver") };
+    let mut o = Options {
+        tasks: 10_000,
+        seconds: 10,
+        repeat: 3,
+        only: String::new(),
+        clients: vec![Client::Wrk, Client::Oha],
+        oha: PathBuf::from("oha"),
+        threads: None,
+        connections: vec![1, 16, 100],
+        dir: std::env::temp_dir().join("kdoctor-bench-apiserver"),
+    };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
         let value = pair.get(1).cloned().unwrap_or_default();
@@ -60,14 +85,22 @@ fn options() -> Options {
             "--seconds" => o.seconds = value.parse().expect("--seconds S"),
             "--repeat" => o.repeat = value.parse::<usize>().expect("--repeat N").max(1),
             "--only" => o.only = value,
-            "--client" => o.clients = match value.as_str() {
-                "wrk" => vec![Client::Wrk],
-                "oha" => vec![Client::Oha],
-                "both" => vec![Client::Wrk, Client::Oha],
-                other => panic!("--client wrk|oha|both, not {other}"),
-            },
+            "--client" => {
+                o.clients = match value.as_str() {
+                    "wrk" => vec![Client::Wrk],
+                    "oha" => vec![Client::Oha],
+                    "both" => vec![Client::Wrk, Client::Oha],
+                    other => panic!("--client wrk|oha|both, not {other}"),
+                }
+            }
             "--oha" => o.oha = PathBuf::from(value),
             "--threads" => o.threads = Some(value.parse().expect("--threads N")),
+            "--connections" => {
+                o.connections = value
+                    .split(',')
+                    .map(|n| n.parse().expect("--connections N,N,…"))
+                    .collect()
+            }
             "--dir" => o.dir = PathBuf::from(value),
             other => panic!("unknown option {other}"),
         }
@@ -79,7 +112,10 @@ fn rss_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix(field).map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0)))
+        .find_map(|l| {
+            l.strip_prefix(field)
+                .map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0))
+        })
         .unwrap_or(0)
 }
 
@@ -94,13 +130,21 @@ fn fill(store: &Store, tasks: u64) -> Vec<String> {
                 uid: format!("{t:08x}-0000-0000-0000-000000000000"),
                 created,
                 spec: serde_json::json!({"request": {"qps": 10}}),
-                status: Some(serde_json::json!({"expectedRound": 1, "doneRound": 1, "finish": true})),
+                status: Some(
+                    serde_json::json!({"expectedRound": 1, "doneRound": 1, "finish": true}),
+                ),
                 deleted: None,
             };
             let (id, _) = store.record_task(&record).expect("task");
             reports.push((id, net_reach_report("node-1", 1, 5, *t)));
         }
-        let items: Vec<NewReport> = reports.iter().map(|(id, r)| NewReport { task: *id, report: r }).collect();
+        let items: Vec<NewReport> = reports
+            .iter()
+            .map(|(id, r)| NewReport {
+                task: *id,
+                report: r,
+            })
+            .collect();
         store.put_reports(&items).expect("reports");
     }
     let big = TaskRecord {
@@ -117,11 +161,16 @@ fn fill(store: &Store, tasks: u64) -> Vec<String> {
     for (name, targets) in [("small", 12), ("medium", 140), ("big", 500)] {
         let record = TaskRecord {
             name: name.into(),
-            uid: format!("{:08x}-0000-0000-0000-000000000000", 0xb1b1_0000u32 + targets),
+            uid: format!(
+                "{:08x}-0000-0000-0000-000000000000",
+                0xb1b1_0000u32 + targets
+            ),
             ..big.clone()
         };
         let (id, _) = store.record_task(&record).expect("task");
-        store.put_report(id, &net_reach_report("node-1", 1, targets as usize, 7)).expect("report");
+        store
+            .put_report(id, &net_reach_report("node-1", 1, targets as usize, 7))
+            .expect("report");
         names.push(format!("netreach-{name}"));
     }
     names
@@ -152,15 +201,36 @@ struct Run {
 
 /// Runs wrk; `Err` says why the run does not count (an answer that was not a 2xx, a socket
 /// error, or a mean answer size that is not the expected body plus headers).
-fn wrk(url: &str, connections: u32, seconds: u64, headers: &[&str], body: usize) -> Result<Run, String> {
+fn wrk(
+    url: &str,
+    connections: u32,
+    seconds: u64,
+    headers: &[&str],
+    body: usize,
+) -> Result<Run, String> {
     wrk_framed(url, connections, seconds, headers, body, 0)
 }
 
 /// [`wrk`] for a body sent in chunks: wrk counts the chunk framing too, up to `framing` bytes.
-fn wrk_framed(url: &str, connections: u32, seconds: u64, headers: &[&str], body: usize, framing: usize) -> Result<Run, String> {
+fn wrk_framed(
+    url: &str,
+    connections: u32,
+    seconds: u64,
+    headers: &[&str],
+    body: usize,
+    framing: usize,
+) -> Result<Run, String> {
     let threads = connections.min(2);
     let mut command = Command::new("wrk");
-    command.args(["-t", &threads.to_string(), "-c", &connections.to_string(), "-d", &format!("{seconds}s"), "--latency"]);
+    command.args([
+        "-t",
+        &threads.to_string(),
+        "-c",
+        &connections.to_string(),
+        "-d",
+        &format!("{seconds}s"),
+        "--latency",
+    ]);
     for h in headers {
         command.args(["-H", h]);
     }
@@ -173,8 +243,16 @@ fn wrk_framed(url: &str, connections: u32, seconds: u64, headers: &[&str], body:
     }
     let rps = text
         .lines()
-        .find_map(|l| l.strip_prefix("Requests/sec:").map(|v| v.trim().parse::<f64>().unwrap_or(0.0)))
-        .ok_or_else(|| format!("no Requests/sec in wrk output:\n{text}\n{}", String::from_utf8_lossy(&out.stderr)))?;
+        .find_map(|l| {
+            l.strip_prefix("Requests/sec:")
+                .map(|v| v.trim().parse::<f64>().unwrap_or(0.0))
+        })
+        .ok_or_else(|| {
+            format!(
+                "no Requests/sec in wrk output:\n{text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
     // "  48512 requests in 10.00s, 13.55GB read": every answer the body plus its headers.
     let (requests, read) = text
         .lines()
@@ -188,7 +266,9 @@ fn wrk_framed(url: &str, connections: u32, seconds: u64, headers: &[&str], body:
     let mean = read / requests.max(1.0);
     // wrk rounds what it read to two decimals of its unit: allow 1% and the headers.
     if mean < body as f64 * 0.99 || mean > body as f64 * 1.01 + 1024.0 + framing as f64 {
-        return Err(format!("answers averaged {mean:.0} bytes, the body is {body}"));
+        return Err(format!(
+            "answers averaged {mean:.0} bytes, the body is {body}"
+        ));
     }
     let percentile = |p: &str| {
         text.lines()
@@ -198,30 +278,66 @@ fn wrk_framed(url: &str, connections: u32, seconds: u64, headers: &[&str], body:
             })
             .unwrap_or(f64::NAN)
     };
-    Ok(Run { rps, p50: percentile("50%"), p99: percentile("99%") })
+    Ok(Run {
+        rps,
+        p50: percentile("50%"),
+        p99: percentile("99%"),
+    })
 }
 
 /// Runs oha (HTTP/1.1, `connections` kept-alive connections, for `seconds`); `Err` says why the
 /// run does not count: an answer that was not a 200, an error other than the requests still in
 /// flight when the time was up, or an answer whose body is not `body` bytes.
-fn oha(oha: &Path, ca: &str, url: &str, connections: u32, seconds: u64, headers: &[&str], body: usize) -> Result<Run, String> {
+fn oha(
+    oha: &Path,
+    ca: &str,
+    url: &str,
+    connections: u32,
+    seconds: u64,
+    headers: &[&str],
+    body: usize,
+) -> Result<Run, String> {
     let mut command = Command::new(oha);
-    command.args(["-z", &format!("{seconds}s"), "-c", &connections.to_string(), "--no-tui", "--output-format", "json", "--cacert", ca]);
+    command.args([
+        "-z",
+        &format!("{seconds}s"),
+        "-c",
+        &connections.to_string(),
+        "--no-tui",
+        "--output-format",
+        "json",
+        "--cacert",
+        ca,
+    ]);
     // oha asks for compressed answers unless told not to; the gzip cells ask by header.
     command.arg("--disable-compression");
     for h in headers {
         command.args(["-H", h]);
     }
-    let out = command.arg(url).output().map_err(|e| format!("{}: {e}", oha.display()))?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| format!("oha's output is not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)))?;
-    let codes = v["statusCodeDistribution"].as_object().cloned().unwrap_or_default();
+    let out = command
+        .arg(url)
+        .output()
+        .map_err(|e| format!("{}: {e}", oha.display()))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!(
+            "oha's output is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    let codes = v["statusCodeDistribution"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
     if let Some((code, n)) = codes.iter().find(|(code, _)| code.as_str() != "200") {
         return Err(format!("{n} answers with status {code}"));
     }
     let answered: f64 = codes.values().filter_map(|n| n.as_f64()).sum();
     // The requests in flight when the time is up are cut off: at most one per connection.
-    for (error, n) in v["errorDistribution"].as_object().cloned().unwrap_or_default() {
+    for (error, n) in v["errorDistribution"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default()
+    {
         let n = n.as_u64().unwrap_or(u64::MAX);
         if error != "aborted due to deadline" || n > u64::from(connections) {
             return Err(format!("{n} × {error}"));
@@ -233,8 +349,17 @@ fn oha(oha: &Path, ca: &str, url: &str, connections: u32, seconds: u64, headers:
     }
     let total = v["summary"]["total"].as_f64().unwrap_or(f64::NAN);
     // oha's percentiles are in seconds.
-    let p = |q: &str| v["latencyPercentiles"][q].as_f64().map(|s| s * 1000.0).unwrap_or(f64::NAN);
-    Ok(Run { rps: answered / total, p50: p("p50"), p99: p("p99") })
+    let p = |q: &str| {
+        v["latencyPercentiles"][q]
+            .as_f64()
+            .map(|s| s * 1000.0)
+            .unwrap_or(f64::NAN)
+    };
+    Ok(Run {
+        rps: answered / total,
+        p50: p("p50"),
+        p99: p("p99"),
+    })
 }
 
 /// `13.55GB` in bytes.
@@ -252,7 +377,10 @@ fn parse_bytes(text: &str) -> Option<f64> {
 }
 
 fn parse_duration_ms(text: &str) -> f64 {
-    let (number, unit) = text.split_at(text.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(text.len()));
+    let (number, unit) = text.split_at(
+        text.find(|c: char| c.is_ascii_alphabetic())
+            .unwrap_or(text.len()),
+    );
     let value: f64 = number.parse().unwrap_or(f64::NAN);
     match unit {
         "us" => value / 1000.0,
@@ -280,18 +408,37 @@ fn start_nginx(dir: &Path, port: u16, cert: &Path, key: &Path, www: &Path) -> st
         ),
     )
     .expect("nginx.conf");
-    Command::new("nginx").args(["-c"]).arg(&conf).args(["-p"]).arg(dir).spawn().expect("nginx starts")
+    Command::new("nginx")
+        .args(["-c"])
+        .arg(&conf)
+        .args(["-p"])
+        .arg(dir)
+        .spawn()
+        .expect("nginx starts")
 }
 
 fn curl(args: &[&str]) -> std::process::Output {
-    Command::new("curl").args(["-s", "--http1.1"]).args(args).output().expect("curl runs")
+    Command::new("curl")
+        .args(["-s", "--http1.1"])
+        .args(args)
+        .output()
+        .expect("curl runs")
 }
 
 fn main() {
     let o = options();
+    // As `kdoctor controller` does, before any thread starts (MALLOC_ARENA_MAX overrides).
+    let threads = o
+        .threads
+        .unwrap_or_else(|| per_core(CONNECTION_THREADS_CAP));
+    let arenas = malloc_arenas::cap(threads);
     let _ = std::fs::remove_dir_all(&o.dir);
     std::fs::create_dir_all(&o.dir).expect("dir");
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
 
     eprintln!("filling a store with {} tasks …", o.tasks);
     let store_dir = o.dir.join("store");
@@ -302,20 +449,42 @@ fn main() {
     // Start-up to ready: open the store (index rebuild), start serving, readyz answers 200.
     let started = Instant::now();
     let store = Arc::new(Store::open(StoreConfig::new(&store_dir)).expect("store"));
-    let auth = Arc::new(Auth::delegated(AuthnConfig::default(), Arc::new(BenchReviews)));
+    let auth = Arc::new(Auth::delegated(
+        AuthnConfig::default(),
+        Arc::new(BenchReviews),
+    ));
     let mut options = ServerOptions {
         auth: AuthMode::Custom(auth),
         store: Some(store),
         ..ServerOptions::standalone(o.dir.join("server"), "127.0.0.1:0".parse().expect("addr"))
     };
     options.connection_threads = o.threads.unwrap_or(options.connection_threads);
-    println!("API server: {} connection thread(s)", options.connection_threads);
+    println!(
+        "API server: {} connection thread(s), malloc arenas: {}",
+        options.connection_threads,
+        arenas.map_or_else(
+            || format!(
+                "{}={:?}",
+                malloc_arenas::ENV,
+                std::env::var(malloc_arenas::ENV).ok()
+            ),
+            |n| n.to_string()
+        )
+    );
     let server = runtime.block_on(start(options)).expect("server");
     let ca = o.dir.join("server").join("pki").join("ca.crt");
     let ca_arg = ca.display().to_string();
     let ready_url = format!("{}/readyz", server.url());
     loop {
-        let out = curl(&["-o", "/dev/null", "-w", "%{http_code}", "--cacert", &ca_arg, &ready_url]);
+        let out = curl(&[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--cacert",
+            &ca_arg,
+            &ready_url,
+        ]);
         if String::from_utf8_lossy(&out.stdout) == "200" {
             break;
         }
@@ -323,7 +492,10 @@ fn main() {
     }
     let startup = started.elapsed();
 
-    let base = format!("{}/apis/system.kdoctor.io/v1beta1/kdoctorreports", server.url());
+    let base = format!(
+        "{}/apis/system.kdoctor.io/v1beta1/kdoctorreports",
+        server.url()
+    );
     let auth_header = format!("Authorization: Bearer {TOKEN}");
     let gzip_header = "Accept-Encoding: gzip";
     let www = o.dir.join("www");
@@ -334,9 +506,26 @@ fn main() {
     for name in &big {
         let url = format!("{base}/{name}");
         let plain = curl(&["--cacert", &ca_arg, "-H", &auth_header, &url]).stdout;
-        let gzipped = curl(&["--cacert", &ca_arg, "-H", &auth_header, "-H", gzip_header, &url]).stdout;
-        assert!(plain.len() > 4_000, "{name}: the GET body is {} bytes", plain.len());
-        assert_eq!(gzipped.get(..2), Some(&[0x1f, 0x8b][..]), "{name}: kdoctor's gzip answer is not gzip");
+        let gzipped = curl(&[
+            "--cacert",
+            &ca_arg,
+            "-H",
+            &auth_header,
+            "-H",
+            gzip_header,
+            &url,
+        ])
+        .stdout;
+        assert!(
+            plain.len() > 4_000,
+            "{name}: the GET body is {} bytes",
+            plain.len()
+        );
+        assert_eq!(
+            gzipped.get(..2),
+            Some(&[0x1f, 0x8b][..]),
+            "{name}: kdoctor's gzip answer is not gzip"
+        );
         std::fs::write(www.join(format!("{name}.json")), &plain).expect("static copy");
         std::fs::write(www.join(format!("{name}.json.gz")), &gzipped).expect("static gzip copy");
         objects.push((name.clone(), url, plain.len(), gzipped.len()));
@@ -352,34 +541,78 @@ fn main() {
     let mut nginx = start_nginx(&o.dir, nginx_port, &cert, &key, &www);
     let nginx_base = format!("https://127.0.0.1:{nginx_port}");
     let up = (0..100).any(|_| {
-        let ok = curl(&["-o", "/dev/null", "-w", "%{http_code}", "--cacert", &ca_arg, &format!("{nginx_base}/{}.json", big[0])]).stdout == b"200";
+        let ok = curl(&[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--cacert",
+            &ca_arg,
+            &format!("{nginx_base}/{}.json", big[0]),
+        ])
+        .stdout
+            == b"200";
         if !ok {
             std::thread::sleep(Duration::from_millis(50));
         }
         ok
     });
-    assert!(up, "nginx did not come up: {}", std::fs::read_to_string(o.dir.join("nginx-error.log")).unwrap_or_default());
+    assert!(
+        up,
+        "nginx did not come up: {}",
+        std::fs::read_to_string(o.dir.join("nginx-error.log")).unwrap_or_default()
+    );
     let rss_serving_before = rss_kib("VmRSS:");
 
     let size_with = |url: &str, headers: &[&str]| -> usize {
-        let mut args = vec!["-o", "/dev/null", "-w", "%{size_download}", "--cacert", &ca_arg];
+        let mut args = vec![
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{size_download}",
+            "--cacert",
+            &ca_arg,
+        ];
         for h in headers {
             args.extend(["-H", h]);
         }
         args.push(url);
-        String::from_utf8_lossy(&curl(&args).stdout).parse().unwrap_or(0)
+        String::from_utf8_lossy(&curl(&args).stdout)
+            .parse()
+            .unwrap_or(0)
     };
-    println!("{} tasks in the store; {} run(s) of {} s per cell, the median ratio shown", o.tasks, o.repeat, o.seconds);
-    println!("| GET | kdoctor-apiserver req/s | nginx req/s | ratio | kdoctor p50 / p99 | nginx p50 / p99 |");
+    println!(
+        "{} tasks in the store; {} run(s) of {} s per cell, the median ratio shown",
+        o.tasks, o.repeat, o.seconds
+    );
+    println!(
+        "| GET | kdoctor-apiserver req/s | nginx req/s | ratio | kdoctor p50 / p99 | nginx p50 / p99 |"
+    );
     println!("|---|---|---|---|---|---|");
     for (name, url, plain, gzipped) in objects.iter().filter(|(name, ..)| name.contains(&o.only)) {
         let nginx_url = format!("{nginx_base}/{name}.json");
-        for (encoding, extra, body) in [("plain", None, *plain), ("gzip", Some(gzip_header), *gzipped)] {
+        for (encoding, extra, body) in [
+            ("plain", None, *plain),
+            ("gzip", Some(gzip_header), *gzipped),
+        ] {
             let theirs_headers: Vec<&str> = extra.into_iter().collect();
-            let ours_headers: Vec<&str> = std::iter::once(auth_header.as_str()).chain(extra).collect();
-            assert_eq!(size_with(url, &ours_headers), body, "{name} {encoding}: kdoctor's size");
-            assert_eq!(size_with(&nginx_url, &theirs_headers), body, "{name} {encoding}: nginx's size differs from kdoctor's");
-            for (client, connections) in o.clients.iter().flat_map(|c| [1u32, 16, 100].map(|n| (*c, n))) {
+            let ours_headers: Vec<&str> =
+                std::iter::once(auth_header.as_str()).chain(extra).collect();
+            assert_eq!(
+                size_with(url, &ours_headers),
+                body,
+                "{name} {encoding}: kdoctor's size"
+            );
+            assert_eq!(
+                size_with(&nginx_url, &theirs_headers),
+                body,
+                "{name} {encoding}: nginx's size differs from kdoctor's"
+            );
+            for (client, connections) in o
+                .clients
+                .iter()
+                .flat_map(|c| o.connections.iter().map(move |n| (*c, *n)))
+            {
                 let load = |url: &str, headers: &[&str]| match client {
                     Client::Wrk => wrk(url, connections, o.seconds, headers, body),
                     Client::Oha => oha(&o.oha, &ca_arg, url, connections, o.seconds, headers, body),
@@ -389,18 +622,40 @@ fn main() {
                 for _ in 0..o.repeat {
                     match (load(url, &ours_headers), load(&nginx_url, &theirs_headers)) {
                         (Ok(ours), Ok(theirs)) => runs.push((ours.rps / theirs.rps, ours, theirs)),
-                        (ours, theirs) => discarded.push(format!("{:?} / {:?}", ours.err(), theirs.err())),
+                        (ours, theirs) => {
+                            discarded.push(format!("{:?} / {:?}", ours.err(), theirs.err()))
+                        }
                     }
                 }
                 runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-                let label = format!("{name} ({} KB) {encoding}, {connections} conn., {}", body / 1024, client.name());
+                let label = format!(
+                    "{name} ({} KB) {encoding}, {connections} conn., {}",
+                    body / 1024,
+                    client.name()
+                );
                 match runs.get(runs.len() / 2) {
                     Some((ratio, ours, theirs)) => println!(
                         "| {label} | {:.0} | {:.0} | {ratio:.2} | {:.2} / {:.2} ms | {:.2} / {:.2} ms |{}",
-                        ours.rps, theirs.rps, ours.p50, ours.p99, theirs.p50, theirs.p99,
-                        if discarded.is_empty() { String::new() } else { format!(" ({} run(s) discarded: {})", discarded.len(), discarded.join("; ")) }
+                        ours.rps,
+                        theirs.rps,
+                        ours.p50,
+                        ours.p99,
+                        theirs.p50,
+                        theirs.p99,
+                        if discarded.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                " ({} run(s) discarded: {})",
+                                discarded.len(),
+                                discarded.join("; ")
+                            )
+                        }
                     ),
-                    None => println!("| {label} | every run discarded: {} | | | | |", discarded.join("; ")),
+                    None => println!(
+                        "| {label} | every run discarded: {} | | | | |",
+                        discarded.join("; ")
+                    ),
                 }
             }
         }
@@ -410,28 +665,55 @@ fn main() {
     let list_size = size_with(&list_url, &[&auth_header, table]);
     // Streamed a row at a time: each row's chunk header and trailer (hex length, two CRLFs).
     let framing = 12 * (o.tasks as usize + 3);
-    match wrk_framed(&list_url, 1, o.seconds, &[&auth_header, table], list_size, framing) {
-        Ok(list) => println!("\nLIST as a Table of all {} tasks, 1 connection: {:.1} req/s, p50 {:.1} ms, p99 {:.1} ms", o.tasks, list.rps, list.p50, list.p99),
+    match wrk_framed(
+        &list_url,
+        1,
+        o.seconds,
+        &[&auth_header, table],
+        list_size,
+        framing,
+    ) {
+        Ok(list) => println!(
+            "\nLIST as a Table of all {} tasks, 1 connection: {:.1} req/s, p50 {:.1} ms, p99 {:.1} ms",
+            o.tasks, list.rps, list.p50, list.p99
+        ),
         Err(why) => println!("\nLIST as a Table: run discarded: {why}"),
     }
     let rss_serving = rss_kib("VmRSS:");
     let peak = rss_kib("VmHWM:");
-    println!("RSS while serving: {} MiB before the runs, {} MiB after, peak {} MiB", rss_serving_before / 1024, rss_serving / 1024, peak / 1024);
+    println!(
+        "RSS while serving: {} MiB before the runs, {} MiB after, peak {} MiB",
+        rss_serving_before / 1024,
+        rss_serving / 1024,
+        peak / 1024
+    );
 
     // 1,000 watches held open by a separate process.
     let script = format!(
         "import socket, ssl, sys, time\nctx = ssl.create_default_context(cafile='{ca}')\nsocks = []\nfor i in range(1000):\n    s = ctx.wrap_socket(socket.create_connection(('127.0.0.1', {port})), server_hostname='127.0.0.1')\n    s.sendall(b'GET /apis/system.kdoctor.io/v1beta1/kdoctorreports?watch=true&resourceVersion={rv} HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer {token}\\r\\n\\r\\n')\n    socks.append(s)\nfor s in socks:\n    s.recv(1024)\nprint('open', flush=True)\ntime.sleep(30)\n",
         ca = ca.display(),
         port = server.address.port(),
-        rv = server.state.store().map(|s| s.resource_version()).unwrap_or(0),
+        rv = server
+            .state
+            .store()
+            .map(|s| s.resource_version())
+            .unwrap_or(0),
         token = TOKEN,
     );
     let script_path = o.dir.join("watches.py");
     std::fs::write(&script_path, script).expect("script");
     let before = rss_kib("VmRSS:");
-    let mut clients = Command::new("python3").arg(&script_path).stdout(std::process::Stdio::piped()).spawn().expect("python3");
+    let mut clients = Command::new("python3")
+        .arg(&script_path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(clients.stdout.take().expect("stdout")), &mut line).expect("read");
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(clients.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("read");
     std::thread::sleep(Duration::from_secs(2));
     let watches = server.state.metrics.watches.get();
     let after = rss_kib("VmRSS:");
@@ -442,9 +724,20 @@ fn main() {
         (after.saturating_sub(before)) / 1024
     );
     let _ = clients.kill();
-    println!("start-up to ready (open the store of {} tasks, serve, /readyz 200): {:.0} ms", o.tasks + 1, startup.as_secs_f64() * 1e3);
+    let _ = clients.wait();
+    println!(
+        "start-up to ready (open the store of {} tasks, serve, /readyz 200): {:.0} ms",
+        o.tasks + 1,
+        startup.as_secs_f64() * 1e3
+    );
     // Stop through the master first: killing it alone leaves its workers running.
-    let _ = Command::new("nginx").args(["-c"]).arg(o.dir.join("nginx.conf")).args(["-p"]).arg(&o.dir).args(["-s", "stop"]).output();
+    let _ = Command::new("nginx")
+        .args(["-c"])
+        .arg(o.dir.join("nginx.conf"))
+        .args(["-p"])
+        .arg(&o.dir)
+        .args(["-s", "stop"])
+        .output();
     let _ = nginx.kill();
     let _ = nginx.wait();
     runtime.block_on(server.stop());
