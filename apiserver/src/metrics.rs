@@ -89,7 +89,7 @@ impl Default for ApiMetrics {
 pub struct RequestInfo {
     /// Kubernetes verb (`get`, `list`, `watch`, `delete`, …) or the lower-case method for
     /// non-resource paths.
-    pub verb: String,
+    pub verb: &'static str,
     /// Whether the path is a resource (vs. discovery, health, metrics).
     pub is_resource: bool,
     /// Object name, if any.
@@ -101,18 +101,9 @@ pub struct RequestInfo {
 impl RequestInfo {
     /// Derives the verb the way the Go server's RequestInfo does.
     pub fn of(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
-        let prefix = format!(
-            "/apis/{}/{}/{}",
-            crate::GROUP,
-            crate::VERSION,
-            crate::PLURAL
-        );
-        let rest = path
-            .strip_prefix(&prefix)
-            .filter(|r| r.is_empty() || r.starts_with('/'));
-        let Some(rest) = rest else {
+        let Some(rest) = resource_rest(path) else {
             return RequestInfo {
-                verb: method_verb(method).to_string(),
+                verb: method_verb(method),
                 is_resource: false,
                 name: None,
                 path: path.to_string(),
@@ -130,10 +121,9 @@ impl RequestInfo {
                     .decode_utf8_lossy()
                     .into_owned()
             });
-        let watching = crate::query::Query::parse(query).watching();
         let verb = match (method.as_str(), name.is_some()) {
             ("GET" | "HEAD", true) => "get",
-            ("GET" | "HEAD", false) if watching => "watch",
+            ("GET" | "HEAD", false) if crate::query::Query::parse(query).watching() => "watch",
             ("GET" | "HEAD", false) => "list",
             ("POST", _) => "create",
             ("PUT", _) => "update",
@@ -143,12 +133,47 @@ impl RequestInfo {
             _ => "unknown",
         };
         RequestInfo {
-            verb: verb.to_string(),
+            verb,
             is_resource: true,
             name,
             path: path.to_string(),
         }
     }
+
+    /// The verb in upper case, as the request metrics label it.
+    pub fn verb_label(&self) -> &'static str {
+        match self.verb {
+            "get" => "GET",
+            "watch" => "WATCH",
+            "list" => "LIST",
+            "create" => "CREATE",
+            "update" => "UPDATE",
+            "patch" => "PATCH",
+            "delete" => "DELETE",
+            "deletecollection" => "DELETECOLLECTION",
+            "head" => "HEAD",
+            "post" => "POST",
+            "put" => "PUT",
+            "options" => "OPTIONS",
+            "connect" => "CONNECT",
+            "trace" => "TRACE",
+            "other" => "OTHER",
+            _ => "UNKNOWN",
+        }
+    }
+}
+
+/// What follows `/apis/<group>/<version>/<plural>` in `path`, when the path is the resource's
+/// (the plural itself, or a path below it).
+fn resource_rest(path: &str) -> Option<&str> {
+    let rest = path
+        .strip_prefix("/apis/")?
+        .strip_prefix(crate::GROUP)?
+        .strip_prefix('/')?
+        .strip_prefix(crate::VERSION)?
+        .strip_prefix('/')?
+        .strip_prefix(crate::PLURAL)?;
+    (rest.is_empty() || rest.starts_with('/')).then_some(rest)
 }
 
 /// The verb of a non-resource request: the lower-case method, or `other` for a method outside
@@ -179,29 +204,31 @@ pub async fn track(State(state): State<AppState>, mut request: Request, next: Ne
     );
     // Derived once per request: authorization reads the same one.
     request.extensions_mut().insert(info.clone());
-    let user = request.extensions().get::<User>().map(|u| u.name.clone());
     let response = next.run(request).await;
     let elapsed = started.elapsed();
-    let code = response.status().as_u16().to_string();
+    let code = response.status();
+    let code = code.as_str();
     let (group, version, resource) = if info.is_resource {
         (crate::GROUP, crate::VERSION, crate::PLURAL)
     } else {
         ("", "", "")
     };
-    let verb = info.verb.to_ascii_uppercase();
+    let verb = info.verb_label();
     state
         .metrics
         .requests
-        .with_label_values(&[&verb, group, version, resource, &code])
+        .with_label_values(&[verb, group, version, resource, code])
         .inc();
     state
         .metrics
         .durations
-        .with_label_values(&[&verb, group, version, resource])
+        .with_label_values(&[verb, group, version, resource])
         .observe(elapsed.as_secs_f64());
-    let user = user
-        .or_else(|| response.extensions().get::<User>().map(|u| u.name.clone()))
-        .unwrap_or_default();
+    // Set by the authentication layer inside this one.
+    let user = response
+        .extensions()
+        .get::<User>()
+        .map_or("", |u| u.name.as_str());
     tracing::info!(
         user = %user,
         verb = %info.verb,
@@ -228,4 +255,78 @@ pub async fn render(State(state): State<AppState>) -> Response {
         HeaderValue::from_static("text/plain; version=0.0.4"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COLLECTION: &str = "/apis/system.kdoctor.io/v1beta1/kdoctorreports";
+
+    #[test]
+    fn resource_requests_get_the_kubernetes_verb_and_the_decoded_name() {
+        let named = RequestInfo::of(&Method::GET, &format!("{COLLECTION}/netreach-a%2Eb"), None);
+        assert_eq!(
+            (named.verb, named.is_resource, named.name.as_deref()),
+            ("get", true, Some("netreach-a.b"))
+        );
+        let list = RequestInfo::of(&Method::GET, COLLECTION, Some("limit=5"));
+        assert_eq!((list.verb, list.name), ("list", None));
+        let watch = RequestInfo::of(&Method::GET, COLLECTION, Some("watch=true"));
+        assert_eq!(watch.verb, "watch");
+        assert_eq!(
+            RequestInfo::of(&Method::DELETE, COLLECTION, None).verb,
+            "deletecollection"
+        );
+        assert_eq!(
+            RequestInfo::of(&Method::DELETE, &format!("{COLLECTION}/x"), None).verb,
+            "delete"
+        );
+    }
+
+    #[test]
+    fn other_paths_are_non_resource_with_the_method_as_verb() {
+        for path in [
+            "/healthz",
+            "/apis/system.kdoctor.io/v1beta1",
+            &format!("{COLLECTION}x/y"),
+            "/apis/other/v1beta1/kdoctorreports",
+        ] {
+            let info = RequestInfo::of(&Method::GET, path, None);
+            assert_eq!(
+                (info.verb, info.is_resource, info.path.as_str()),
+                ("get", false, path)
+            );
+        }
+        let odd = Method::from_bytes(b"BREW").expect("method");
+        assert_eq!(RequestInfo::of(&odd, "/x", None).verb, "other");
+    }
+
+    #[test]
+    fn the_metric_label_is_the_verb_in_upper_case() {
+        let verbs = [
+            "get",
+            "watch",
+            "list",
+            "create",
+            "update",
+            "patch",
+            "delete",
+            "deletecollection",
+            "unknown",
+        ]
+        .into_iter()
+        .chain([
+            "head", "post", "put", "options", "connect", "trace", "other",
+        ]);
+        for verb in verbs {
+            let info = RequestInfo {
+                verb,
+                is_resource: true,
+                name: None,
+                path: String::new(),
+            };
+            assert_eq!(info.verb_label(), verb.to_ascii_uppercase());
+        }
+    }
 }

@@ -181,12 +181,12 @@ impl Auth {
         };
         let attributes = if info.is_resource {
             Attributes::Resource {
-                verb: info.verb.clone(),
+                verb: info.verb.to_string(),
                 name: info.name.clone(),
             }
         } else {
             Attributes::NonResource {
-                verb: info.verb.clone(),
+                verb: info.verb.to_string(),
                 path: info.path.clone(),
             }
         };
@@ -243,8 +243,9 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
         Ok(None) => return ApiError::unauthorized().into_response(),
         Err(e) => return e.into_response(),
     };
-    let info = match request.extensions().get::<RequestInfo>() {
-        Some(info) => info.clone(),
+    // Derived by the metrics layer outside this one; read here only.
+    let info = match request.extensions_mut().remove::<RequestInfo>() {
+        Some(info) => info,
         None => RequestInfo::of(
             request.method(),
             request.uri().path(),
@@ -253,9 +254,8 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
     };
     match auth.authorize(&user, &info).await {
         Ok(decision) if decision.allowed => {
-            request.extensions_mut().insert(user.clone());
             let mut response = next.run(request).await;
-            // For the access log, which sits outside this layer.
+            // For the access log, which sits outside this layer (nothing inside reads it).
             response.extensions_mut().insert(user);
             response
         }
