@@ -207,8 +207,10 @@ pub async fn get(
     State(state): State<AppState>,
     Path(name): Path<String>,
     RawQuery(raw): RawQuery,
-    headers: HeaderMap,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
+    // The headers moved out of the request: the `HeaderMap` extractor would clone them.
+    let headers = request.into_parts().0.headers;
     let query = Query::parse(raw.as_deref());
     let wanted = match negotiate_object(&headers)? {
         ObjectView::Plain(wanted) => wanted,

@@ -117,18 +117,22 @@ pub fn resolve(store: &Store, name: &str) -> Option<Target> {
         }
     }
     for (task, tag, round) in readings {
-        let incarnations = store.find(kind, task);
-        let Some(newest) = incarnations.last() else {
+        let mut incarnations = store.find(kind, task);
+        let Some(newest) = incarnations.last().map(|t| t.id) else {
             continue;
         };
+        // Taken out of the list, not cloned: this runs for every GET.
         let chosen = match tag {
-            None => newest.clone(),
-            Some(tag) => match incarnations.iter().find(|t| incarnation_tag(&t.uid) == tag) {
-                Some(t) => t.clone(),
-                None => continue,
-            },
+            None => incarnations.pop(),
+            Some(tag) => incarnations
+                .iter()
+                .position(|t| incarnation_tag(&t.uid) == tag)
+                .map(|i| incarnations.swap_remove(i)),
         };
-        let object = object_name(&chosen, chosen.id == newest.id);
+        let Some(chosen) = chosen else {
+            continue;
+        };
+        let object = object_name(&chosen, chosen.id == newest);
         if let Some(round) = round {
             if !matches!(store.round(chosen.id, round), Ok(Some(_))) {
                 continue;
