@@ -738,6 +738,11 @@ fn main() {
         .arg(&o.dir)
         .args(["-s", "stop"])
         .output();
+    // The master stops its workers before it exits: killed at once, it left them running.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while matches!(nginx.try_wait(), Ok(None)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _ = nginx.kill();
     let _ = nginx.wait();
     runtime.block_on(server.stop());
