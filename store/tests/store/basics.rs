@@ -8,7 +8,7 @@ use kdoctor_store::{
     MAX_VALUE_BYTES, NewReport, Outcome, RoundResult, RoundSummary, Store, StoreConfig, StoreError,
 };
 
-use crate::support::{open, task};
+use crate::support::{open, raw_db, task};
 
 #[test]
 fn a_report_reads_back_byte_identical_and_a_second_put_changes_nothing() {
@@ -100,7 +100,7 @@ fn large_reports_are_chunked_below_64_kib_and_stream_back() {
     drop(store);
 
     // No sled value is larger than the limit.
-    let db = sled::open(dir.join("db")).expect("raw open");
+    let db = raw_db(&dir);
     let largest = db
         .iter()
         .map(|kv| kv.expect("readable").1.len())
@@ -133,7 +133,7 @@ fn overwriting_a_chunked_report_with_a_small_one_leaves_no_chunks() {
         .expect("small");
     store.purge_round(id, 1).expect("purged");
     drop(store);
-    let db = sled::open(dir.join("db")).expect("raw open");
+    let db = raw_db(&dir);
     let leftovers: Vec<_> = db
         .iter()
         .map(|kv| kv.expect("readable").0)

@@ -44,3 +44,22 @@ pub fn put_all(store: &Store, id: IncarnationId, reports: &[Report]) -> Vec<Outc
         .collect();
     store.put_reports(&batch).expect("reports stored")
 }
+
+/// The store's sled database opened directly, once the store dropped before has let go of it:
+/// sled's flusher thread holds the database's file lock until it exits, after the drop returns
+/// (on a loaded machine, long enough for an immediate open to find it locked).
+pub fn raw_db(dir: &std::path::Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match sled::open(dir.join("db")) {
+            Ok(db) => return db,
+            Err(e)
+                if std::time::Instant::now() < deadline
+                    && e.to_string().contains("could not acquire lock") =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("raw open of {}: {e}", dir.display()),
+        }
+    }
+}
