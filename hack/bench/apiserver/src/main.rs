@@ -2,8 +2,9 @@
 //! (Table) of 10,000 tasks from kdoctor-apiserver over TLS, and the same GET bytes (plain, and
 //! kdoctor's own gzip-encoded bytes) as static files from nginx over TLS, both driven by wrk and
 //! by oha at 1, 16 and 100 connections in the same run; a run counts only when every answer was
-//! a 2xx (oha: a 200) of the expected size; memory while serving and with 1,000 open watches;
-//! start-up to ready.
+//! a 2xx (oha: a 200) of the expected size; with `--fixed-rate`, latencies of both servers at
+//! the same open-loop rate (a closed-loop client loads the faster server harder, so its p99 is
+//! not like for like); memory while serving and with 1,000 open watches; start-up to ready.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -62,6 +63,9 @@ struct Options {
     threads: Option<usize>,
     /// Client connections of each cell.
     connections: Vec<u32>,
+    /// Also run each oha cell at this fraction of nginx's closed-loop rate, both servers at the
+    /// same fixed rate, for latencies at equal load (0: not).
+    fixed_rate: f64,
     dir: PathBuf,
 }
 
@@ -75,6 +79,7 @@ fn options() -> Options {
         oha: PathBuf::from("oha"),
         threads: None,
         connections: vec![1, 16, 100],
+        fixed_rate: 0.0,
         dir: std::env::temp_dir().join("kdoctor-bench-apiserver"),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -95,6 +100,7 @@ fn options() -> Options {
             }
             "--oha" => o.oha = PathBuf::from(value),
             "--threads" => o.threads = Some(value.parse().expect("--threads N")),
+            "--fixed-rate" => o.fixed_rate = value.parse().expect("--fixed-rate FRACTION"),
             "--connections" => {
                 o.connections = value
                     .split(',')
@@ -193,6 +199,16 @@ impl Client {
 }
 
 /// One run of a load generator: requests/s, p50 and p99 in ms.
+/// One load: where, how many connections for how long, and the answer expected.
+#[derive(Clone, Copy)]
+struct Cell<'a> {
+    url: &'a str,
+    connections: u32,
+    seconds: u64,
+    headers: &'a [&'a str],
+    body: usize,
+}
+
 struct Run {
     rps: f64,
     p50: f64,
@@ -288,15 +304,14 @@ fn wrk_framed(
 /// Runs oha (HTTP/1.1, `connections` kept-alive connections, for `seconds`); `Err` says why the
 /// run does not count: an answer that was not a 200, an error other than the requests still in
 /// flight when the time was up, or an answer whose body is not `body` bytes.
-fn oha(
-    oha: &Path,
-    ca: &str,
-    url: &str,
-    connections: u32,
-    seconds: u64,
-    headers: &[&str],
-    body: usize,
-) -> Result<Run, String> {
+fn oha(oha: &Path, ca: &str, cell: &Cell, rate: Option<f64>) -> Result<Run, String> {
+    let Cell {
+        url,
+        connections,
+        seconds,
+        headers,
+        body,
+    } = *cell;
     let mut command = Command::new(oha);
     command.args([
         "-z",
@@ -309,6 +324,10 @@ fn oha(
         "--cacert",
         ca,
     ]);
+    if let Some(rate) = rate {
+        // Open loop at a fixed rate; latencies from when each request was due.
+        command.args(["-q", &format!("{rate:.0}"), "--latency-correction"]);
+    }
     // oha asks for compressed answers unless told not to; the gzip cells ask by header.
     command.arg("--disable-compression");
     for h in headers {
@@ -355,8 +374,14 @@ fn oha(
             .map(|s| s * 1000.0)
             .unwrap_or(f64::NAN)
     };
+    let rps = answered / total;
+    if let Some(rate) = rate
+        && rps < rate * 0.99
+    {
+        return Err(format!("held {rps:.0} of {rate:.0} requests/s"));
+    }
     Ok(Run {
-        rps: answered / total,
+        rps,
         p50: p("p50"),
         p99: p("p99"),
     })
@@ -589,6 +614,7 @@ fn main() {
         "| GET | kdoctor-apiserver req/s | nginx req/s | ratio | kdoctor p50 / p99 | nginx p50 / p99 |"
     );
     println!("|---|---|---|---|---|---|");
+    let mut fixed = Vec::new();
     for (name, url, plain, gzipped) in objects.iter().filter(|(name, ..)| name.contains(&o.only)) {
         let nginx_url = format!("{nginx_base}/{name}.json");
         for (encoding, extra, body) in [
@@ -615,7 +641,18 @@ fn main() {
             {
                 let load = |url: &str, headers: &[&str]| match client {
                     Client::Wrk => wrk(url, connections, o.seconds, headers, body),
-                    Client::Oha => oha(&o.oha, &ca_arg, url, connections, o.seconds, headers, body),
+                    Client::Oha => oha(
+                        &o.oha,
+                        &ca_arg,
+                        &Cell {
+                            url,
+                            connections,
+                            seconds: o.seconds,
+                            headers,
+                            body,
+                        },
+                        None,
+                    ),
                 };
                 let mut runs = Vec::new();
                 let mut discarded = Vec::new();
@@ -657,7 +694,46 @@ fn main() {
                         discarded.join("; ")
                     ),
                 }
+                if let (Client::Oha, true, Some((_, _, theirs))) =
+                    (client, o.fixed_rate > 0.0, runs.get(runs.len() / 2))
+                {
+                    let rate = theirs.rps * o.fixed_rate;
+                    let at = |url: &str, headers: &[&str]| {
+                        let cell = Cell {
+                            url,
+                            connections,
+                            seconds: o.seconds,
+                            headers,
+                            body,
+                        };
+                        oha(&o.oha, &ca_arg, &cell, Some(rate))
+                    };
+                    fixed.push(
+                        match (at(url, &ours_headers), at(&nginx_url, &theirs_headers)) {
+                            (Ok(ours), Ok(theirs)) => format!(
+                                "| {label} | {rate:.0} | {:.2} / {:.2} ms | {:.2} / {:.2} ms |",
+                                ours.p50, ours.p99, theirs.p50, theirs.p99
+                            ),
+                            (ours, theirs) => format!(
+                                "| {label} | {rate:.0} | discarded: {:?} / {:?} | |",
+                                ours.err(),
+                                theirs.err()
+                            ),
+                        },
+                    );
+                }
             }
+        }
+    }
+    if !fixed.is_empty() {
+        println!(
+            "\nBoth servers at the same fixed rate ({:.0}% of nginx's closed-loop rate, oha -q with latency correction):\n",
+            o.fixed_rate * 100.0
+        );
+        println!("| GET, client | requests/s | kdoctor p50 / p99 | nginx p50 / p99 |");
+        println!("|---|---|---|---|");
+        for row in &fixed {
+            println!("{row}");
         }
     }
     let table = "Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
