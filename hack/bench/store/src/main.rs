@@ -134,7 +134,7 @@ fn main() {
                     flush(&mut batch, &mut store_put);
                 }
                 written += 1;
-                if written % 100_000 == 0 {
+                if written.is_multiple_of(100_000) {
                     eprintln!("  store: {written}/{total} reports, {:.0?}", started.elapsed());
                 }
             }
