@@ -739,8 +739,9 @@ fn main() {
     let table = "Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
     let list_url = format!("{base}?limit=500000");
     let list_size = size_with(&list_url, &[&auth_header, table]);
-    // Streamed a row at a time: each row's chunk header and trailer (hex length, two CRLFs).
-    let framing = 12 * (o.tasks as usize + 3);
+    // Streamed in chunks of 64 KiB (`resource::sink`): each chunk's header and trailer (hex
+    // length, two CRLFs), and the last chunk's.
+    let framing = 12 * (list_size / (64 * 1024) + 2);
     match wrk_framed(
         &list_url,
         1,
