@@ -4,8 +4,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use axum::Router;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 
 use crate::query::Query;
 use crate::state::AppState;
@@ -149,6 +152,24 @@ fn report(state: &AppState, endpoint: &str, raw: Option<&str>, only: Option<&str
     } else {
         text(StatusCode::OK, "ok".into())
     }
+}
+
+/// The health endpoints, as the Go server names them.
+pub const ENDPOINTS: [&str; 3] = ["healthz", "livez", "readyz"];
+
+/// `/healthz`, `/livez` and `/readyz` with their query (`?verbose`, `?exclude=`), for the API
+/// server and the operations listener alike.
+pub fn routes() -> Router<AppState> {
+    ENDPOINTS.into_iter().fold(Router::new(), |router, name| {
+        router.route(
+            &format!("/{name}"),
+            get(
+                move |State(s): State<AppState>, RawQuery(q): RawQuery| async move {
+                    endpoint(&s, name, q.as_deref())
+                },
+            ),
+        )
+    })
 }
 
 /// `/healthz`, `/livez` or `/readyz`.

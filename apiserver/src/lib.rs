@@ -26,7 +26,7 @@ pub mod tasks;
 pub mod tls;
 
 use axum::Router;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, State};
 use axum::middleware;
 use axum::routing::get;
 use tower_http::compression::CompressionLayer;
@@ -57,79 +57,54 @@ pub fn router(state: AppState) -> Router {
     } else {
         Router::new()
     };
-    let routes =
-        Router::new()
-            .merge(tasks)
-            .route("/version", get(discovery::version))
-            .route("/api", get(discovery::api))
-            .route("/apis", get(discovery::apis))
-            .route(&format!("/apis/{GROUP}"), get(discovery::group))
-            .route(
-                &format!("/apis/{GROUP}/{VERSION}"),
-                get(discovery::resources),
-            )
-            .route(
-                &collection,
-                get(resource::list)
-                    .post(resource::unsupported)
-                    .put(resource::unsupported)
-                    .patch(resource::unsupported)
-                    .delete(resource::unsupported),
-            )
-            .route(
-                &named,
-                get(resource::get)
-                    .delete(resource::delete)
-                    .post(resource::unsupported)
-                    .put(resource::unsupported)
-                    .patch(resource::unsupported),
-            )
-            .route("/openapi/v3", get(openapi::v3_index))
-            .route(
-                &format!("/openapi/v3/apis/{GROUP}/{VERSION}"),
-                get(openapi::v3_group_version),
-            )
-            .route("/openapi/v2", get(openapi::v2))
-            .route("/metrics", get(metrics::render))
-            .route(
-                "/healthz",
-                get(
-                    |State(s): State<AppState>, RawQuery(q): RawQuery| async move {
-                        health::endpoint(&s, "healthz", q.as_deref())
-                    },
-                ),
-            )
-            .route(
-                "/livez",
-                get(
-                    |State(s): State<AppState>, RawQuery(q): RawQuery| async move {
-                        health::endpoint(&s, "livez", q.as_deref())
-                    },
-                ),
-            )
-            .route(
-                "/readyz",
-                get(
-                    |State(s): State<AppState>, RawQuery(q): RawQuery| async move {
-                        health::endpoint(&s, "readyz", q.as_deref())
-                    },
-                ),
-            )
-            .route(
-                "/{endpoint}/{check}",
-                get(
-                    |State(s): State<AppState>, Path((e, c)): Path<(String, String)>| async move {
-                        match e.as_str() {
-                            "healthz" | "livez" | "readyz" => health::check(&s, &e, &c),
-                            _ => axum::response::IntoResponse::into_response(
-                                status::ApiError::no_route(),
-                            ),
-                        }
-                    },
-                ),
-            )
-            .fallback(|| async { status::ApiError::no_route() })
-            .with_state(state.clone());
+    let routes = Router::new()
+        .merge(tasks)
+        .route("/version", get(discovery::version))
+        .route("/api", get(discovery::api))
+        .route("/apis", get(discovery::apis))
+        .route(&format!("/apis/{GROUP}"), get(discovery::group))
+        .route(
+            &format!("/apis/{GROUP}/{VERSION}"),
+            get(discovery::resources),
+        )
+        .route(
+            &collection,
+            get(resource::list)
+                .post(resource::unsupported)
+                .put(resource::unsupported)
+                .patch(resource::unsupported)
+                .delete(resource::unsupported),
+        )
+        .route(
+            &named,
+            get(resource::get)
+                .delete(resource::delete)
+                .post(resource::unsupported)
+                .put(resource::unsupported)
+                .patch(resource::unsupported),
+        )
+        .route("/openapi/v3", get(openapi::v3_index))
+        .route(
+            &format!("/openapi/v3/apis/{GROUP}/{VERSION}"),
+            get(openapi::v3_group_version),
+        )
+        .route("/openapi/v2", get(openapi::v2))
+        .route("/metrics", get(metrics::render))
+        .merge(health::routes())
+        .route(
+            "/{endpoint}/{check}",
+            get(
+                |State(s): State<AppState>, Path((e, c)): Path<(String, String)>| async move {
+                    if health::ENDPOINTS.contains(&e.as_str()) {
+                        health::check(&s, &e, &c)
+                    } else {
+                        axum::response::IntoResponse::into_response(status::ApiError::no_route())
+                    }
+                },
+            ),
+        )
+        .fallback(|| async { status::ApiError::no_route() })
+        .with_state(state.clone());
     // The middleware wraps the router once, outermost first. `Router::layer` would wrap every
     // route instead, and each layer clones the boxed routes beneath it per request: callgrind
     // counted 31 boxed-service clones and 11 boxed futures per GET that way (docs/benchmarks.md).

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 
 use axum::Router;
-use axum::extract::{RawQuery, State};
+use axum::extract::State;
 use axum::routing::get;
 use tokio::net::TcpListener;
 
@@ -17,33 +17,10 @@ use crate::{health, metrics};
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(metrics::render))
-        .route(
-            "/healthz",
-            get(
-                |State(s): State<AppState>, RawQuery(q): RawQuery| async move {
-                    health::endpoint(&s, "healthz", q.as_deref())
-                },
-            ),
-        )
-        .route(
-            "/livez",
-            get(
-                |State(s): State<AppState>, RawQuery(q): RawQuery| async move {
-                    health::endpoint(&s, "livez", q.as_deref())
-                },
-            ),
-        )
+        .merge(health::routes())
         .route(
             "/healthy/liveness",
             get(|State(s): State<AppState>| async move { health::endpoint(&s, "livez", None) }),
-        )
-        .route(
-            "/readyz",
-            get(
-                |State(s): State<AppState>, RawQuery(q): RawQuery| async move {
-                    health::endpoint(&s, "readyz", q.as_deref())
-                },
-            ),
         )
         .route(
             "/healthy/readiness",
@@ -70,4 +47,53 @@ pub async fn serve(listen: SocketAddr, state: AppState) -> std::io::Result<Socke
         }
     });
     Ok(address)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::auth::Auth;
+    use crate::auth::config::AuthnConfig;
+    use crate::metrics::ApiMetrics;
+
+    async fn answer(app: &Router, path: &str) -> (StatusCode, String) {
+        let request = Request::get(path).body(Body::empty()).expect("request");
+        let response = app.clone().oneshot(request).await.expect("answer");
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("body");
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn health_endpoints_and_upstream_s_aliases_answer_alike_before_the_store_opens() {
+        let (_stop, shutdown) = tokio::sync::watch::channel(false);
+        let state = AppState::new(
+            Arc::new(Auth::standalone(AuthnConfig::default())),
+            Arc::new(ApiMetrics::new()),
+            shutdown,
+        );
+        let app = router(state);
+        let live = answer(&app, "/livez").await;
+        assert_eq!(live.0, StatusCode::OK, "{}", live.1);
+        assert_eq!(answer(&app, "/healthy/liveness").await.0, live.0);
+        let ready = answer(&app, "/readyz").await;
+        assert_ne!(ready.0, StatusCode::OK, "ready with no store: {}", ready.1);
+        assert_eq!(answer(&app, "/healthy/readiness").await.0, ready.0);
+        let verbose = answer(&app, "/readyz?verbose").await;
+        assert!(
+            verbose.1.contains("[-]"),
+            "no failing check listed: {}",
+            verbose.1
+        );
+        assert_eq!(answer(&app, "/healthz").await.0, live.0);
+        assert_eq!(answer(&app, "/metrics").await.0, StatusCode::OK);
+    }
 }

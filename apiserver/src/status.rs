@@ -276,9 +276,13 @@ const MAX_ERROR_TEXT: usize = 4096;
 /// method no route takes) come as plain text or an empty body, which kubectl cannot print.
 /// The health endpoints keep the Go server's plain-text answers (probes read them).
 pub async fn as_status(request: Request, next: Next) -> Response {
-    let health = ["/healthz", "/livez", "/readyz"]
-        .iter()
-        .any(|p| request.uri().path().starts_with(p));
+    let health = crate::health::ENDPOINTS.iter().any(|e| {
+        request
+            .uri()
+            .path()
+            .strip_prefix('/')
+            .is_some_and(|p| p.starts_with(e))
+    });
     let response = next.run(request).await;
     if health {
         return response;

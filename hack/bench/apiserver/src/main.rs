@@ -450,6 +450,11 @@ fn curl(args: &[&str]) -> std::process::Output {
         .expect("curl runs")
 }
 
+/// Whether `url` answers 200 (the server's certificate checked against `ca`).
+fn answers_ok(ca: &str, url: &str) -> bool {
+    curl(&["-o", "/dev/null", "-w", "%{http_code}", "--cacert", ca, url]).stdout == b"200"
+}
+
 fn main() {
     let o = options();
     // As `kdoctor controller` does, before any thread starts (MALLOC_ARENA_MAX overrides).
@@ -501,16 +506,7 @@ fn main() {
     let ca_arg = ca.display().to_string();
     let ready_url = format!("{}/readyz", server.url());
     loop {
-        let out = curl(&[
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--cacert",
-            &ca_arg,
-            &ready_url,
-        ]);
-        if String::from_utf8_lossy(&out.stdout) == "200" {
+        if answers_ok(&ca_arg, &ready_url) {
             break;
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -566,17 +562,7 @@ fn main() {
     let mut nginx = start_nginx(&o.dir, nginx_port, &cert, &key, &www);
     let nginx_base = format!("https://127.0.0.1:{nginx_port}");
     let up = (0..100).any(|_| {
-        let ok = curl(&[
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--cacert",
-            &ca_arg,
-            &format!("{nginx_base}/{}.json", big[0]),
-        ])
-        .stdout
-            == b"200";
+        let ok = answers_ok(&ca_arg, &format!("{nginx_base}/{}.json", big[0]));
         if !ok {
             std::thread::sleep(Duration::from_millis(50));
         }
