@@ -106,11 +106,27 @@ fn hot_threads(command: &Command) -> usize {
 fn finish(outcome: anyhow::Result<ExitCode>) -> ExitCode {
     match outcome {
         Ok(code) => code,
+        // The reader of our output went away (`kdoctor crd | head`): end quietly with the
+        // status a shell reports for a command killed by SIGPIPE, as kubectl does.
+        Err(e) if reader_gone(&e) => ExitCode::from(141),
         Err(e) => {
             eprintln!("error: {}", one_line(&e));
             cmd::exit_usage()
         }
     }
+}
+
+/// Whether an error is a write to a pipe whose reader has closed it.
+fn reader_gone(error: &anyhow::Error) -> bool {
+    let broken = Some(std::io::ErrorKind::BrokenPipe);
+    error.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().map(|e| e.kind()) == broken
+            // serde_json's writer errors hide the io::Error they wrap from `source`.
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .and_then(|e| e.io_error_kind())
+                == broken
+    })
 }
 
 /// An error and its causes on one line, as `{:#}` prints them, but without a cause whose text a

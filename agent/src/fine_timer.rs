@@ -68,7 +68,12 @@ impl FineTimer {
             let mut ready = self.fd.readable().await?;
             let mut expirations = [0u8; 8];
             match ready.try_io(|fd| Ok(rustix::io::read(fd.get_ref(), &mut expirations)?)) {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    // A one-shot timer just read cannot fire again until it is re-armed; left
+                    // set, the readiness cost the next wait a read that finds nothing.
+                    ready.clear_ready();
+                    return Ok(());
+                }
                 // Readiness left over from an earlier wait: the new deadline is still ahead.
                 Err(_would_block) => continue,
             }

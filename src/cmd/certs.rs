@@ -59,6 +59,6 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         None => Ca::generate("kdoctor-ca")?,
     };
     let objects = objects(&ca, &args.namespace, &args.cluster_domain)?;
-    print!("{}", render(&objects, args.output)?);
+    super::output::print(&render(&objects, args.output)?)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -376,40 +376,34 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
     });
     match args.output {
         Output::Svg => {
-            print!("{}", crate::plugin::heatmap::svg(&matrix, args.metric));
+            super::output::print(&crate::plugin::heatmap::svg(&matrix, args.metric))?;
             return Ok(ExitCode::SUCCESS);
         }
         Output::Html => {
             let title = format!("{name}: round {}", view.round_number);
-            print!(
-                "{}",
-                crate::plugin::heatmap::html(&matrix, args.metric, &title)
-            );
+            super::output::print(&crate::plugin::heatmap::html(&matrix, args.metric, &title))?;
             return Ok(ExitCode::SUCCESS);
         }
         Output::Text => {}
     }
     let colour =
         !args.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal();
-    println!(
-        "{name}: round {} of {} {}, {}",
+    super::output::print(&format!(
+        "{name}: round {} of {} {}, {}\n",
         view.round_number,
         view.task.kind,
         view.task.name,
         crate::plural::count(matrix.rows.len(), "node")
-    );
-    print!(
-        "{}",
-        render(
-            &matrix,
-            args.metric,
-            Layout {
-                colour,
-                columns_per_page,
-                page: args.page,
-            }
-        )
-    );
+    ))?;
+    super::output::print(&render(
+        &matrix,
+        args.metric,
+        Layout {
+            colour,
+            columns_per_page,
+            page: args.page,
+        },
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -449,11 +443,11 @@ async fn summary(client: kube::Client) -> Result<ExitCode> {
         .map(|(row, _)| row)
         .collect();
     if rows.is_empty() {
-        println!("no kdoctorreports yet");
+        super::output::print("no kdoctorreports yet\n")?;
         return Ok(ExitCode::SUCCESS);
     }
     let (text, failing) = crate::plugin::rounds::summary(&rows);
-    print!("{text}");
+    super::output::print(&text)?;
     Ok(if failing {
         super::exit_failed()
     } else {
@@ -481,7 +475,7 @@ async fn history(client: kube::Client, name: &str) -> Result<ExitCode> {
             });
         }
     }
-    print!("{}", crate::plugin::rounds::history(name, &rounds));
+    super::output::print(&crate::plugin::rounds::history(name, &rounds))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -506,7 +500,7 @@ async fn run_tasks(client: kube::Client, args: &RunArgs) -> Result<ExitCode> {
         api.patch(task.name(), &params, &kube::api::Patch::Apply(task))
             .await
             .with_context(|| format!("cannot apply {} {:?}", task.kind(), task.name()))?;
-        println!("{} {:?} applied", task.kind(), task.name());
+        super::output::print(&format!("{} {:?} applied\n", task.kind(), task.name()))?;
     }
     if !args.wait {
         return Ok(ExitCode::SUCCESS);
@@ -535,11 +529,11 @@ async fn run_tasks(client: kube::Client, args: &RunArgs) -> Result<ExitCode> {
                     .map(|r| format!(": {r}"))
                     .unwrap_or_default();
                 let result = serde_json::to_value(round.status).unwrap_or_default();
-                println!(
-                    "{key} round {}: {}{why}",
+                super::output::print(&format!(
+                    "{key} round {}: {}{why}\n",
                     round.round_number,
                     result.as_str().unwrap_or("?")
-                );
+                ))?;
             }
             seen.extend(done.iter().map(|r| r.round_number));
             if status.finish {
@@ -551,10 +545,10 @@ async fn run_tasks(client: kube::Client, args: &RunArgs) -> Result<ExitCode> {
         }
         if finished == checked.valid.len() {
             if failed.is_empty() {
-                println!("every task finished and its last round succeeded");
+                super::output::print("every task finished and its last round succeeded\n")?;
                 return Ok(ExitCode::SUCCESS);
             }
-            println!("failed: {}", failed.join(", "));
+            super::output::print(&format!("failed: {}\n", failed.join(", ")))?;
             return Ok(super::exit_failed());
         }
         if tokio::time::Instant::now() >= deadline {

@@ -1,5 +1,7 @@
 //! `-o table|json|yaml`, printed the way kubectl prints objects.
 
+use std::io::Write;
+
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -41,4 +43,13 @@ pub fn render<T: Serialize>(objects: &[T], format: Format) -> Result<String> {
             Ok(serde_json::to_string_pretty(&value)? + "\n")
         }
     }
+}
+
+/// Writes `text` to standard output. A reader that went away (`| head`) comes back as a
+/// `BrokenPipe` error for `main` to end on quietly, where `print!` would panic.
+pub fn print(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
 }

@@ -310,9 +310,9 @@ async fn run_task(args: &TaskArgs) -> Result<ExitCode> {
         reports.push(report);
     }
     match args.output {
-        Format::Table => print!("{table}"),
-        Format::Json => print!("{}", render(&reports, Format::Json)?),
-        Format::Yaml => print!("{}", render(&reports, Format::Yaml)?),
+        Format::Table => super::output::print(&table)?,
+        Format::Json => super::output::print(&render(&reports, Format::Json)?)?,
+        Format::Yaml => super::output::print(&render(&reports, Format::Yaml)?)?,
     }
     Ok(if all {
         ExitCode::SUCCESS
@@ -454,7 +454,7 @@ fn print(outcome: &Outcome, target: &str, load: &Load, format: Format) -> Result
         Format::Json => serde_json::to_string_pretty(&outcome.report)? + "\n",
         Format::Yaml => render(std::slice::from_ref(&outcome.report), format)?,
     };
-    print!("{text}");
+    super::output::print(&text)?;
     Ok(if outcome.succeed {
         ExitCode::SUCCESS
     } else {

@@ -90,6 +90,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             let store = open(data)?;
             let mut out = BufWriter::new(std::io::stdout().lock());
             let counts = store.export(&mut out)?;
+            // Before saying so: a failed last write would otherwise go unnoticed on drop.
+            out.flush()?;
             eprintln!(
                 "exported {} tasks, {} rounds, {} reports from {}",
                 counts.tasks,

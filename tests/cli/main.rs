@@ -1,5 +1,6 @@
 //! The `kdoctor` command line, run as a user would (one test binary).
 
+mod closed_pipe;
 mod docs;
 mod image;
 mod krew;

@@ -6,7 +6,7 @@
 # (default 3), --only small|medium|big, --client wrk|oha|both (default both), --threads N
 # connection threads of the API server (default: the server's, one per core up to 4; 0: none),
 # --connections N,N,… (default 1,16,100), --fixed-rate F (also run each oha cell with both servers
-# at F × nginx's closed-loop rate, open loop: latencies at equal load; default off).
+# at F × nginx's closed-loop rate, open loop, --repeat times: latencies at equal load; default off).
 set -euo pipefail
 cd "$(dirname "$0")"
 for tool in nginx wrk curl python3; do
