@@ -198,7 +198,6 @@ impl Client {
     }
 }
 
-/// One run of a load generator: requests/s, p50 and p99 in ms.
 /// One load: where, how many connections for how long, and the answer expected.
 #[derive(Clone, Copy)]
 struct Cell<'a> {
@@ -209,10 +208,53 @@ struct Cell<'a> {
     body: usize,
 }
 
+/// One run of a load generator: requests/s, p50 and p99 in ms, requests answered, and the
+/// server's CPU time per answered request in µs (measured around the run by [`metered`]).
 struct Run {
     rps: f64,
     p50: f64,
     p99: f64,
+    requests: f64,
+    cpu_us: f64,
+}
+
+/// A server whose CPU time a run is charged: a process's threads, and with `children` those
+/// of its child processes (nginx's workers).
+#[derive(Clone, Copy)]
+struct Server {
+    pid: u32,
+    children: bool,
+}
+
+/// CPU time in ns of every thread of `pid` (and of its children's with `children`), from the
+/// scheduler's own count (`schedstat`: exact, unlike the 4 ms ticks of `stat`).
+fn cpu_ns(pid: u32, children: bool) -> u64 {
+    let mut total = 0;
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+    for task in tasks.into_iter().flatten().flatten() {
+        let path = task.path();
+        total += std::fs::read_to_string(path.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        if children {
+            let list = std::fs::read_to_string(path.join("children")).unwrap_or_default();
+            for child in list.split_whitespace().filter_map(|c| c.parse().ok()) {
+                total += cpu_ns(child, false);
+            }
+        }
+    }
+    total
+}
+
+/// Runs `load` and charges `server` the CPU time it used meanwhile, per answered request. The
+/// client is a child of the bench only while it runs, so it is never counted as ours.
+fn metered(server: Server, load: impl FnOnce() -> Result<Run, String>) -> Result<Run, String> {
+    let before = cpu_ns(server.pid, server.children);
+    let mut run = load()?;
+    let used = cpu_ns(server.pid, server.children).saturating_sub(before);
+    run.cpu_us = used as f64 / 1000.0 / run.requests.max(1.0);
+    Ok(run)
 }
 
 /// Runs wrk; `Err` says why the run does not count (an answer that was not a 2xx, a socket
@@ -298,6 +340,8 @@ fn wrk_framed(
         rps,
         p50: percentile("50%"),
         p99: percentile("99%"),
+        requests,
+        cpu_us: f64::NAN,
     })
 }
 
@@ -384,6 +428,8 @@ fn oha(oha: &Path, ca: &str, cell: &Cell, rate: Option<f64>) -> Result<Run, Stri
         rps,
         p50: p("p50"),
         p99: p("p99"),
+        requests: answered,
+        cpu_us: f64::NAN,
     })
 }
 
@@ -560,6 +606,16 @@ fn main() {
     std::fs::write(&key, &serving.key).expect("key");
     let nginx_port = 20_000 + (std::process::id() % 20_000) as u16;
     let mut nginx = start_nginx(&o.dir, nginx_port, &cert, &key, &www);
+    let (kdoctor_server, nginx_server) = (
+        Server {
+            pid: std::process::id(),
+            children: false,
+        },
+        Server {
+            pid: nginx.id(),
+            children: true,
+        },
+    );
     let nginx_base = format!("https://127.0.0.1:{nginx_port}");
     let up = (0..100).any(|_| {
         let ok = answers_ok(&ca_arg, &format!("{nginx_base}/{}.json", big[0]));
@@ -597,9 +653,9 @@ fn main() {
         o.tasks, o.repeat, o.seconds
     );
     println!(
-        "| GET | kdoctor-apiserver req/s | nginx req/s | ratio | kdoctor p50 / p99 | nginx p50 / p99 |"
+        "| GET | kdoctor-apiserver req/s | nginx req/s | ratio | kdoctor p50 / p99 | nginx p50 / p99 | CPU per request, kdoctor / nginx |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     let mut fixed = Vec::new();
     for (name, url, plain, gzipped) in objects.iter().filter(|(name, ..)| name.contains(&o.only)) {
         let nginx_url = format!("{nginx_base}/{name}.json");
@@ -625,25 +681,30 @@ fn main() {
                 .iter()
                 .flat_map(|c| o.connections.iter().map(move |n| (*c, *n)))
             {
-                let load = |url: &str, headers: &[&str]| match client {
-                    Client::Wrk => wrk(url, connections, o.seconds, headers, body),
-                    Client::Oha => oha(
-                        &o.oha,
-                        &ca_arg,
-                        &Cell {
-                            url,
-                            connections,
-                            seconds: o.seconds,
-                            headers,
-                            body,
-                        },
-                        None,
-                    ),
+                let load = |server: Server, url: &str, headers: &[&str]| {
+                    metered(server, || match client {
+                        Client::Wrk => wrk(url, connections, o.seconds, headers, body),
+                        Client::Oha => oha(
+                            &o.oha,
+                            &ca_arg,
+                            &Cell {
+                                url,
+                                connections,
+                                seconds: o.seconds,
+                                headers,
+                                body,
+                            },
+                            None,
+                        ),
+                    })
                 };
                 let mut runs = Vec::new();
                 let mut discarded = Vec::new();
                 for _ in 0..o.repeat {
-                    match (load(url, &ours_headers), load(&nginx_url, &theirs_headers)) {
+                    match (
+                        load(kdoctor_server, url, &ours_headers),
+                        load(nginx_server, &nginx_url, &theirs_headers),
+                    ) {
                         (Ok(ours), Ok(theirs)) => runs.push((ours.rps / theirs.rps, ours, theirs)),
                         (ours, theirs) => {
                             discarded.push(format!("{:?} / {:?}", ours.err(), theirs.err()))
@@ -658,13 +719,15 @@ fn main() {
                 );
                 match runs.get(runs.len() / 2) {
                     Some((ratio, ours, theirs)) => println!(
-                        "| {label} | {:.0} | {:.0} | {ratio:.2} | {:.2} / {:.2} ms | {:.2} / {:.2} ms |{}",
+                        "| {label} | {:.0} | {:.0} | {ratio:.2} | {:.2} / {:.2} ms | {:.2} / {:.2} ms | {:.1} / {:.1} µs |{}",
                         ours.rps,
                         theirs.rps,
                         ours.p50,
                         ours.p99,
                         theirs.p50,
                         theirs.p99,
+                        ours.cpu_us,
+                        theirs.cpu_us,
                         if discarded.is_empty() {
                             String::new()
                         } else {
@@ -676,7 +739,7 @@ fn main() {
                         }
                     ),
                     None => println!(
-                        "| {label} | every run discarded: {} | | | | |",
+                        "| {label} | every run discarded: {} | | | | | |",
                         discarded.join("; ")
                     ),
                 }
@@ -684,7 +747,7 @@ fn main() {
                     (client, o.fixed_rate > 0.0, runs.get(runs.len() / 2))
                 {
                     let rate = theirs.rps * o.fixed_rate;
-                    let at = |url: &str, headers: &[&str]| {
+                    let at = |server: Server, url: &str, headers: &[&str]| {
                         let cell = Cell {
                             url,
                             connections,
@@ -692,14 +755,17 @@ fn main() {
                             headers,
                             body,
                         };
-                        oha(&o.oha, &ca_arg, &cell, Some(rate))
+                        metered(server, || oha(&o.oha, &ca_arg, &cell, Some(rate)))
                     };
                     // As many runs as the closed-loop cells; the run with the median p99 ratio
                     // is shown, with how many runs had kdoctor's p99 at or below nginx's.
                     let mut pairs = Vec::new();
                     let mut discarded = Vec::new();
                     for _ in 0..o.repeat {
-                        match (at(url, &ours_headers), at(&nginx_url, &theirs_headers)) {
+                        match (
+                            at(kdoctor_server, url, &ours_headers),
+                            at(nginx_server, &nginx_url, &theirs_headers),
+                        ) {
                             (Ok(ours), Ok(theirs)) => {
                                 pairs.push((ours.p99 / theirs.p99, ours, theirs))
                             }
@@ -712,12 +778,14 @@ fn main() {
                     let at_or_below = pairs.iter().filter(|(ratio, ..)| *ratio <= 1.0).count();
                     fixed.push(match pairs.get(pairs.len() / 2) {
                         Some((_, ours, theirs)) => format!(
-                            "| {label} | {rate:.0} | {:.2} / {:.2} ms | {:.2} / {:.2} ms | {at_or_below} of {} |{}",
+                            "| {label} | {rate:.0} | {:.2} / {:.2} ms | {:.2} / {:.2} ms | {at_or_below} of {} | {:.1} / {:.1} µs |{}",
                             ours.p50,
                             ours.p99,
                             theirs.p50,
                             theirs.p99,
                             pairs.len(),
+                            ours.cpu_us,
+                            theirs.cpu_us,
                             if discarded.is_empty() {
                                 String::new()
                             } else {
@@ -725,7 +793,7 @@ fn main() {
                             }
                         ),
                         None => format!(
-                            "| {label} | {rate:.0} | every run discarded: {} | | |",
+                            "| {label} | {rate:.0} | every run discarded: {} | | | |",
                             discarded.join("; ")
                         ),
                     });
@@ -739,9 +807,9 @@ fn main() {
             o.fixed_rate * 100.0
         );
         println!(
-            "| GET, client | requests/s (both) | kdoctor p50 / p99 | nginx p50 / p99 | kdoctor's p99 ≤ nginx's |"
+            "| GET, client | requests/s (both) | kdoctor p50 / p99 | nginx p50 / p99 | kdoctor's p99 ≤ nginx's | CPU per request, kdoctor / nginx |"
         );
-        println!("|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|");
         for row in &fixed {
             println!("{row}");
         }
