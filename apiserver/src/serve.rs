@@ -70,6 +70,9 @@ pub const MAX_HEADERS: usize = 100;
 /// A failed accept (out of descriptors, mostly) is retried after this, not in a tight loop.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// Encrypted bytes a connection holds before it writes them to the socket: one TLS record.
+const SEND_AHEAD: usize = 32 * 1024;
+
 /// Serves `app` on `listener` over TLS until `shutdown` turns true.
 pub async fn serve_tls(
     listener: TcpListener,
@@ -143,6 +146,11 @@ async fn connection(
             return;
         }
     };
+    let mut tls = tls;
+    // One record ahead (rustls holds 64 KiB by default): a body goes out record by record as it
+    // is encrypted, so the client decrypts the first while the rest are sealed, as nginx's
+    // 16 KiB ssl_buffer_size does.
+    tls.get_mut().1.set_buffer_limit(Some(SEND_AHEAD));
     let certs: Vec<_> = tls
         .get_ref()
         .1
