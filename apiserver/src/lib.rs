@@ -15,6 +15,7 @@ pub mod negotiate;
 pub mod openapi;
 pub mod ops;
 pub mod parse_errors;
+pub mod pipeline;
 pub mod pki;
 pub mod query;
 pub mod resource;
@@ -105,8 +106,8 @@ pub fn router(state: AppState) -> Router {
         )
         .fallback(|| async { status::ApiError::no_route() })
         .with_state(state.clone());
-    // The middleware wraps the router once, outermost first. `Router::layer` would wrap every
-    // route instead, and each layer clones the boxed routes beneath it per request: callgrind
+    // The middleware (compression, then crate::pipeline's steps) wraps the router once.
+    // `Router::layer` would wrap every route instead, and each layer clones the boxed routes beneath it per request: callgrind
     // counted 31 boxed-service clones and 11 boxed futures per GET that way (docs/benchmarks.md).
     let layered = tower::ServiceBuilder::new()
         .layer(
@@ -114,13 +115,7 @@ pub fn router(state: AppState) -> Router {
                 .gzip(true)
                 .compress_when(DefaultPredicate::new().and(NotAWatch)),
         )
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            metrics::track,
-        ))
-        .layer(middleware::from_fn_with_state(state, auth::guard))
-        .layer(middleware::from_fn(status::as_status))
-        .layer(middleware::from_fn(status::read_body))
+        .layer(middleware::from_fn_with_state(state, pipeline::steps))
         .service(routes);
     Router::new().fallback_service(layered)
 }

@@ -5,7 +5,6 @@ use std::time::Instant;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
@@ -195,7 +194,11 @@ fn method_verb(method: &Method) -> &'static str {
 }
 
 /// Counts, times and logs every request.
-pub async fn track(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+pub async fn track<F, Fut>(state: &AppState, mut request: Request, next: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let started = Instant::now();
     let info = RequestInfo::of(
         request.method(),
@@ -204,7 +207,7 @@ pub async fn track(State(state): State<AppState>, mut request: Request, next: Ne
     );
     // Derived once per request: authorization reads the same one.
     request.extensions_mut().insert(info.clone());
-    let response = next.run(request).await;
+    let response = next(request).await;
     let elapsed = started.elapsed();
     let code = response.status();
     let code = code.as_str();
@@ -224,7 +227,7 @@ pub async fn track(State(state): State<AppState>, mut request: Request, next: Ne
         .durations
         .with_label_values(&[verb, group, version, resource])
         .observe(elapsed.as_secs_f64());
-    // Set by the authentication layer inside this one.
+    // Set by the authentication step inside this one (crate::pipeline).
     let user = response
         .extensions()
         .get::<User>()

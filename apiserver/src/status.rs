@@ -3,7 +3,6 @@
 
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -275,7 +274,11 @@ const MAX_ERROR_TEXT: usize = 4096;
 /// Makes every error answer a Status: axum's own rejections (a name that is not UTF-8, a
 /// method no route takes) come as plain text or an empty body, which kubectl cannot print.
 /// The health endpoints keep the Go server's plain-text answers (probes read them).
-pub async fn as_status(request: Request, next: Next) -> Response {
+pub async fn as_status<F, Fut>(request: Request, next: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let health = crate::health::ENDPOINTS.iter().any(|e| {
         request
             .uri()
@@ -283,7 +286,7 @@ pub async fn as_status(request: Request, next: Next) -> Response {
             .strip_prefix('/')
             .is_some_and(|p| p.starts_with(e))
     });
-    let response = next.run(request).await;
+    let response = next(request).await;
     if health {
         return response;
     }
@@ -311,11 +314,15 @@ const MAX_DRAINED_BODY: usize = 32 * 1024 * 1024;
 /// bodies, and answering before reading one makes HTTP/2 reset the stream: the client, still
 /// sending, sees a framing error instead of the 405 Status. A larger body is read on and
 /// dropped (up to [`MAX_DRAINED_BODY`]) and answered 413.
-pub async fn read_body(request: Request, next: Next) -> Response {
+pub async fn read_body<F, Fut>(request: Request, next: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     use http_body_util::BodyExt;
     // Reads (GET, watches) carry no body: nothing to do on the hot path.
     if axum::body::HttpBody::is_end_stream(request.body()) {
-        return next.run(request).await;
+        return next(request).await;
     }
     let (parts, mut body) = request.into_parts();
     let mut kept = Vec::new();
@@ -345,6 +352,5 @@ pub async fn read_body(request: Request, next: Next) -> Response {
         )
         .into_response();
     }
-    next.run(Request::from_parts(parts, axum::body::Body::from(kept)))
-        .await
+    next(Request::from_parts(parts, axum::body::Body::from(kept))).await
 }

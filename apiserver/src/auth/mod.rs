@@ -13,9 +13,8 @@ pub mod x509;
 
 use std::sync::{Arc, RwLock};
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::header;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rustls::pki_types::CertificateDer;
 
@@ -233,17 +232,21 @@ fn forbidden(user: &User, info: &RequestInfo, reason: &str) -> ApiError {
 }
 
 /// Authenticates and authorizes every request but the health paths.
-pub async fn guard(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+pub async fn guard<F, Fut>(state: &AppState, mut request: Request, next: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     if ALWAYS_ALLOWED.contains(&request.uri().path()) {
-        return next.run(request).await;
+        return next(request).await;
     }
     let auth = state.auth.clone();
-    let user = match auth.authenticate(&state, &mut request).await {
+    let user = match auth.authenticate(state, &mut request).await {
         Ok(Some(user)) => user,
         Ok(None) => return ApiError::unauthorized().into_response(),
         Err(e) => return e.into_response(),
     };
-    // Derived by the metrics layer outside this one; read here only.
+    // Derived by the metrics step outside this one (crate::pipeline); read here only.
     let info = match request.extensions_mut().remove::<RequestInfo>() {
         Some(info) => info,
         None => RequestInfo::of(
@@ -254,8 +257,8 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
     };
     match auth.authorize(&user, &info).await {
         Ok(decision) if decision.allowed => {
-            let mut response = next.run(request).await;
-            // For the access log, which sits outside this layer (nothing inside reads it).
+            let mut response = next(request).await;
+            // For the access log, which sits outside this step (nothing inside reads it).
             response.extensions_mut().insert(user);
             response
         }
