@@ -322,8 +322,12 @@ fn wrk_framed(
         })
         .ok_or_else(|| format!("no request count in wrk output:\n{text}"))?;
     let mean = read / requests.max(1.0);
-    // wrk rounds what it read to two decimals of its unit: allow 1% and the headers.
-    if mean < body as f64 * 0.99 || mean > body as f64 * 1.01 + 1024.0 + framing as f64 {
+    // wrk rounds what it read to two decimals of its unit: allow 1% and the headers. What it
+    // read also holds the answers cut off when its time was up (one per connection at most),
+    // which it does not count as requests: 1.3% more than the body for a 7 MB LIST at 37/s.
+    let cut_off = f64::from(connections) / requests.max(1.0);
+    let most = (body as f64 * 1.01 + 1024.0 + framing as f64) * (1.0 + cut_off);
+    if mean < body as f64 * 0.99 || mean > most {
         return Err(format!(
             "answers averaged {mean:.0} bytes, the body is {body}"
         ));
