@@ -12,6 +12,7 @@ mod codec;
 mod config;
 mod durable;
 mod error;
+mod flusher;
 mod index;
 mod keys;
 mod lock;

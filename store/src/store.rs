@@ -25,6 +25,7 @@ use crate::codec::{self, Frame};
 use crate::config::StoreConfig;
 use crate::durable::{self, DurableMark};
 use crate::error::{Result, StoreError};
+use crate::flusher::{FlushError, Flusher};
 use crate::index::{Entry, Index, RoundMeta};
 use crate::keys;
 use crate::lock::LockFile;
@@ -36,6 +37,10 @@ use crate::model::{
 use crate::outbox::{OutboxState, Pending, ReportKey};
 use crate::probes;
 use crate::replica::{Op, Position, ReplicaLog};
+
+/// How long a write waits for its flush before the store stops (crate::flusher): far beyond
+/// any healthy fsync, short of leaving the controller hung.
+const FLUSH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Layout version written by this build.
 pub const FORMAT_VERSION: u32 = 1;
@@ -135,6 +140,9 @@ pub(crate) struct Writer {
 /// The report store of the controller.
 pub struct Store {
     path: PathBuf,
+    /// Runs `db.flush()` with a deadline (declared before `db`: dropped first, it lets its
+    /// clone of the database go before the store's).
+    flusher: Flusher<sled::Error>,
     pub(crate) db: sled::Db,
     pub(crate) writer: Mutex<Writer>,
     pub(crate) index: RwLock<Index>,
@@ -235,8 +243,16 @@ impl Store {
         let loaded = Loaded::read(&db)?;
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         let metrics = StoreMetrics::new();
+        let flusher = {
+            let db = db.clone();
+            Flusher::spawn(move || db.flush().map(drop)).map_err(|source| StoreError::Io {
+                path: path.clone(),
+                source,
+            })?
+        };
         let store = Store {
             path,
+            flusher,
             writer: Mutex::new(Writer {
                 rv,
                 next_id: loaded.next_id,
@@ -887,7 +903,22 @@ impl Store {
     /// that are now durable, in resourceVersion order (several writers may flush at once).
     fn flush(&self) -> Result<()> {
         let applied = self.lock_writer().rv;
-        self.db.flush()?;
+        match self.flusher.flush(FLUSH_DEADLINE) {
+            Ok(()) => {}
+            Err(FlushError::Failed(e)) => return Err(e.into()),
+            Err(FlushError::TimedOut(waited)) => {
+                return Err(StoreError::Io {
+                    path: self.path.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "a flush did not finish within {}s: the disk is full or failing",
+                            waited.as_secs()
+                        ),
+                    ),
+                });
+            }
+        }
         self.mark.advance(applied)?;
         let mut writer = self.lock_writer();
         self.publish(&mut writer, applied);
