@@ -107,8 +107,8 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { status::ApiError::no_route() })
         .with_state(state.clone());
     // The middleware (compression, then crate::pipeline's steps) wraps the router once.
-    // `Router::layer` would wrap every route instead, and each layer clones the boxed routes beneath it per request: callgrind
-    // counted 31 boxed-service clones and 11 boxed futures per GET that way (docs/benchmarks.md).
+    // `Router::layer` would wrap every route instead, and each layer clones the boxed routes
+    // beneath it per request: callgrind counted 31 boxed-service clones and 11 boxed futures per GET that way (docs/benchmarks.md).
     let layered = tower::ServiceBuilder::new()
         .layer(
             CompressionLayer::new()

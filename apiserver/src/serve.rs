@@ -70,7 +70,8 @@ pub const MAX_HEADERS: usize = 100;
 /// A failed accept (out of descriptors, mostly) is retried after this, not in a tight loop.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Encrypted bytes a connection holds before it writes them to the socket: one TLS record.
+/// Sealed TLS records a connection holds before it writes them to the socket (two full
+/// records; rustls' default is 64 KiB).
 const SEND_AHEAD: usize = 32 * 1024;
 
 /// Serves `app` on `listener` over TLS until `shutdown` turns true.
@@ -135,21 +136,21 @@ async fn connection(
     limits: ServeLimits,
 ) {
     let _ = stream.set_nodelay(true);
-    let tls = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
-            tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            tracing::debug!(peer = %peer, "TLS handshake timed out");
-            return;
-        }
-    };
-    let mut tls = tls;
-    // One record ahead (rustls holds 64 KiB by default): a body goes out record by record as it
-    // is encrypted, so the client decrypts the first while the rest are sealed, as nginx's
-    // 16 KiB ssl_buffer_size does.
+    let mut tls =
+        match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(peer = %peer, "TLS handshake timed out");
+                return;
+            }
+        };
+    // A body leaves in pieces as it is sealed, so the client decrypts the first while the rest
+    // are sealed, as with nginx's 16 KiB ssl_buffer_size (docs/benchmarks.md: 16 KiB cost 22%
+    // more CPU per answer).
     tls.get_mut().1.set_buffer_limit(Some(SEND_AHEAD));
     let certs: Vec<_> = tls
         .get_ref()

@@ -1,6 +1,5 @@
 //! `kdoctor crd`: print the task CRDs, e.g. `kdoctor crd | kubectl apply -f -`.
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -33,6 +32,6 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         &args.kinds
     };
     let crds: Vec<_> = kinds.iter().map(|k| kdoctor_api::crd::crd(*k)).collect();
-    std::io::stdout().write_all(render(&crds, args.output)?.as_bytes())?;
+    super::output::print(&render(&crds, args.output)?)?;
     Ok(ExitCode::SUCCESS)
 }

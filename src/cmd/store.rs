@@ -138,7 +138,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 ),
                 format => render(&[s], format)?,
             };
-            std::io::stdout().write_all(text.as_bytes())?;
+            super::output::print(&text)?;
             Ok(ExitCode::SUCCESS)
         }
     }

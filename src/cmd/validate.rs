@@ -36,13 +36,12 @@ pub struct Args {
 pub fn run(args: &Args) -> Result<ExitCode> {
     let config = load_config(args.config.as_deref())?;
     let checked = check_files(&args.files, &config)?;
-    let mut stdout = std::io::stdout();
     if args.output == Format::Table {
-        stdout.write_all(checked.report.as_bytes())?;
+        super::output::print(&checked.report)?;
     } else {
         // The tasks go to stdout for piping; the verdicts to stderr.
         if !checked.valid.is_empty() {
-            stdout.write_all(render(&checked.valid, args.output)?.as_bytes())?;
+            super::output::print(&render(&checked.valid, args.output)?)?;
         }
         std::io::stderr().write_all(checked.report.as_bytes())?;
     }

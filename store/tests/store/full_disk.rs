@@ -3,8 +3,8 @@
 //! cannot be made fails with an error that says so, and the store reports that it stopped (sled
 //! takes nothing more after an I/O error, and hangs if closed gracefully: the controller's
 //! liveness check fails instead, and the pod restarts). sled's flush sometimes never returns
-//! after the error; the store's flush deadline (30 s) then stops it with a message of its own. Once space returns, the store reopens
-//! with every acknowledged write, and takes writes again.
+//! after the error; the store's flush deadline (30 s) then stops it with a message of its own.
+//! Once space returns, the store reopens with every acknowledged write, and takes writes again.
 //!
 //! The writer is a child process (this test binary, with `KDOCTOR_STORE_FULL_DISK_CHILD` set)
 //! that exits without closing the store, as a restarted controller does. Needs root (mount); CI

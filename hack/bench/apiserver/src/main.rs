@@ -247,6 +247,26 @@ fn cpu_ns(pid: u32, children: bool) -> u64 {
     total
 }
 
+/// Runs kdoctor's load then nginx's `repeat` times: the pairs where both runs counted, sorted
+/// by `ratio`, and why the others did not count.
+fn paired(
+    repeat: usize,
+    mut ours: impl FnMut() -> Result<Run, String>,
+    mut theirs: impl FnMut() -> Result<Run, String>,
+    ratio: impl Fn(&Run, &Run) -> f64,
+) -> (Vec<(f64, Run, Run)>, Vec<String>) {
+    let mut pairs = Vec::new();
+    let mut discarded = Vec::new();
+    for _ in 0..repeat {
+        match (ours(), theirs()) {
+            (Ok(ours), Ok(theirs)) => pairs.push((ratio(&ours, &theirs), ours, theirs)),
+            (ours, theirs) => discarded.push(format!("{:?} / {:?}", ours.err(), theirs.err())),
+        }
+    }
+    pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (pairs, discarded)
+}
+
 /// Runs `load` and charges `server` the CPU time it used meanwhile, per answered request. The
 /// client is a child of the bench only while it runs, so it is never counted as ours.
 fn metered(server: Server, load: impl FnOnce() -> Result<Run, String>) -> Result<Run, String> {
@@ -702,20 +722,12 @@ fn main() {
                         ),
                     })
                 };
-                let mut runs = Vec::new();
-                let mut discarded = Vec::new();
-                for _ in 0..o.repeat {
-                    match (
-                        load(kdoctor_server, url, &ours_headers),
-                        load(nginx_server, &nginx_url, &theirs_headers),
-                    ) {
-                        (Ok(ours), Ok(theirs)) => runs.push((ours.rps / theirs.rps, ours, theirs)),
-                        (ours, theirs) => {
-                            discarded.push(format!("{:?} / {:?}", ours.err(), theirs.err()))
-                        }
-                    }
-                }
-                runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let (runs, discarded) = paired(
+                    o.repeat,
+                    || load(kdoctor_server, url, &ours_headers),
+                    || load(nginx_server, &nginx_url, &theirs_headers),
+                    |ours, theirs| ours.rps / theirs.rps,
+                );
                 let label = format!(
                     "{name} ({} KB) {encoding}, {connections} conn., {}",
                     body / 1024,
@@ -763,22 +775,12 @@ fn main() {
                     };
                     // As many runs as the closed-loop cells; the run with the median p99 ratio
                     // is shown, with how many runs had kdoctor's p99 at or below nginx's.
-                    let mut pairs = Vec::new();
-                    let mut discarded = Vec::new();
-                    for _ in 0..o.repeat {
-                        match (
-                            at(kdoctor_server, url, &ours_headers),
-                            at(nginx_server, &nginx_url, &theirs_headers),
-                        ) {
-                            (Ok(ours), Ok(theirs)) => {
-                                pairs.push((ours.p99 / theirs.p99, ours, theirs))
-                            }
-                            (ours, theirs) => {
-                                discarded.push(format!("{:?} / {:?}", ours.err(), theirs.err()))
-                            }
-                        }
-                    }
-                    pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    let (pairs, discarded) = paired(
+                        o.repeat,
+                        || at(kdoctor_server, url, &ours_headers),
+                        || at(nginx_server, &nginx_url, &theirs_headers),
+                        |ours, theirs| ours.p99 / theirs.p99,
+                    );
                     let at_or_below = pairs.iter().filter(|(ratio, ..)| *ratio <= 1.0).count();
                     fixed.push(match pairs.get(pairs.len() / 2) {
                         Some((_, ours, theirs)) => format!(
