@@ -28,6 +28,8 @@ pub const META_FORMAT: &[u8] = b"mformat";
 pub const META_TERM: &[u8] = b"mterm";
 /// Metadata: the last incarnation id handed out.
 pub const META_ID: &[u8] = b"mid";
+/// Metadata: the next sequence number of the export outbox.
+pub const META_OUTBOX_SEQ: &[u8] = b"mqseq";
 
 /// Prefix of task summaries.
 pub const SUMMARY: u8 = b's';

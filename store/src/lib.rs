@@ -9,6 +9,7 @@
 
 mod body;
 mod codec;
+mod command;
 mod config;
 mod durable;
 mod error;
@@ -27,6 +28,7 @@ mod store;
 mod transfer;
 
 pub use codec::MAX_VALUE_BYTES;
+pub use command::{Applied, Command, Refusal, ReportEntry};
 pub use config::{
     DEFAULT_CACHE_CAPACITY, DEFAULT_EVENT_WINDOW, DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Retention,
     StoreConfig,

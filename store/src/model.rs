@@ -229,7 +229,8 @@ pub struct Event {
 }
 
 /// Whether a write changed anything.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
 pub enum Outcome {
     /// Stored new data.
     Created,

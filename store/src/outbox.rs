@@ -63,8 +63,11 @@ pub(crate) struct Admission {
 
 impl OutboxState {
     /// The state of `entries` read from disk.
-    pub fn load(entries: impl IntoIterator<Item = Pending>) -> OutboxState {
-        let mut state = OutboxState::default();
+    pub fn load(entries: impl IntoIterator<Item = Pending>, next_seq: u64) -> OutboxState {
+        let mut state = OutboxState {
+            next_seq,
+            ..OutboxState::default()
+        };
         for entry in entries {
             state.next_seq = state.next_seq.max(entry.seq + 1);
             state.reports.insert(entry.report());
@@ -76,8 +79,8 @@ impl OutboxState {
     /// Plans adding `reports`, stored at `at` (pure: [`OutboxState::apply`] makes it so once
     /// written). A report already pending is not added again: its delivery reads the newest
     /// version.
-    pub fn admit(&self, reports: &[ReportKey], at: Timestamp) -> Admission {
-        let Some(capacity) = self.capacity else {
+    pub fn admit(&self, reports: &[ReportKey], at: Timestamp, capacity: Option<u64>) -> Admission {
+        let Some(capacity) = capacity else {
             return Admission::default();
         };
         let mut admission = Admission::default();
@@ -147,7 +150,10 @@ mod tests {
     #[test]
     fn nothing_is_added_while_export_is_off() {
         let state = OutboxState::default();
-        assert_eq!(state.admit(&[report(1, 1, "a")], AT), Admission::default());
+        assert_eq!(
+            state.admit(&[report(1, 1, "a")], AT, state.capacity),
+            Admission::default()
+        );
     }
 
     #[test]
@@ -159,20 +165,27 @@ mod tests {
         let first = state.admit(
             &[report(1, 1, "a"), report(1, 1, "b"), report(1, 1, "a")],
             AT,
+            state.capacity,
         );
         assert_eq!(
             first.added.iter().map(|p| p.seq).collect::<Vec<_>>(),
             [0, 1]
         );
         state.apply(&first);
-        let again = state.admit(&[report(1, 1, "b"), report(1, 2, "b")], AT);
+        let again = state.admit(&[report(1, 1, "b"), report(1, 2, "b")], AT, state.capacity);
         assert_eq!(again.added.len(), 1);
         assert_eq!(again.added[0].seq, 2);
         assert_eq!(again.added[0].round, 2);
         // Once delivered, a new version of the report is pending again.
         assert!(state.remove(1));
         assert!(!state.remove(1));
-        assert_eq!(state.admit(&[report(1, 1, "b")], AT).added.len(), 1);
+        assert_eq!(
+            state
+                .admit(&[report(1, 1, "b")], AT, state.capacity)
+                .added
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -181,15 +194,15 @@ mod tests {
             capacity: Some(3),
             ..OutboxState::default()
         };
-        let first = state.admit(&[report(1, 1, "a"), report(1, 1, "b")], AT);
+        let first = state.admit(&[report(1, 1, "a"), report(1, 1, "b")], AT, state.capacity);
         state.apply(&first);
-        let second = state.admit(&[report(1, 2, "a"), report(1, 2, "b")], AT);
+        let second = state.admit(&[report(1, 2, "a"), report(1, 2, "b")], AT, state.capacity);
         assert_eq!(second.evicted, [0]);
         state.apply(&second);
         assert_eq!(state.pending.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
         // More at once than fit: the whole outbox and the oldest new ones go.
         let burst: Vec<_> = (0..5).map(|i| report(2, 1, &format!("n{i}"))).collect();
-        let third = state.admit(&burst, AT);
+        let third = state.admit(&burst, AT, state.capacity);
         assert_eq!(third.evicted, [1, 2, 3, 4, 5]);
         assert_eq!(
             third.added.iter().map(|p| p.seq).collect::<Vec<_>>(),
@@ -202,23 +215,28 @@ mod tests {
 
     #[test]
     fn loading_resumes_the_sequence_and_the_pending_set() {
-        let state = OutboxState::load([
-            Pending {
-                seq: 4,
-                task: IncarnationId(1),
-                round: 1,
-                node: "a".into(),
-                stored_at: AT,
-            },
-            Pending {
-                seq: 9,
-                task: IncarnationId(1),
-                round: 2,
-                node: "a".into(),
-                stored_at: AT,
-            },
-        ]);
+        let state = OutboxState::load(
+            [
+                Pending {
+                    seq: 4,
+                    task: IncarnationId(1),
+                    round: 1,
+                    node: "a".into(),
+                    stored_at: AT,
+                },
+                Pending {
+                    seq: 9,
+                    task: IncarnationId(1),
+                    round: 2,
+                    node: "a".into(),
+                    stored_at: AT,
+                },
+            ],
+            0,
+        );
         assert_eq!(state.next_seq, 10);
+        // The stored next number wins once every entry was delivered.
+        assert_eq!(OutboxState::load([], 12).next_seq, 12);
         assert_eq!(state.pending.len(), 2);
         assert!(state.reports.contains(&report(1, 2, "a")));
     }

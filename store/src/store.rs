@@ -22,6 +22,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::body;
 use crate::codec::{self, Frame};
+use crate::command::{Applied, Command, Refusal, ReportEntry};
 use crate::config::StoreConfig;
 use crate::durable::{self, DurableMark};
 use crate::error::{Result, StoreError};
@@ -166,6 +167,10 @@ pub struct Store {
     _lock: LockFile,
 }
 
+/// Key-value pairs a write adds to its batch besides its own change (what the replicated log
+/// applied up to, crate::raft): written exactly when the change is.
+pub(crate) type Extra = [(Vec<u8>, Vec<u8>)];
+
 /// Changes one write makes, turned into one batch.
 #[derive(Default)]
 struct Changes {
@@ -176,6 +181,14 @@ struct Changes {
 }
 
 impl Changes {
+    fn new(extra: &Extra) -> Changes {
+        let mut changes = Changes::default();
+        for (key, value) in extra {
+            changes.insert(key.clone(), value.clone());
+        }
+        changes
+    }
+
     fn insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.batch.insert(key.as_slice(), value.as_slice());
         self.ops.push(Op::Put(key, value));
@@ -319,43 +332,133 @@ impl Store {
 
     // ---- writes ------------------------------------------------------------------------
 
+    /// Applies one command and returns once its change is durable: the write path of a store
+    /// one process owns (`kdoctor local`, `kdoctor apiserver`, imports). A replicated store
+    /// takes its commands from the replicated log only (crate::raft).
+    pub fn execute(&self, command: &Command) -> Result<Applied> {
+        self.writable()?;
+        let applied = self
+            .apply_command(command, &[])
+            .map_err(|e| self.stopped(e))?;
+        let pending = {
+            let writer = self.lock_writer();
+            writer.rv > writer.published
+        };
+        if pending {
+            self.flush().map_err(|e| self.stopped(e))?;
+        }
+        applied.accepted()
+    }
+
     /// Records a task incarnation (created, or its spec/status/deletion changed). The UID
     /// decides the incarnation: the same name with a new UID is a new incarnation.
     pub fn record_task(&self, record: &TaskRecord) -> Result<(IncarnationId, Outcome)> {
-        self.writable()?;
-        self.record_task_unguarded(record)
-            .map_err(|e| self.stopped(e))
+        match self.execute(&Command::RecordTask {
+            record: record.clone(),
+        })? {
+            Applied::Task(id, outcome) => Ok((id, outcome)),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Stores the controller's summary of a round.
     pub fn put_round(&self, id: IncarnationId, summary: &RoundSummary) -> Result<Outcome> {
-        self.writable()?;
-        self.put_round_unguarded(id, summary)
-            .map_err(|e| self.stopped(e))
+        match self.execute(&Command::PutRound {
+            task: id,
+            summary: summary.clone(),
+            at: Timestamp::now(),
+        })? {
+            Applied::Outcome(outcome) => Ok(outcome),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Stores agent reports in one atomic batch and one flush; returns once they are durable.
     /// A report already stored byte for byte is not written again.
     pub fn put_reports(&self, reports: &[NewReport<'_>]) -> Result<Vec<Outcome>> {
-        self.writable()?;
-        self.put_reports_unguarded(reports)
-            .map_err(|e| self.stopped(e))
+        let command = self.put_reports_command(reports)?;
+        match self.execute(&command)? {
+            Applied::Outcomes(outcomes) => Ok(outcomes),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The command that stores `reports` now, with the export outbox as this store has it.
+    pub fn put_reports_command(&self, reports: &[NewReport<'_>]) -> Result<Command> {
+        Ok(Command::PutReports {
+            reports: reports
+                .iter()
+                .map(|new| ReportEntry::of(new.task, new.report))
+                .collect::<Result<_>>()?,
+            at: Timestamp::now(),
+            outbox: self.lock_outbox().capacity,
+        })
     }
 
     /// Removes a task incarnation and everything stored for it. `false` if it was not there.
     pub fn purge_task(&self, id: IncarnationId) -> Result<bool> {
-        self.writable()?;
-        self.purge_task_unguarded(id).map_err(|e| self.stopped(e))
+        match self.execute(&Command::PurgeTask { task: id })? {
+            Applied::TaskPurged(gone) => {
+                if gone {
+                    self.metrics.tasks_purged.inc();
+                }
+                Ok(gone)
+            }
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Removes one round of a task (summary and reports). Returns the bytes removed.
     pub fn purge_round(&self, id: IncarnationId, round: u64) -> Result<u64> {
-        self.writable()?;
-        self.purge_round_unguarded(id, round)
-            .map_err(|e| self.stopped(e))
+        match self.execute(&Command::PurgeRound { task: id, round })? {
+            Applied::RoundPurged(bytes) => Ok(bytes),
+            other => Err(unexpected(&other)),
+        }
     }
 
-    fn record_task_unguarded(&self, record: &TaskRecord) -> Result<(IncarnationId, Outcome)> {
+    /// Applies `command` (not yet durable: the caller flushes), writing `extra` in the same
+    /// batch as its change. A command the store cannot take (it names an incarnation that is
+    /// not there, say) changes nothing and says why; any other error is the store's own.
+    pub(crate) fn apply_command(&self, command: &Command, extra: &Extra) -> Result<Applied> {
+        let applied = match command {
+            Command::RecordTask { record } => self
+                .apply_record_task(record, extra)
+                .map(|(id, outcome)| Applied::Task(id, outcome)),
+            Command::MarkDeleted { task, at } => self
+                .apply_mark_deleted(*task, *at, extra)
+                .map(Applied::Outcome),
+            Command::PutRound { task, summary, at } => self
+                .apply_put_round(*task, summary, *at, extra)
+                .map(Applied::Outcome),
+            Command::PutReports {
+                reports,
+                at,
+                outbox,
+            } => self
+                .apply_put_reports(reports, *at, *outbox, extra)
+                .map(Applied::Outcomes),
+            Command::PurgeTask { task } => {
+                self.apply_purge_task(*task, extra).map(Applied::TaskPurged)
+            }
+            Command::PurgeRound { task, round } => self
+                .apply_purge_round(*task, *round, extra)
+                .map(Applied::RoundPurged),
+            Command::OutboxDone { seqs } => {
+                self.apply_outbox_done(seqs, extra).map(|()| Applied::Done)
+            }
+        };
+        match applied {
+            Err(StoreError::UnknownTask(id)) => Ok(Applied::Refused(Refusal::UnknownTask(id))),
+            Err(StoreError::Invalid(message)) => Ok(Applied::Refused(Refusal::Invalid(message))),
+            other => other,
+        }
+    }
+
+    fn apply_record_task(
+        &self,
+        record: &TaskRecord,
+        extra: &Extra,
+    ) -> Result<(IncarnationId, Outcome)> {
         if record.name.is_empty() || record.uid.is_empty() {
             return Err(StoreError::Invalid(
                 "a task record needs a name and a uid".into(),
@@ -363,7 +466,7 @@ impl Store {
         }
         let mut writer = self.lock_writer();
         let existing = self.read_index().by_uid(&record.uid);
-        let mut changes = Changes::default();
+        let mut changes = Changes::new(extra);
         let (id, outcome, mut entry) = match existing {
             Some(id) => {
                 let old = self.task_record(id)?;
@@ -440,22 +543,39 @@ impl Store {
         changes.event(event_type, id, None);
         changed.push(entry);
         self.commit(&mut writer, changes, changed, vec![])?;
-        drop(writer);
-        self.flush()?;
         Ok((id, outcome))
     }
 
     /// Marks the incarnation's CR as deleted at `at` (its reports stay until retention).
     pub fn mark_deleted(&self, id: IncarnationId, at: Timestamp) -> Result<Outcome> {
+        match self.execute(&Command::MarkDeleted { task: id, at })? {
+            Applied::Outcome(outcome) => Ok(outcome),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn apply_mark_deleted(
+        &self,
+        id: IncarnationId,
+        at: Timestamp,
+        extra: &Extra,
+    ) -> Result<Outcome> {
         let mut record = self.task_record(id)?.ok_or(StoreError::UnknownTask(id.0))?;
         if record.deleted.is_some() {
             return Ok(Outcome::Unchanged);
         }
         record.deleted = Some(at);
-        self.record_task(&record).map(|(_, outcome)| outcome)
+        self.apply_record_task(&record, extra)
+            .map(|(_, outcome)| outcome)
     }
 
-    fn put_round_unguarded(&self, id: IncarnationId, summary: &RoundSummary) -> Result<Outcome> {
+    fn apply_put_round(
+        &self,
+        id: IncarnationId,
+        summary: &RoundSummary,
+        at: Timestamp,
+        extra: &Extra,
+    ) -> Result<Outcome> {
         let mut writer = self.lock_writer();
         let mut entry = self
             .read_index()
@@ -471,12 +591,12 @@ impl Store {
                 return Ok(Outcome::Unchanged);
             }
         }
-        let mut changes = Changes::default();
+        let mut changes = Changes::new(extra);
         let bytes = changes.framed(&key, &serde_json::to_vec(summary)?, old_frame.as_ref())?;
         let meta = entry
             .rounds
             .entry(summary.round)
-            .or_insert_with(|| RoundMeta::new(Timestamp::now()));
+            .or_insert_with(|| RoundMeta::new(at));
         meta.nodes = Some(NodeCounts {
             succeeded: summary.succeeded_nodes,
             failed: summary.failed_nodes,
@@ -485,7 +605,7 @@ impl Store {
         meta.stored_bytes = meta.stored_bytes.saturating_sub(meta.summary_bytes) + bytes;
         meta.summary_bytes = bytes;
         meta.result = Some(summary.result);
-        meta.stored_at = Timestamp::now();
+        meta.stored_at = at;
         changes.insert(
             keys::by_round(keys::ROUND, id, summary.round),
             serde_json::to_vec(&*meta)?,
@@ -497,8 +617,6 @@ impl Store {
             Outcome::Created
         };
         self.commit(&mut writer, changes, vec![entry], vec![])?;
-        drop(writer);
-        self.flush()?;
         Ok(outcome)
     }
 
@@ -508,15 +626,22 @@ impl Store {
         Ok(outcomes.into_iter().next().unwrap_or(Outcome::Unchanged))
     }
 
-    fn put_reports_unguarded(&self, reports: &[NewReport<'_>]) -> Result<Vec<Outcome>> {
+    fn apply_put_reports(
+        &self,
+        reports: &[ReportEntry],
+        now: Timestamp,
+        outbox_capacity: Option<u64>,
+        extra: &Extra,
+    ) -> Result<Vec<Outcome>> {
         let mut writer = self.lock_writer();
-        let mut changes = Changes::default();
+        let mut changes = Changes::new(extra);
         let mut written: Vec<ReportKey> = Vec::new();
         let mut entries: Vec<Entry> = Vec::new();
         let mut outcomes = Vec::with_capacity(reports.len());
-        let now = Timestamp::now();
         for new in reports {
-            let report = new.report;
+            let json = new.json.get().as_bytes();
+            let report: Report = serde_json::from_slice(json)
+                .map_err(|e| StoreError::Invalid(format!("a report does not parse: {e}")))?;
             let node = report.node_name.as_str();
             if node.is_empty() || report.round_number < 1 {
                 return Err(StoreError::Invalid(format!(
@@ -537,8 +662,7 @@ impl Store {
                     entries.len() - 1
                 }
             };
-            let json = serde_json::to_vec(report)?;
-            let json_crc = crc32fast::hash(&json);
+            let json_crc = crc32fast::hash(json);
             let header_key = keys::by_node(keys::HEADER, new.task, round, node);
             let body_key = keys::by_node(keys::BODY, new.task, round, node);
             let old_header: Option<ReportHeader> = match self.tree().get(&header_key)? {
@@ -549,8 +673,7 @@ impl Store {
             if let (Some(h), Some(frame)) = (&old_header, &old_frame)
                 && h.json_crc == json_crc
                 && h.meta.json_bytes == json.len() as u64
-                && body::json_of(&codec::read_all(self.tree(), &body_key, frame.clone())?)
-                    == json.as_slice()
+                && body::json_of(&codec::read_all(self.tree(), &body_key, frame.clone())?) == json
             {
                 self.metrics
                     .reports_written
@@ -559,8 +682,8 @@ impl Store {
                 outcomes.push(Outcome::Unchanged);
                 continue;
             }
-            let row = ProbeRow::of(report).map(|r| probes::encode(&r));
-            let plain = body::compose(&json, row.as_deref());
+            let row = ProbeRow::of(&report).map(|r| probes::encode(&r));
+            let plain = body::compose(json, row.as_deref());
             let stored = changes.framed(&body_key, &plain, old_frame.as_ref())?;
             let meta = ReportMeta {
                 node: node.to_string(),
@@ -620,9 +743,17 @@ impl Store {
             return Ok(outcomes);
         }
         // In the same batch as the reports: an entry exists exactly when its report does.
-        let admission = self.lock_outbox().admit(&written, now);
+        let admission = self.lock_outbox().admit(&written, now, outbox_capacity);
         for entry in &admission.added {
             changes.insert(keys::outbox(entry.seq), serde_json::to_vec(entry)?);
+        }
+        if let Some(last) = admission.added.last() {
+            // Kept with the entries: sequence numbers continue the same on every replica,
+            // also once every entry was delivered.
+            changes.insert(
+                keys::META_OUTBOX_SEQ.to_vec(),
+                (last.seq + 1).to_be_bytes().to_vec(),
+            );
         }
         for seq in &admission.evicted {
             changes.remove(keys::outbox(*seq));
@@ -642,8 +773,6 @@ impl Store {
             outbox.apply(&admission);
             self.metrics.outbox_length.set(outbox.pending.len() as i64);
         }
-        drop(writer);
-        self.flush()?;
         Ok(outcomes)
     }
 
@@ -676,25 +805,41 @@ impl Store {
     /// Removes an entry delivered (or given up). Not flushed on its own: an entry whose
     /// removal a crash undoes is delivered once more, and receivers de-duplicate by event id.
     pub fn outbox_done(&self, seq: u64) -> Result<()> {
-        let removed = {
+        self.execute(&Command::OutboxDone { seqs: vec![seq] })
+            .map(drop)
+    }
+
+    fn apply_outbox_done(&self, seqs: &[u64], extra: &Extra) -> Result<()> {
+        let mut writer = self.lock_writer();
+        let removed: Vec<u64> = {
             let mut outbox = self.lock_outbox();
-            let removed = outbox.remove(seq);
+            let removed = seqs
+                .iter()
+                .copied()
+                .filter(|seq| outbox.remove(*seq))
+                .collect();
             self.metrics.outbox_length.set(outbox.pending.len() as i64);
             removed
         };
-        if removed {
-            self.tree().remove(keys::outbox(seq))?;
-            self.lock_writer().log.carry(Op::Remove(keys::outbox(seq)));
+        let mut changes = Changes::new(extra);
+        for seq in &removed {
+            changes.remove(keys::outbox(*seq));
+        }
+        if !removed.is_empty() {
+            self.tree().apply_batch(changes.batch)?;
+            for op in changes.ops {
+                writer.log.carry(op);
+            }
         }
         Ok(())
     }
 
-    fn purge_task_unguarded(&self, id: IncarnationId) -> Result<bool> {
+    fn apply_purge_task(&self, id: IncarnationId, extra: &Extra) -> Result<bool> {
         let mut writer = self.lock_writer();
         let Some(entry) = self.read_index().get(id).cloned() else {
             return Ok(false);
         };
-        let mut changes = Changes::default();
+        let mut changes = Changes::new(extra);
         for round in entry.rounds.keys() {
             self.remove_round_keys(&mut changes, id, *round)?;
         }
@@ -724,13 +869,10 @@ impl Store {
             changed.push(promoted);
         }
         self.commit(&mut writer, changes, changed, vec![entry])?;
-        drop(writer);
-        self.flush()?;
-        self.metrics.tasks_purged.inc();
         Ok(true)
     }
 
-    fn purge_round_unguarded(&self, id: IncarnationId, round: u64) -> Result<u64> {
+    fn apply_purge_round(&self, id: IncarnationId, round: u64, extra: &Extra) -> Result<u64> {
         let mut writer = self.lock_writer();
         let Some(mut entry) = self.read_index().get(id).cloned() else {
             return Ok(0);
@@ -738,12 +880,10 @@ impl Store {
         let Some(meta) = entry.rounds.remove(&round) else {
             return Ok(0);
         };
-        let mut changes = Changes::default();
+        let mut changes = Changes::new(extra);
         self.remove_round_keys(&mut changes, id, round)?;
         changes.event(EventType::Modified, id, Some(round));
         self.commit(&mut writer, changes, vec![entry], vec![])?;
-        drop(writer);
-        self.flush()?;
         Ok(meta.stored_bytes)
     }
 
@@ -1348,6 +1488,11 @@ fn read_u64(db: &sled::Db, key: &[u8]) -> Result<u64> {
     Ok(db.get(key)?.and_then(|v| keys::u64_at(&v, 0)).unwrap_or(0))
 }
 
+/// A command answered with what another command answers: a defect of this crate.
+fn unexpected(applied: &Applied) -> StoreError {
+    StoreError::Invalid(format!("the store answered a write with {applied:?}"))
+}
+
 /// A term no other store has used: the clock in nanoseconds, mixed with the process id.
 pub(crate) fn new_term() -> u64 {
     let nanos = Timestamp::now().as_nanosecond() as u64;
@@ -1382,7 +1527,7 @@ impl Loaded {
             next_id: read_u64(db, keys::META_ID)?,
             index: load_index(db)?,
             window,
-            outbox: OutboxState::load(pending),
+            outbox: OutboxState::load(pending, read_u64(db, keys::META_OUTBOX_SEQ)?),
             position: Position {
                 rv: read_u64(db, keys::META_RV)?,
                 term: read_u64(db, keys::META_TERM)?,
