@@ -114,8 +114,8 @@ pub fn keys_of(key: &[u8], frame: &Frame) -> Vec<Vec<u8>> {
 }
 
 /// Reads the compressed bytes of a framed value, chunk by chunk, and checks them.
-struct ChunkReader<'a> {
-    tree: &'a sled::Tree,
+struct ChunkReader {
+    tree: sled::Tree,
     key: Vec<u8>,
     chunks: u32,
     next: u32,
@@ -127,7 +127,7 @@ struct ChunkReader<'a> {
     read: u64,
 }
 
-impl Read for ChunkReader<'_> {
+impl Read for ChunkReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         while self.offset == self.current.len() {
             if self.next == self.chunks {
@@ -165,8 +165,8 @@ impl Read for ChunkReader<'_> {
 }
 
 /// A stream of the plain bytes of a framed value.
-pub fn reader<'a>(tree: &'a sled::Tree, key: &[u8], frame: Frame) -> Result<Box<dyn Read + 'a>> {
-    let compressed: Box<dyn Read + 'a> = match frame {
+pub fn reader(tree: sled::Tree, key: &[u8], frame: Frame) -> Result<Box<dyn Read>> {
+    let compressed: Box<dyn Read> = match frame {
         Frame::Inline(bytes) => Box::new(std::io::Cursor::new(bytes)),
         Frame::Chunked { chunks, len, crc } => Box::new(ChunkReader {
             tree,
@@ -188,7 +188,7 @@ pub fn reader<'a>(tree: &'a sled::Tree, key: &[u8], frame: Frame) -> Result<Box<
 /// The plain bytes of a framed value.
 pub fn read_all(tree: &sled::Tree, key: &[u8], frame: Frame) -> Result<Vec<u8>> {
     let mut plain = Vec::new();
-    reader(tree, key, frame)?
+    reader(tree.clone(), key, frame)?
         .read_to_end(&mut plain)
         .map_err(|e| StoreError::corrupt(key, &e.to_string()))?;
     Ok(plain)

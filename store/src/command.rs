@@ -14,7 +14,7 @@ use crate::model::{IncarnationId, Outcome, RoundSummary, TaskRecord};
 
 /// One change.
 #[derive(Serialize, Deserialize, Clone, Debug)]
-#[serde(tag = "op", rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub enum Command {
     /// Records a task incarnation (created, or its spec/status/deletion changed).
     RecordTask {

@@ -116,6 +116,12 @@ pub enum StoreError {
     /// A follower could not apply what the leader sent.
     #[error("replication: {0}")]
     Replication(String),
+    /// A write went to a replica that does not lead.
+    #[error("this replica does not lead the replicated store{}", leader.as_ref().map(|l| format!("; the leader is {l}")).unwrap_or_default())]
+    NotLeader {
+        /// The leader's pod, when known.
+        leader: Option<String>,
+    },
 }
 
 impl StoreError {

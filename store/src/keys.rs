@@ -28,6 +28,10 @@ pub const META_FORMAT: &[u8] = b"mformat";
 pub const META_TERM: &[u8] = b"mterm";
 /// Metadata: the last incarnation id handed out.
 pub const META_ID: &[u8] = b"mid";
+/// Metadata: the last entry of the replicated log applied (crate::raft).
+pub const META_RAFT_APPLIED: &[u8] = b"mraftapplied";
+/// Metadata: the cluster's membership as last applied (crate::raft).
+pub const META_RAFT_MEMBERSHIP: &[u8] = b"mraftmembers";
 /// Metadata: the next sequence number of the export outbox.
 pub const META_OUTBOX_SEQ: &[u8] = b"mqseq";
 

@@ -22,8 +22,10 @@ mod migrate;
 mod model;
 mod outbox;
 mod probes;
+pub mod raft;
 pub mod replica;
 mod retention;
+mod state_tree;
 mod store;
 mod transfer;
 

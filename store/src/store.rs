@@ -38,6 +38,7 @@ use crate::model::{
 use crate::outbox::{OutboxState, Pending, ReportKey};
 use crate::probes;
 use crate::replica::{Op, Position, ReplicaLog};
+use crate::state_tree;
 
 /// How long a write waits for its flush before the store stops (crate::flusher): far beyond
 /// any healthy fsync, short of leaving the controller hung.
@@ -145,6 +146,9 @@ pub struct Store {
     /// clone of the database go before the store's).
     flusher: Flusher<sled::Error>,
     pub(crate) db: sled::Db,
+    /// The tree that holds the data, and its name (crate::state_tree): replaced as a whole
+    /// when a replica installs a snapshot.
+    state: RwLock<(sled::Tree, Vec<u8>)>,
     pub(crate) writer: Mutex<Writer>,
     pub(crate) index: RwLock<Index>,
     /// Replaced when a follower loads a snapshot, which ends every watch of the old history.
@@ -155,6 +159,8 @@ pub struct Store {
     pub(crate) outbox: Mutex<OutboxState>,
     /// A follower applies the leader's writes and refuses its own.
     pub(crate) following: AtomicBool,
+    /// Writes come only from the replicated log (crate::raft): [`Store::execute`] refuses.
+    replicated: AtomicBool,
     /// The last durable resourceVersion, for those who wait for one.
     pub(crate) durable_rv: watch::Sender<u64>,
     /// The newest resourceVersion a connected follower has applied.
@@ -222,9 +228,10 @@ impl Store {
         let path = config.path.clone();
         let lock = LockFile::acquire(&path)?;
         let db = open_db(&config)?;
-        match db.get(keys::META_FORMAT)? {
+        let (tree, tree_name) = state_tree::open_current(&db)?;
+        match tree.get(keys::META_FORMAT)? {
             None => {
-                db.insert(keys::META_FORMAT, &FORMAT_VERSION.to_be_bytes())?;
+                tree.insert(keys::META_FORMAT, &FORMAT_VERSION.to_be_bytes())?;
                 db.flush()?;
             }
             Some(v) => {
@@ -242,7 +249,7 @@ impl Store {
                 }
             }
         }
-        let rv = read_u64(&db, keys::META_RV)?;
+        let rv = read_u64(&tree, keys::META_RV)?;
         if let Some(promised) = durable::read(&path)?
             && promised > rv
         {
@@ -253,7 +260,7 @@ impl Store {
             });
         }
         let mark = DurableMark::open(&path, rv)?;
-        let loaded = Loaded::read(&db)?;
+        let loaded = Loaded::read(&tree)?;
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         let metrics = StoreMetrics::new();
         let flusher = {
@@ -276,6 +283,7 @@ impl Store {
                 log: ReplicaLog::new(loaded.position, new_term(), 0),
             }),
             db,
+            state: RwLock::new((tree, tree_name)),
             index: RwLock::new(loaded.index),
             events: RwLock::new(events),
             mark,
@@ -283,6 +291,7 @@ impl Store {
             metrics,
             outbox: Mutex::new(loaded.outbox),
             following: AtomicBool::new(false),
+            replicated: AtomicBool::new(false),
             durable_rv: watch::Sender::new(rv),
             replicated_rv: watch::Sender::new(0),
             failure: Mutex::new(None),
@@ -326,8 +335,13 @@ impl Store {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn tree(&self) -> &sled::Tree {
-        &self.db
+    /// The tree that holds the data (a handle: cheap to clone, valid while it is current).
+    pub(crate) fn tree(&self) -> sled::Tree {
+        self.state
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clone()
     }
 
     // ---- writes ------------------------------------------------------------------------
@@ -586,7 +600,7 @@ impl Store {
         let old_frame = self.frame(&key)?;
         if let Some(frame) = &old_frame {
             let old: RoundSummary =
-                serde_json::from_slice(&codec::read_all(self.tree(), &key, frame.clone())?)?;
+                serde_json::from_slice(&codec::read_all(&self.tree(), &key, frame.clone())?)?;
             if &old == summary {
                 return Ok(Outcome::Unchanged);
             }
@@ -673,7 +687,7 @@ impl Store {
             if let (Some(h), Some(frame)) = (&old_header, &old_frame)
                 && h.json_crc == json_crc
                 && h.meta.json_bytes == json.len() as u64
-                && body::json_of(&codec::read_all(self.tree(), &body_key, frame.clone())?) == json
+                && body::json_of(&codec::read_all(&self.tree(), &body_key, frame.clone())?) == json
             {
                 self.metrics
                     .reports_written
@@ -1014,10 +1028,12 @@ impl Store {
             changes.remove(keys::event(old.resource_version));
         }
         changes.insert(keys::META_RV.to_vec(), writer.rv.to_be_bytes().to_vec());
-        changes.insert(
-            keys::META_TERM.to_vec(),
-            writer.log.term.to_be_bytes().to_vec(),
-        );
+        if !self.replicated.load(Ordering::SeqCst) {
+            changes.insert(
+                keys::META_TERM.to_vec(),
+                writer.log.term.to_be_bytes().to_vec(),
+            );
+        }
         self.db.apply_batch(changes.batch)?;
         writer.log.append(writer.rv, changes.ops);
 
@@ -1041,28 +1057,32 @@ impl Store {
 
     /// Makes every applied write durable, moves the durable mark, then publishes the events
     /// that are now durable, in resourceVersion order (several writers may flush at once).
-    fn flush(&self) -> Result<()> {
+    pub(crate) fn flush(&self) -> Result<()> {
         let applied = self.lock_writer().rv;
-        match self.flusher.flush(FLUSH_DEADLINE) {
-            Ok(()) => {}
-            Err(FlushError::Failed(e)) => return Err(e.into()),
-            Err(FlushError::TimedOut(waited)) => {
-                return Err(StoreError::Io {
-                    path: self.path.clone(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!(
-                            "a flush did not finish within {}s: the disk is full or failing",
-                            waited.as_secs()
-                        ),
-                    ),
-                });
-            }
-        }
+        self.flush_db()?;
         self.mark.advance(applied)?;
         let mut writer = self.lock_writer();
         self.publish(&mut writer, applied);
         Ok(())
+    }
+
+    /// Makes everything written to the database so far durable (every tree: the replicated
+    /// log's too), within the deadline.
+    pub(crate) fn flush_db(&self) -> Result<()> {
+        match self.flusher.flush(FLUSH_DEADLINE) {
+            Ok(()) => Ok(()),
+            Err(FlushError::Failed(e)) => Err(e.into()),
+            Err(FlushError::TimedOut(waited)) => Err(StoreError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "a flush did not finish within {}s: the disk is full or failing",
+                        waited.as_secs()
+                    ),
+                ),
+            }),
+        }
     }
 
     /// Sends the events up to `applied` (durable now) to watchers and the writes to followers.
@@ -1084,10 +1104,10 @@ impl Store {
         }
     }
 
-    /// Fails when this store follows a leader (its writes come from the leader), or stopped on
-    /// an I/O error.
+    /// Fails when this store follows a leader (its writes come from the leader) or the
+    /// replicated log, or stopped on an I/O error.
     fn writable(&self) -> Result<()> {
-        if self.following.load(Ordering::SeqCst) {
+        if self.following.load(Ordering::SeqCst) || self.replicated.load(Ordering::SeqCst) {
             return Err(StoreError::Follower);
         }
         if let Some(reason) = self.failure() {
@@ -1098,7 +1118,18 @@ impl Store {
 
     /// Records an I/O error the store cannot go on after (sled refuses every later operation
     /// with it): the store must be reopened, once the cause (a full disk, say) is gone.
-    fn stopped(&self, error: StoreError) -> StoreError {
+    /// Records that the store cannot go on (the replicated log stopped, say): liveness fails
+    /// and the process restarts.
+    pub(crate) fn record_failure(&self, reason: String) {
+        let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        if failure.is_none() {
+            tracing::error!(path = %self.path.display(), %reason, "the report store stopped");
+            *failure = Some(reason);
+            self.metrics.failed.set(1);
+        }
+    }
+
+    pub(crate) fn stopped(&self, error: StoreError) -> StoreError {
         if matches!(
             error,
             StoreError::Sled(sled::Error::Io(_)) | StoreError::Io { .. }
@@ -1116,6 +1147,104 @@ impl Store {
     /// Changes when a follower's content is replaced by a snapshot (see the field).
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
+    }
+
+    /// From now on the store takes writes from the replicated log only.
+    pub(crate) fn set_replicated(&self) {
+        self.replicated.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether writes come from the replicated log.
+    pub fn is_replicated(&self) -> bool {
+        self.replicated.load(Ordering::SeqCst)
+    }
+
+    /// Writes `pairs` into the data tree as one batch, beside no change of the data (what the
+    /// replicated log applied up to, for an entry that changes nothing else).
+    pub(crate) fn write_pairs(&self, pairs: &Extra) -> Result<()> {
+        let _writer = self.lock_writer();
+        let mut batch = sled::Batch::default();
+        for (key, value) in pairs {
+            batch.insert(key.as_slice(), value.as_slice());
+        }
+        self.tree()
+            .apply_batch(batch)
+            .map_err(|e| self.stopped(e.into()))
+    }
+
+    /// A value of the data tree (the replicated log's marks).
+    pub(crate) fn read_pair(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.tree().get(key)?.map(|v| v.to_vec()))
+    }
+
+    /// A tree of the same database beside the data (the replicated log's own).
+    pub(crate) fn side_tree(&self, name: &str) -> Result<sled::Tree> {
+        Ok(self.db.open_tree(name)?)
+    }
+
+    /// Replaces the whole content with what `fill` writes into a fresh tree, atomically (a
+    /// crash leaves the old content or the new, crate::state_tree), then reloads everything
+    /// kept in memory from it. Watches end (they resume, or relist, from the new history).
+    pub(crate) fn replace_content(
+        &self,
+        fill: impl FnOnce(&sled::Tree) -> Result<()>,
+    ) -> Result<()> {
+        let mut writer = self.lock_writer();
+        let old_name = self
+            .state
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone();
+        let (tree, name) = state_tree::create_next(&self.db, &old_name)?;
+        if let Err(e) = fill(&tree) {
+            let _ = self.db.drop_tree(&name);
+            return Err(e);
+        }
+        if tree.get(keys::META_FORMAT)?.is_none() {
+            tree.insert(keys::META_FORMAT, &FORMAT_VERSION.to_be_bytes())?;
+        }
+        self.flush_db()?;
+        let loaded = Loaded::read(&tree)?;
+        let rv = read_u64(&tree, keys::META_RV)?;
+        // Lowered first: a crash before the switch leaves the old content with a mark at or
+        // below it, which opens; the other order could leave the new content under the old,
+        // higher mark, which would not.
+        self.mark.reset(rv)?;
+        state_tree::switch(&self.db, &name)?;
+        *self.state.write().unwrap_or_else(|p| p.into_inner()) = (tree, name);
+        *self.write_index() = loaded.index;
+        {
+            let mut outbox = self.lock_outbox();
+            let capacity = outbox.capacity;
+            *outbox = loaded.outbox;
+            outbox.capacity = capacity;
+            self.metrics.outbox_length.set(outbox.pending.len() as i64);
+        }
+        writer.next_id = loaded.next_id;
+        writer.window = loaded.window;
+        writer.rv = rv;
+        writer.published = rv;
+        let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
+        *self.events.write().unwrap_or_else(|p| p.into_inner()) = events;
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.durable_rv.send_replace(rv);
+        drop(writer);
+        state_tree::discard(&self.db, &old_name)?;
+        self.update_gauges_with(rv);
+        Ok(())
+    }
+
+    /// Calls `f` with every key and value of the data, in key order.
+    pub(crate) fn for_each_pair(
+        &self,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        for item in self.tree().iter() {
+            let (key, value) = item?;
+            f(&key, &value)?;
+        }
+        Ok(())
     }
 
     /// The I/O error the store stopped on, if it did.
@@ -1200,7 +1329,7 @@ impl Store {
         let key = keys::by_id(keys::TASK, id);
         match self.frame(&key)? {
             Some(frame) => Ok(Some(serde_json::from_slice(&codec::read_all(
-                self.tree(),
+                &self.tree(),
                 &key,
                 frame,
             )?)?)),
@@ -1242,7 +1371,7 @@ impl Store {
         let key = keys::by_round(keys::SUMMARY_OF_ROUND, id, round);
         let summary = match self.frame(&key)? {
             Some(frame) => Some(serde_json::from_slice(&codec::read_all(
-                self.tree(),
+                &self.tree(),
                 &key,
                 frame,
             )?)?),
@@ -1292,7 +1421,7 @@ impl Store {
         let key = keys::by_node(keys::BODY, id, round, node);
         match self.frame(&key)? {
             Some(frame) => {
-                let mut plain = codec::read_all(self.tree(), &key, frame)?;
+                let mut plain = codec::read_all(&self.tree(), &key, frame)?;
                 plain.drain(..body::json_start(&plain));
                 Ok(Some(plain))
             }
@@ -1484,7 +1613,7 @@ impl Store {
     }
 }
 
-fn read_u64(db: &sled::Db, key: &[u8]) -> Result<u64> {
+fn read_u64(db: &sled::Tree, key: &[u8]) -> Result<u64> {
     Ok(db.get(key)?.and_then(|v| keys::u64_at(&v, 0)).unwrap_or(0))
 }
 
@@ -1510,7 +1639,7 @@ pub(crate) struct Loaded {
 }
 
 impl Loaded {
-    pub(crate) fn read(db: &sled::Db) -> Result<Loaded> {
+    pub(crate) fn read(db: &sled::Tree) -> Result<Loaded> {
         let mut window = VecDeque::new();
         for item in db.scan_prefix([keys::EVENT]) {
             let (_, value) = item?;
@@ -1537,7 +1666,7 @@ impl Loaded {
 }
 
 /// Rebuilds the in-memory index from task summaries and round records.
-fn load_index(db: &sled::Db) -> Result<Index> {
+fn load_index(db: &sled::Tree) -> Result<Index> {
     let mut index = Index::default();
     for item in db.scan_prefix([keys::SUMMARY]) {
         let (key, value) = item?;
@@ -1547,7 +1676,7 @@ fn load_index(db: &sled::Db) -> Result<Index> {
 }
 
 /// The index entry of the task whose summary is `value` at `key`.
-pub(crate) fn entry_of(db: &sled::Db, key: &[u8], value: &[u8]) -> Result<Entry> {
+pub(crate) fn entry_of(db: &sled::Tree, key: &[u8], value: &[u8]) -> Result<Entry> {
     let summary: TaskSummary =
         serde_json::from_slice(value).map_err(|e| StoreError::corrupt(key, &e.to_string()))?;
     let record_bytes = read_u64(db, &keys::by_id(keys::RECORD_BYTES, summary.id))?;

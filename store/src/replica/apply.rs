@@ -96,14 +96,14 @@ impl Store {
         }
         batch.insert(keys::META_RV, &record.rv.to_be_bytes());
         batch.insert(keys::META_TERM, &record.term.to_be_bytes());
-        self.db.apply_batch(batch)?;
+        self.tree().apply_batch(batch)?;
 
         {
             let mut index = self.write_index();
             for id in tasks {
                 let key = keys::by_id(keys::SUMMARY, id);
-                match self.db.get(&key)? {
-                    Some(value) => index.insert(entry_of(&self.db, &key, &value)?),
+                match self.tree().get(&key)? {
+                    Some(value) => index.insert(entry_of(&self.tree(), &key, &value)?),
                     None => {
                         index.remove(id);
                     }
@@ -142,7 +142,7 @@ impl Store {
                 "this store leads; it does not load another's snapshot".into(),
             ));
         }
-        self.db.clear()?;
+        self.tree().clear()?;
         Ok(SnapshotLoader {
             store: self,
             at,
@@ -169,7 +169,9 @@ impl SnapshotLoader<'_> {
         self.in_batch += 1;
         self.pairs += 1;
         if self.in_batch >= SNAPSHOT_BATCH {
-            self.store.db.apply_batch(std::mem::take(&mut self.batch))?;
+            self.store
+                .tree()
+                .apply_batch(std::mem::take(&mut self.batch))?;
             self.in_batch = 0;
         }
         Ok(())
@@ -188,9 +190,9 @@ impl SnapshotLoader<'_> {
         let at = self.at;
         self.batch.insert(keys::META_RV, &at.rv.to_be_bytes());
         self.batch.insert(keys::META_TERM, &at.term.to_be_bytes());
-        store.db.apply_batch(std::mem::take(&mut self.batch))?;
+        store.tree().apply_batch(std::mem::take(&mut self.batch))?;
         store.db.flush()?;
-        let loaded = Loaded::read(&store.db)?;
+        let loaded = Loaded::read(&store.tree())?;
         let mut writer = store.lock_writer();
         *store.write_index() = loaded.index;
         {

@@ -86,7 +86,7 @@ impl Store {
         let mut buf = Vec::with_capacity(SNAPSHOT_CHUNK + 4096);
         wire::encode_snapshot_start(&mut buf, at);
         let mut pairs = 0u64;
-        for item in self.db.iter() {
+        for item in self.tree().iter() {
             let (key, value) = item?;
             wire::encode_pair(&mut buf, &key, &value);
             pairs += 1;

@@ -1,12 +1,14 @@
 //! The kdoctor-store test suite (one binary).
 
 mod basics;
+mod cluster;
 mod corruption;
 mod crash;
 mod feed;
 mod full_disk;
 mod outbox;
 mod props;
+mod raft;
 mod replica;
 mod retention;
 mod support;

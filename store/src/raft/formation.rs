@@ -1,0 +1,141 @@
+//! How a replica that is not yet part of a cluster gets into one (pure: decided from what it
+//! and the other expected replicas say of themselves, tested without a network).
+//!
+//! A replica never starts a cluster while any expected replica is out of reach (that one may
+//! hold the cluster) or already belongs to one (then it joins through it). Only when every
+//! expected replica answers that it is new does one start the cluster: the one with the most
+//! data (an upgrade keeps the store that has the reports), the lowest name among equals. The
+//! others then join it, and the leader takes them in one by one as learners first, voters once
+//! caught up.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Member, NodeId};
+
+/// What a replica says of itself.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    /// Its node id.
+    pub id: NodeId,
+    /// Its pod.
+    pub member: Member,
+    /// Whether it belongs to a cluster (it has a vote or a log).
+    pub initialized: bool,
+    /// The resourceVersion of its store (how much data it holds).
+    pub resource_version: u64,
+    /// The leader it knows of.
+    pub leader: Option<Member>,
+}
+
+/// What a new replica does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Start the cluster with itself as its only member.
+    Start,
+    /// Ask this replica (the leader, or one that knows it) to be taken in.
+    Join(Member),
+    /// Nothing yet, for this reason.
+    Wait(String),
+}
+
+/// Decides for `me` (not yet in a cluster) from the other expected replicas' answers (`None`:
+/// no answer).
+pub fn next(me: &Status, others: &[(Member, Option<Status>)]) -> Next {
+    if let Some(member) = others.iter().find_map(|(member, status)| {
+        status
+            .as_ref()
+            .filter(|s| s.initialized)
+            .map(|s| s.leader.clone().unwrap_or_else(|| member.clone()))
+    }) {
+        return Next::Join(member);
+    }
+    if let Some((member, _)) = others.iter().find(|(_, status)| status.is_none()) {
+        return Next::Wait(format!(
+            "replica {member} does not answer; it may already hold the cluster"
+        ));
+    }
+    let best = others
+        .iter()
+        .filter_map(|(_, s)| s.as_ref())
+        .chain(std::iter::once(me))
+        .max_by(|a, b| {
+            a.resource_version
+                .cmp(&b.resource_version)
+                .then_with(|| b.member.pod.cmp(&a.member.pod))
+        });
+    match best {
+        Some(best) if best.member == me.member => Next::Start,
+        Some(best) => Next::Wait(format!(
+            "replica {} holds the most data and starts the cluster",
+            best.member
+        )),
+        None => Next::Start,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(pod: &str, initialized: bool, rv: u64, leader: Option<&str>) -> Status {
+        Status {
+            id: pod.len() as u64,
+            member: Member::new(pod),
+            initialized,
+            resource_version: rv,
+            leader: leader.map(Member::new),
+        }
+    }
+
+    #[test]
+    fn a_cluster_is_started_once_and_joined_otherwise() {
+        let me = status("c-0", false, 0, None);
+        let new = |pod| (Member::new(pod), Some(status(pod, false, 0, None)));
+        // (others, what c-0 does, why)
+        type Answers = Vec<(Member, Option<Status>)>;
+        let cases: Vec<(Answers, Next, &str)> = vec![
+            (vec![], Next::Start, "a single replica starts alone"),
+            (
+                vec![new("c-1"), new("c-2")],
+                Next::Start,
+                "every replica new: the lowest name starts",
+            ),
+            (
+                vec![(Member::new("c-1"), None), new("c-2")],
+                Next::Wait("replica c-1 does not answer; it may already hold the cluster".into()),
+                "one out of reach may hold the cluster",
+            ),
+            (
+                vec![
+                    (Member::new("c-1"), None),
+                    (
+                        Member::new("c-2"),
+                        Some(status("c-2", true, 9, Some("c-1"))),
+                    ),
+                ],
+                Next::Join(Member::new("c-1")),
+                "a member of the cluster names its leader: join there",
+            ),
+            (
+                vec![(Member::new("c-2"), Some(status("c-2", true, 9, None)))],
+                Next::Join(Member::new("c-2")),
+                "a member that knows no leader yet is asked itself",
+            ),
+            (
+                vec![
+                    new("c-1"),
+                    (Member::new("c-2"), Some(status("c-2", false, 40, None))),
+                ],
+                Next::Wait("replica c-2 holds the most data and starts the cluster".into()),
+                "an upgrade: the replica with the most data starts",
+            ),
+        ];
+        for (others, expected, why) in cases {
+            assert_eq!(next(&me, &others), expected, "{why}");
+        }
+        // The lowest name is not special with more data than the others.
+        let me = status("c-1", false, 50, None);
+        assert_eq!(next(&me, &[new("c-0")]), Next::Start);
+    }
+}

@@ -1,0 +1,271 @@
+//! Replicas of the store in one process, on a network of channels that a test can cut: each
+//! replica has its own directory and sled database, as in a cluster; only the wire is in
+//! memory, so partitions, pauses and crashes are exact.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kdoctor_store::raft::{
+    BoxFuture, Member, NodeId, Options, Replica, Rpc, Timing, Transport, TransportError,
+};
+use kdoctor_store::{Store, StoreConfig};
+
+use crate::support::scratch;
+
+/// Who can reach whom.
+#[derive(Default)]
+pub struct Net {
+    replicas: Mutex<BTreeMap<String, Replica>>,
+    /// Directed pairs (from, to) whose messages are lost.
+    cut: Mutex<HashSet<(String, String)>>,
+}
+
+impl Net {
+    fn replica(&self, pod: &str) -> Option<Replica> {
+        self.replicas
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(pod)
+            .cloned()
+    }
+
+    fn is_cut(&self, from: &str, to: &str) -> bool {
+        self.cut
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&(from.to_string(), to.to_string()))
+    }
+}
+
+/// One replica's end of the network.
+struct Link {
+    from: String,
+    net: Arc<Net>,
+}
+
+impl Transport for Link {
+    fn call(
+        &self,
+        to: &Member,
+        rpc: Rpc,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> BoxFuture<Result<Vec<u8>, TransportError>> {
+        let net = self.net.clone();
+        let from = self.from.clone();
+        let to = to.pod.clone();
+        Box::pin(async move {
+            let unreachable = |reason: &str| TransportError::Unreachable {
+                member: to.clone(),
+                reason: reason.to_string(),
+            };
+            if net.is_cut(&from, &to) {
+                // A cut link loses the message: the caller hears nothing until its timeout.
+                tokio::time::sleep(timeout).await;
+                return Err(TransportError::Timeout {
+                    member: to.clone(),
+                    timeout,
+                });
+            }
+            let target = net.replica(&to).ok_or_else(|| unreachable("not running"))?;
+            let served =
+                tokio::spawn(
+                    async move { target.handle(rpc, &body).await.map_err(|e| e.to_string()) },
+                );
+            let answer = match tokio::time::timeout(timeout, served).await {
+                Ok(Ok(Ok(answer))) => answer,
+                Ok(Ok(Err(e))) => return Err(unreachable(&e)),
+                Ok(Err(e)) => return Err(unreachable(&e.to_string())),
+                Err(_) => {
+                    return Err(TransportError::Timeout {
+                        member: to.clone(),
+                        timeout,
+                    });
+                }
+            };
+            // The answer is lost too on a link cut meanwhile, or cut the other way.
+            if net.is_cut(&to, &from) || net.is_cut(&from, &to) {
+                return Err(unreachable("the answer was lost"));
+            }
+            Ok(answer)
+        })
+    }
+}
+
+/// Fast clocks: elections in well under a second.
+pub fn timing() -> Timing {
+    Timing {
+        heartbeat: Duration::from_millis(50),
+        election_min: Duration::from_millis(400),
+        election_max: Duration::from_millis(800),
+    }
+}
+
+/// A cluster of replicas `c-0` … `c-{n-1}`.
+pub struct Cluster {
+    pub net: Arc<Net>,
+    dirs: Vec<PathBuf>,
+    names: Vec<String>,
+    /// Node ids minted so far, per replica (a lost volume mints a new one).
+    minted: Vec<NodeId>,
+    /// Options every replica starts with.
+    pub options: Box<dyn Fn(Member) -> Options + Send + Sync>,
+}
+
+fn open_store(dir: &std::path::Path) -> Arc<Store> {
+    // A store just dropped may still be held by sled's flusher thread for a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match Store::open(StoreConfig::new(dir)) {
+            Ok(store) => return Arc::new(store),
+            Err(e) if std::time::Instant::now() < deadline && e.to_string().contains("in use") => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("store {} opens: {e}", dir.display()),
+        }
+    }
+}
+
+impl Cluster {
+    /// Directories for `n` replicas (nothing started).
+    pub fn new(test: &str, n: usize) -> Cluster {
+        Cluster {
+            net: Arc::new(Net::default()),
+            dirs: (0..n).map(|i| scratch(&format!("{test}-{i}"))).collect(),
+            names: (0..n).map(|i| format!("c-{i}")).collect(),
+            minted: (0..n).map(|i| i as NodeId + 1).collect(),
+            options: Box::new(|me| {
+                let mut options = Options::new(me);
+                options.timing = timing();
+                options.write_timeout = Duration::from_secs(3);
+                options
+            }),
+        }
+    }
+
+    /// The members the replica formations expect.
+    pub fn members(&self) -> Vec<Member> {
+        self.names.iter().map(Member::new).collect()
+    }
+
+    /// Starts replica `i` (its store as it is on disk).
+    pub async fn start(&self, i: usize) -> Replica {
+        let name = self.names[i].clone();
+        let store = open_store(&self.dirs[i]);
+        let link = Arc::new(Link {
+            from: name.clone(),
+            net: self.net.clone(),
+        });
+        let id = self.minted[i];
+        let replica = Replica::start(store, (self.options)(Member::new(&name)), link, || id)
+            .await
+            .expect("replica starts");
+        self.net
+            .replicas
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, replica.clone());
+        replica
+    }
+
+    /// Starts replicas `0..n` and has each form (or join) the cluster of all of them.
+    pub async fn start_all(&self, n: usize) -> Vec<Replica> {
+        let mut replicas = Vec::new();
+        for i in 0..n {
+            replicas.push(self.start(i).await);
+        }
+        let expected: Vec<Member> = self.members()[..n].to_vec();
+        let forming: Vec<_> = replicas
+            .iter()
+            .map(|r| {
+                let r = r.clone();
+                let expected = expected.clone();
+                tokio::spawn(async move { r.form(|| expected.clone()).await })
+            })
+            .collect();
+        for f in forming {
+            tokio::time::timeout(Duration::from_secs(60), f)
+                .await
+                .expect("formed in time")
+                .expect("joins")
+                .expect("formed");
+        }
+        replicas
+    }
+
+    /// Stops replica `i` as a crash would (nothing handed over) and closes its store.
+    pub async fn stop(&self, replica: Replica) {
+        let name = replica.member().pod.clone();
+        self.net
+            .replicas
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&name);
+        replica.shutdown().await;
+        drop(replica);
+    }
+
+    /// Loses replica `i`'s volume: the next start is a new node with an empty store.
+    pub fn lose_volume(&mut self, i: usize) {
+        let _ = std::fs::remove_dir_all(&self.dirs[i]);
+        self.minted[i] += 100;
+    }
+
+    /// Cuts both directions between `a` and `b`.
+    pub fn cut(&self, a: &str, b: &str) {
+        let mut cut = self.net.cut.lock().unwrap_or_else(|p| p.into_inner());
+        cut.insert((a.to_string(), b.to_string()));
+        cut.insert((b.to_string(), a.to_string()));
+    }
+
+    /// Cuts `a` from every other replica.
+    pub fn isolate(&self, a: &str) {
+        for other in &self.names {
+            if other != a {
+                self.cut(a, other);
+            }
+        }
+    }
+
+    /// Heals every cut.
+    pub fn heal(&self) {
+        self.net
+            .cut
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+/// Waits until one of `replicas` leads (proved its lease) and returns it.
+pub async fn leader_of(replicas: &[Replica]) -> Replica {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(r) = replicas.iter().find(|r| *r.leading().borrow()) {
+            return r.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no replica leads within 30s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until every replica applied at least `index`.
+pub async fn applied_everywhere(replicas: &[Replica], index: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while replicas.iter().any(|r| r.applied_index() < index) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not applied everywhere within 30s: {:?}",
+            replicas
+                .iter()
+                .map(Replica::applied_index)
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
