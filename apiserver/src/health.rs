@@ -18,8 +18,8 @@ use crate::state::AppState;
 pub struct Health {
     store_open: AtomicBool,
     authentication_loaded: AtomicBool,
-    leading: AtomicBool,
-    replica_current: AtomicBool,
+    replica_ready: AtomicBool,
+    stopping: AtomicBool,
 }
 
 impl Default for Health {
@@ -27,8 +27,8 @@ impl Default for Health {
         Health {
             store_open: AtomicBool::new(false),
             authentication_loaded: AtomicBool::new(true),
-            leading: AtomicBool::new(true),
-            replica_current: AtomicBool::new(false),
+            replica_ready: AtomicBool::new(true),
+            stopping: AtomicBool::new(false),
         }
     }
 }
@@ -44,16 +44,16 @@ impl Health {
         self.authentication_loaded.store(loaded, Ordering::SeqCst);
     }
 
-    /// Whether this replica leads (the leader's store receives reports; without replication
-    /// only the leader is ready to serve them). True when there is no election.
-    pub fn set_leading(&self, leading: bool) {
-        self.leading.store(leading, Ordering::SeqCst);
+    /// Whether this replica of the replicated store can serve reads that see every
+    /// acknowledged write (it reached the leader lately); true without replication.
+    pub fn set_replica_ready(&self, ready: bool) {
+        self.replica_ready.store(ready, Ordering::SeqCst);
     }
 
-    /// Whether this replica, following the leader, has caught up with it (a current follower
-    /// serves reads as well as the leader does).
-    pub fn set_replica_current(&self, current: bool) {
-        self.replica_current.store(current, Ordering::SeqCst);
+    /// The server is stopping: it leaves the Service's endpoints (not ready) while it still
+    /// answers what comes meanwhile.
+    pub fn set_stopping(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
     }
 
     /// Whether every readiness check passes.
@@ -75,11 +75,11 @@ impl Health {
                 "authentication-configuration",
                 self.authentication_loaded.load(Ordering::SeqCst),
             ));
-            // The leader, or a follower whose copy of the store has caught up with it.
             checks.push((
-                "leader-election",
-                self.leading.load(Ordering::SeqCst) || self.replica_current.load(Ordering::SeqCst),
+                "replicated-store",
+                self.replica_ready.load(Ordering::SeqCst),
             ));
+            checks.push(("shutdown", !self.stopping.load(Ordering::SeqCst)));
         }
         checks
     }

@@ -6,9 +6,9 @@
 pub mod auth;
 pub mod certs;
 pub mod conn_threads;
+pub mod consistency;
 pub mod discovery;
 pub mod first_bytes;
-pub mod follower;
 pub mod health;
 pub mod metrics;
 pub mod negotiate;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kdoctor_store::{Store, StoreConfig};
+use kdoctor_store::{Store, StoreConfig, Writes};
 use tokio::sync::watch;
 
 use crate::auth::Auth;
@@ -294,7 +294,15 @@ fn open_store(
                     let store = Arc::new(store);
                     let _ = store.metrics().register(&state.metrics.registry);
                     state.set_store(store.clone());
-                    tokio::spawn(kdoctor_store::run_retention(store, retention_every));
+                    let writes = state.clone();
+                    tokio::spawn(kdoctor_store::run_retention(
+                        move || {
+                            writes
+                                .writes()
+                                .unwrap_or_else(|_| Writes::Local(store.clone()))
+                        },
+                        retention_every,
+                    ));
                     return;
                 }
                 Ok(Err(e)) => {

@@ -2,10 +2,9 @@
 
 use std::sync::{Arc, OnceLock, RwLock};
 
-use kdoctor_store::Store;
+use kdoctor_store::{Store, Writes};
 
 use crate::auth::Auth;
-use crate::follower::LeaderWrites;
 use crate::health::Health;
 use crate::metrics::ApiMetrics;
 use crate::resource::cache::ObjectCache;
@@ -41,11 +40,9 @@ pub struct Shared {
     pub objects: Arc<ObjectCache>,
     /// Task objects served read-only under `kdoctor.io` (local mode only; `None`: not served).
     pub tasks: Option<crate::tasks::TaskObjects>,
-    /// Where a follower's writes go (set once replication runs).
-    leader_writes: Arc<OnceLock<Arc<dyn LeaderWrites>>>,
-    /// Whether this follower is in contact with its leader and caught up (set once replication
-    /// runs).
-    follower_sync: Arc<OnceLock<tokio::sync::watch::Receiver<bool>>>,
+    /// Where writes go, once the store is replicated (a process that owns its store writes
+    /// to it directly).
+    writes: Arc<OnceLock<Writes>>,
 }
 
 impl AppState {
@@ -66,29 +63,22 @@ impl AppState {
             health: Arc::new(Health::default()),
             shutdown,
             tasks: None,
-            leader_writes: Arc::new(OnceLock::new()),
-            follower_sync: Arc::new(OnceLock::new()),
+            writes: Arc::new(OnceLock::new()),
         }))
     }
 
-    /// Sends the writes made while this replica follows to the leader.
-    pub fn set_leader_writes(&self, writes: Arc<dyn LeaderWrites>) {
-        let _ = self.leader_writes.set(writes);
+    /// Writes go through `writes` from now on (the replicated store).
+    pub fn set_writes(&self, writes: Writes) {
+        let _ = self.writes.set(writes);
     }
 
-    /// Tells reads on a follower whether it is in contact with its leader and caught up.
-    pub fn set_follower_sync(&self, in_sync: tokio::sync::watch::Receiver<bool>) {
-        let _ = self.follower_sync.set(in_sync);
-    }
-
-    /// Whether this follower is in contact with its leader, once replication runs.
-    pub fn follower_sync(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
-        self.follower_sync.get().cloned()
-    }
-
-    /// Where a follower's writes go, once set.
-    pub fn leader_writes(&self) -> Option<Arc<dyn LeaderWrites>> {
-        self.leader_writes.get().cloned()
+    /// Where writes go: the replicated store once set, else the store itself (or a 503 while
+    /// it is not open).
+    pub fn writes(&self) -> Result<Writes, ApiError> {
+        match self.writes.get() {
+            Some(writes) => Ok(writes.clone()),
+            None => self.store().map(Writes::Local),
+        }
     }
 
     /// The same state, showing `tasks` (local mode) or not.

@@ -122,8 +122,8 @@ impl ApiError {
         )
     }
 
-    /// A resourceVersion newer than this replica has, still after waiting for it (a follower
-    /// far behind its leader), as kube-apiserver answers it: 504, reason Timeout.
+    /// A resourceVersion newer than this replica has, still after waiting for it (a replica
+    /// far behind the leader), as kube-apiserver answers it: 504, reason Timeout.
     pub fn too_large_version(requested: u64, current: u64) -> ApiError {
         ApiError::new(
             StatusCode::GATEWAY_TIMEOUT,
@@ -260,7 +260,12 @@ impl IntoResponse for ApiError {
 
 impl From<kdoctor_store::StoreError> for ApiError {
     fn from(e: kdoctor_store::StoreError) -> Self {
-        if matches!(e, kdoctor_store::StoreError::Follower) {
+        if matches!(
+            e,
+            kdoctor_store::StoreError::Replicated
+                | kdoctor_store::StoreError::NotLeader { .. }
+                | kdoctor_store::StoreError::Replication(_)
+        ) {
             return ApiError::unavailable(format!("{e}; retry"));
         }
         tracing::error!(error = %e, "store error");

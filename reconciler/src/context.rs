@@ -10,7 +10,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 use kdoctor_api::config::Config;
 use kdoctor_api::task::RuntimeStatus;
-use kdoctor_store::Store;
+use kdoctor_store::{Store, Writes};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store as Cache};
 use kube::{Client, Resource, ResourceExt};
@@ -133,8 +133,8 @@ impl Caches {
 pub struct Context {
     /// Kubernetes client.
     pub client: Client,
-    /// The report store.
-    pub store: Arc<Store>,
+    /// The report store, and where its writes go.
+    pub writes: Writes,
     /// `conf.yml`.
     pub config: Arc<Config>,
     /// Controller settings.
@@ -156,6 +156,11 @@ pub struct Context {
 }
 
 impl Context {
+    /// The report store (read it; write through [`Context::writes`]).
+    pub fn store(&self) -> &Arc<Store> {
+        self.writes.store()
+    }
+
     /// Where tasks may read their Secrets and ConfigMaps from (see [`kdoctor_api::inputs`]).
     pub fn input_policy(&self) -> kdoctor_api::inputs::InputPolicy {
         self.grants.policy().clone()

@@ -1,5 +1,6 @@
 //! Running the reconciler: caches of agent objects, one kube-runtime controller per task kind,
-//! deletion tracking, all gated on leadership.
+//! deletion tracking, all while this replica leads (with replicas: the Raft leader, its
+//! Kubernetes writes fenced by its lease).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -14,7 +15,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kdoctor_api::config::Config;
 use kdoctor_api::labels::{APP_COMPONENT, MANAGED_BY, MANAGED_BY_KDOCTOR, TASK_KIND, TASK_NAME};
 use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns, TaskKind};
-use kdoctor_store::Store;
+use kdoctor_store::Writes;
 use kdoctor_transport::report_client::ReportClient;
 use kdoctor_transport::tls::Identity;
 use kube::runtime::controller::Controller;
@@ -34,25 +35,20 @@ use crate::grants::Grants;
 use crate::harvest::Harvester;
 use crate::harvest_loop::{self, Harvests};
 use crate::identity::IdentityCheck;
-use crate::leader::{Elector, LeaseTiming};
 use crate::metrics::ControllerMetrics;
 use crate::options::ControllerOptions;
 use crate::orphans;
 use crate::reconcile::{error_policy, reconcile};
-use crate::replica::client::PeerClient;
-use crate::replica::follow::{self, FollowMetrics};
-use crate::replica::{ADDRESS_ANNOTATION, Replication};
+use crate::replica::peers::Peers;
 use crate::task::TaskObject;
-
-/// Name of the leader Lease (upstream's).
-pub const LEASE_NAME: &str = "kdoctor-controller-lease";
 
 /// Everything the reconciler needs to run.
 pub struct Setup {
-    /// Kubernetes client.
+    /// Kubernetes client (fenced by the leader's lease when the store is replicated:
+    /// crate::fenced).
     pub client: Client,
-    /// The report store (shared with the API server).
-    pub store: Arc<Store>,
+    /// The report store (shared with the API server), and where its writes go.
+    pub writes: Writes,
     /// `conf.yml`.
     pub config: Config,
     /// Controller settings.
@@ -63,13 +59,10 @@ pub struct Setup {
     pub registry: Registry,
     /// This replica's name (pod name), for the Lease and Events.
     pub identity: String,
-    /// Leader election timing; `None`: lead at once (a single replica).
-    pub election: Option<LeaseTiming>,
     /// Where stored reports are exported to; `None`: nowhere.
     pub export: Option<ExportConfig>,
-    /// Replication of the store between replicas (with `election`); `None`: only the leader
-    /// has the reports.
-    pub replication: Option<Replication>,
+    /// The other replicas, when the store is replicated (the leader keeps the membership).
+    pub peers: Option<Peers>,
 }
 
 /// Why the reconciler stopped.
@@ -78,12 +71,6 @@ pub enum RunError {
     /// The report client could not be built.
     #[error(transparent)]
     Tls(#[from] kdoctor_transport::tls::TlsError),
-    /// Another replica took over; this one must stop acting.
-    #[error("lost the leader Lease {LEASE_NAME}")]
-    LostLeadership,
-    /// The replication endpoint could not start.
-    #[error(transparent)]
-    Replication(#[from] crate::replica::serve::ServeError),
 }
 
 fn agent_watch_config() -> watcher::Config {
@@ -173,8 +160,9 @@ async fn run_kind<K: TaskObject>(
         .await;
 }
 
-/// Runs the reconciler until `shutdown` completes (Ok) or leadership is lost (Err). `leading`
-/// reports whether this replica leads (the API server turns unready when it does not).
+/// Runs the reconciler until `shutdown` completes: at once when this process owns its store
+/// alone, else whenever this replica leads (it stops when leadership is lost and starts again
+/// when it comes back). `leading` says whether the reconciler runs.
 pub async fn run(
     setup: Setup,
     leading: watch::Sender<bool>,
@@ -182,85 +170,71 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let metrics = ControllerMetrics::new(&setup.registry);
     let client = ReportClient::new(
-        setup.harvest_identity,
+        setup.harvest_identity.clone(),
         setup.options.ports.report,
         setup.options.harvest_timeout,
     )?;
     let mut shutdown = std::pin::pin!(shutdown);
-    // Every background task of this run; dropping the set (return, or the run being aborted)
-    // stops them all, so a stopped controller stops renewing its Lease at once.
-    let mut tasks = JoinSet::new();
-
-    // 1. Leadership; until then, with replication, follow the leader's store.
-    let replication = setup
-        .replication
-        .clone()
-        .filter(|_| setup.election.is_some());
-    if let Some(replication) = &replication {
-        setup.store.follow();
-        tasks.spawn(crate::replica::serve::serve(setup.store.clone(), replication).await?);
-        tasks.spawn(follow::run(
-            setup.store.clone(),
-            Api::namespaced(setup.client.clone(), &setup.options.namespace),
-            setup.identity.clone(),
-            PeerClient::new(replication)?,
-            follow::Signals {
-                current: replication.current.clone(),
-                in_sync: replication.in_sync.clone(),
-            },
-            FollowMetrics::new(&setup.registry),
-        ));
-    }
-    let mut lead = leading.subscribe();
-    let mut elected: Option<Elector> = None;
-    if let Some(timing) = setup.election.clone() {
-        let duration = timing.lease_duration;
-        let mut elector = Elector::new(
-            setup.client.clone(),
-            &setup.options.namespace,
-            LEASE_NAME,
-            &setup.identity,
-            timing,
-        );
-        if let Some(replication) = &replication {
-            let current = replication.current.subscribe();
-            let store = setup.store.clone();
-            let identity = setup.identity.clone();
-            elector = elector
-                .annotate(ADDRESS_ANNOTATION, &replication.address())
-                .defer_while(Arc::new(move |lease| {
-                    crate::replica::should_defer(
-                        lease,
-                        &identity,
-                        *current.borrow(),
-                        store.resource_version(),
-                        jiff::Timestamp::now(),
-                        duration,
-                    )
-                }));
-        }
-        let sender = leading.clone();
-        elected = Some(elector.clone());
-        tasks.spawn(async move { elector.run(sender).await });
-        tracing::info!(lease = LEASE_NAME, identity = %setup.identity, "waiting for leadership");
-        tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            changed = lead.wait_for(|l| *l) => {
-                if changed.is_err() {
-                    return Err(RunError::LostLeadership);
+    let mut leadership = setup.writes.replica().map(|r| r.leading());
+    loop {
+        if let Some(leadership) = &mut leadership {
+            tracing::info!(identity = %setup.identity, "waiting for this replica to lead");
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                led = leadership.wait_for(|l| *l) => {
+                    if led.is_err() {
+                        return Ok(());
+                    }
                 }
             }
         }
-    } else {
         let _ = leading.send(true);
+        metrics.leader.set(1);
+        let lost = async {
+            match &mut leadership {
+                Some(leadership) => {
+                    let _ = leadership.wait_for(|l| !*l).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let shut = lead(&setup, &metrics, &client, &mut shutdown, lost).await;
+        let _ = leading.send(false);
+        metrics.leader.set(0);
+        if shut {
+            return Ok(());
+        }
+        tracing::warn!(
+            "no longer leading: the controller's work stopped until this replica leads again"
+        );
     }
-    if replication.is_some() {
-        // The follower loop ends on its own once the store leads.
-        setup.store.lead();
-    }
-    metrics.leader.set(1);
+}
 
-    // 2. Caches of agent objects, then the controllers.
+/// The controller's work for one leadership: caches, the task controllers, deletions, the
+/// harvest loop, export, clean-up. Returns when `shutdown` (true) or `lost` (false) completes.
+async fn lead(
+    setup: &Setup,
+    metrics: &ControllerMetrics,
+    client: &ReportClient,
+    shutdown: &mut std::pin::Pin<&mut (impl Future<Output = ()> + Send)>,
+    lost: impl Future<Output = ()>,
+) -> bool {
+    // Every background task of this leadership; dropping the set (return, or the run being
+    // aborted) stops them all.
+    let mut tasks = JoinSet::new();
+    let writes = setup.writes.clone();
+    if let Some(replica) = writes.replica() {
+        tasks.spawn(crate::announce::run(
+            setup.client.clone(),
+            setup.options.namespace.clone(),
+            setup.identity.clone(),
+        ));
+        if let Some(peers) = &setup.peers {
+            tasks.spawn(crate::replica::members::run(replica.clone(), peers.clone()));
+        }
+    }
+
+    // Caches of agent objects, then the controllers.
     let namespace = setup.options.namespace.clone();
     let caches = Caches {
         pods: cache::<Pod>(&setup.client, &namespace, &mut tasks),
@@ -273,17 +247,17 @@ pub async fn run(
     };
     tasks.spawn(deletions::track::<NetReach>(
         setup.client.clone(),
-        setup.store.clone(),
+        writes.clone(),
         metrics.tasks.clone(),
     ));
     tasks.spawn(deletions::track::<AppHttpHealthy>(
         setup.client.clone(),
-        setup.store.clone(),
+        writes.clone(),
         metrics.tasks.clone(),
     ));
     tasks.spawn(deletions::track::<Netdns>(
         setup.client.clone(),
-        setup.store.clone(),
+        writes.clone(),
         metrics.tasks.clone(),
     ));
     for ready in [
@@ -298,8 +272,8 @@ pub async fn run(
         }
     }
     // Only the leader harvests, so only the leader exports.
-    let export = setup.export.map(|config| {
-        let (hook, sender) = export::start(config, &setup.registry, setup.store.clone());
+    let export = setup.export.clone().map(|config| {
+        let (hook, sender) = export::start(config, &setup.registry, writes.clone());
         tasks.spawn(sender);
         hook
     });
@@ -322,13 +296,13 @@ pub async fn run(
     let agent_deadline = setup.options.harvest_timeout * 6;
     let ctx = Arc::new(Context {
         client: setup.client.clone(),
-        store: setup.store.clone(),
-        config: Arc::new(setup.config),
-        options: setup.options,
+        writes: writes.clone(),
+        config: Arc::new(setup.config.clone()),
+        options: setup.options.clone(),
         caches,
         harvester: Harvester {
-            client,
-            store: setup.store.clone(),
+            client: client.clone(),
+            writes: writes.clone(),
             metrics: metrics.clone(),
             export,
             identity,
@@ -360,7 +334,7 @@ pub async fn run(
     });
     let every = Duration::from_secs(ctx.config.task_poll_interval_in_second.max(1) as u64)
         .min(ctx.options.poll);
-    let store = ctx.store.clone();
+    let store = ctx.store().clone();
     tasks.spawn(harvest_loop::run(
         ctx.harvests.clone(),
         ctx.harvester.clone(),
@@ -379,20 +353,14 @@ pub async fn run(
     );
     let mut controllers = std::pin::pin!(controllers);
     tracing::info!(%namespace, "reconciling NetReach, AppHttpHealthy and Netdns tasks");
-    let result = tokio::select! {
-        _ = &mut shutdown => Ok(()),
-        _ = lead.wait_for(|l| !*l) => Err(RunError::LostLeadership),
-        _ = &mut controllers => Ok(()),
+    let shut = tokio::select! {
+        _ = shutdown => true,
+        _ = lost => false,
+        _ = &mut controllers => true,
     };
     let _ = stop_tx.send(true);
-    // Let in-flight reconciles finish (bounded).
+    // Let in-flight reconciles finish (bounded; without the lease their writes are refused).
     let _ = tokio::time::timeout(Duration::from_secs(10), &mut controllers).await;
-    metrics.leader.set(0);
     tasks.abort_all();
-    if let (Some(elector), Ok(())) = (&elected, &result)
-        && let Err(e) = elector.release().await
-    {
-        tracing::warn!(error = %e, "could not release the leader Lease");
-    }
-    result
+    shut
 }

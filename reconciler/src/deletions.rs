@@ -3,12 +3,11 @@
 //! controller was down are found when the watch's initial list completes.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use kdoctor_api::task::{TaskKind, TaskStatus};
-use kdoctor_store::{IncarnationId, RoundResult, Store, StoreError};
+use kdoctor_store::{IncarnationId, RoundResult, RoundSummary, Store, StoreError, Writes};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 
@@ -18,36 +17,45 @@ use crate::task::TaskObject;
 use crate::task_metrics::TaskMetrics;
 
 /// Records that the task with `uid` is gone. `last_status`: its status as last seen, when known.
-pub fn task_deleted(
-    store: &Store,
+pub async fn task_deleted(
+    writes: &Writes,
     uid: &str,
     last_status: Option<&TaskStatus>,
     now: Timestamp,
 ) -> Result<bool, StoreError> {
-    let Some(task) = store.by_uid(uid) else {
+    let Some(task) = writes.store().by_uid(uid) else {
         return Ok(false);
     };
     if task.deleted.is_some() {
         return Ok(false);
     }
-    if let Some(status) = last_status {
-        cut_short(store, task.id, status, now, FAILURE_REASON_TASK_DELETED)?;
+    if let Some(status) = last_status
+        && let Some(round) = cut_short(
+            writes.store(),
+            task.id,
+            status,
+            now,
+            FAILURE_REASON_TASK_DELETED,
+        )?
+    {
+        writes.put_round(task.id, round).await?;
     }
-    store.mark_deleted(task.id, now)?;
+    writes.mark_deleted(task.id, now).await?;
     Ok(true)
 }
 
-/// Records the ongoing round of `status`, if any, as failed for `reason`, keeping the nodes
-/// whose reports were stored (a task deleted mid-round, a local run stopped mid-round).
+/// The ongoing round of `status`, if any, recorded as failed for `reason`, keeping the nodes
+/// whose reports were stored (a task deleted mid-round, a local run stopped mid-round): the
+/// summary to store.
 pub fn cut_short(
     store: &Store,
     id: IncarnationId,
     status: &TaskStatus,
     now: Timestamp,
     reason: &str,
-) -> Result<(), StoreError> {
+) -> Result<Option<RoundSummary>, StoreError> {
     let Some(record) = crate::rounds::ongoing(status) else {
-        return Ok(());
+        return Ok(None);
     };
     let mut round = summary(record);
     let reported = store.reports(id, round.round)?;
@@ -61,17 +69,20 @@ pub fn cut_short(
     let have: BTreeSet<&str> = reported.iter().map(|r| r.node.as_str()).collect();
     round.not_reported.retain(|n| !have.contains(n.as_str()));
     round.failure_reason = Some(reason.to_string());
-    store.put_round(id, &round)?;
-    Ok(())
+    Ok(Some(round))
 }
 
 /// Marks every incarnation of `kind` the store holds as live but whose UID is not in `live`.
-pub fn sweep(store: &Store, kind: TaskKind, live: &BTreeSet<String>) -> Result<usize, StoreError> {
+pub async fn sweep(
+    writes: &Writes,
+    kind: TaskKind,
+    live: &BTreeSet<String>,
+) -> Result<usize, StoreError> {
     let now = Timestamp::now();
     let mut swept = 0;
-    for task in store.tasks() {
+    for task in writes.store().tasks() {
         if task.kind == kind && task.deleted.is_none() && !live.contains(&task.uid) {
-            store.mark_deleted(task.id, now)?;
+            writes.mark_deleted(task.id, now).await?;
             swept += 1;
         }
     }
@@ -79,7 +90,7 @@ pub fn sweep(store: &Store, kind: TaskKind, live: &BTreeSet<String>) -> Result<u
 }
 
 /// Watches tasks of kind `K` and records deletions in the store, until the watch ends.
-pub async fn track<K: TaskObject>(client: Client, store: Arc<Store>, metrics: TaskMetrics) {
+pub async fn track<K: TaskObject>(client: Client, writes: Writes, metrics: TaskMetrics) {
     let api: Api<K> = Api::all(client);
     let mut live: BTreeSet<String> = BTreeSet::new();
     let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
@@ -93,43 +104,32 @@ pub async fn track<K: TaskObject>(client: Client, store: Arc<Store>, metrics: Ta
                 continue;
             }
         };
-        let store = store.clone();
         let result = match event {
             Event::Init => {
                 live.clear();
-                Ok(Ok(()))
+                Ok(())
             }
             Event::InitApply(object) => {
                 live.extend(object.meta().uid.clone());
-                Ok(Ok(()))
+                Ok(())
             }
-            Event::InitDone => {
-                let live = live.clone();
-                tokio::task::spawn_blocking(move || sweep(&store, K::KIND, &live))
-                    .await
-                    .map(|r| {
-                        r.map(|n| {
-                            if n > 0 {
-                                tracing::info!(kind = %K::KIND, tasks = n, "tasks deleted while the controller was away");
-                            }
-                        })
-                    })
-            }
-            Event::Apply(_) => Ok(Ok(())),
+            Event::InitDone => sweep(&writes, K::KIND, &live).await.map(|n| {
+                if n > 0 {
+                    tracing::info!(kind = %K::KIND, tasks = n, "tasks deleted while the controller was away");
+                }
+            }),
+            Event::Apply(_) => Ok(()),
             Event::Delete(object) => {
                 metrics.forget(K::KIND, &object.name_any());
                 let uid = object.meta().uid.clone().unwrap_or_default();
                 let status = object.task_status().cloned();
-                tokio::task::spawn_blocking(move || {
-                    task_deleted(&store, &uid, status.as_ref(), Timestamp::now()).map(|_| ())
-                })
-                .await
+                task_deleted(&writes, &uid, status.as_ref(), Timestamp::now())
+                    .await
+                    .map(drop)
             }
         };
-        match result {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(kind = %K::KIND, error = %e, "recording a deleted task"),
-            Err(e) => tracing::warn!(kind = %K::KIND, error = %e, "recording a deleted task"),
+        if let Err(e) = result {
+            tracing::warn!(kind = %K::KIND, error = %e, "recording a deleted task");
         }
     }
 }

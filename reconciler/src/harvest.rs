@@ -1,6 +1,7 @@
 //! Harvesting: check that the agent is the pod it should be (its pod-bound token, reviewed by
-//! the API server), pull a task's reports from its report API, store them durably, then
-//! acknowledge them (so an agent drops only what the store holds). Never remote commands.
+//! the API server), pull a task's reports from its report API, store them durably — with
+//! replicas, committed by a majority of them — then acknowledge them (so an agent drops only
+//! what the store holds, and a failover loses nothing it dropped). Never remote commands.
 //!
 //! A report names the task incarnation it belongs to (`taskUID`): one of another incarnation
 //! of the same name goes to that incarnation when the store knows it, and is left on the agent
@@ -12,7 +13,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use kdoctor_api::report::Report;
 use kdoctor_api::task::TaskKind;
-use kdoctor_store::{IncarnationId, NewReport, Store};
+use kdoctor_store::{IncarnationId, NewReport, Writes};
 use kdoctor_transport::report_api::Entry;
 use kdoctor_transport::report_client::{ReportClient, ReportClientError};
 
@@ -23,6 +24,10 @@ use crate::readiness::AgentPod;
 
 /// Agents harvested at once.
 const CONCURRENCY: usize = 64;
+
+/// The leader's lease must hold this long yet when acknowledgements go out (a few calls to one
+/// agent).
+const ACKNOWLEDGE_MARGIN: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The task incarnation being harvested.
 #[derive(Clone, Debug)]
@@ -55,8 +60,8 @@ pub struct HarvestOutcome {
 pub struct Harvester {
     /// Report API client.
     pub client: ReportClient,
-    /// The store.
-    pub store: Arc<Store>,
+    /// The store, and where its writes go.
+    pub writes: Writes,
     /// Metrics.
     pub metrics: ControllerMetrics,
     /// Report export: told when reports were stored (never waits).
@@ -188,7 +193,7 @@ impl Harvester {
             let id = match report.task_uid.as_deref() {
                 None => task.id,
                 Some(uid) if uid == task.uid => task.id,
-                Some(uid) => match self.store.by_uid(uid) {
+                Some(uid) => match self.writes.store().by_uid(uid) {
                     Some(other) if other.kind == task.kind && other.name == task.name => other.id,
                     _ => {
                         outcome.foreign += 1;
@@ -201,46 +206,30 @@ impl Harvester {
         if fetched.is_empty() {
             return Ok(());
         }
-        let store = self.store.clone();
-        let to_store: Vec<(IncarnationId, Report)> = fetched
+        let batch: Vec<NewReport<'_>> = fetched
             .iter()
-            .map(|(_, id, report)| (*id, report.clone()))
+            .map(|(_, id, report)| NewReport { task: *id, report })
             .collect();
-        let stored = tokio::task::spawn_blocking(move || {
-            let batch: Vec<NewReport<'_>> = to_store
-                .iter()
-                .map(|(id, report)| NewReport { task: *id, report })
-                .collect();
-            store.put_reports(&batch).map(|outcomes| outcomes.len())
-        })
-        .await
-        .map_err(|e| ("store", e.to_string()))?
-        .map_err(|e| ("store", e.to_string()))?;
+        let stored = self
+            .writes
+            .put_reports(&batch)
+            .await
+            .map_err(|e| ("store", e.to_string()))?
+            .len();
         if let Some(export) = &self.export {
             // Their outbox entries were written with them.
             export.stored();
         }
-        // With followers, one of them should have the reports before the agent may drop them:
-        // a failover right after the acknowledgement then loses nothing. Bounded, so a slow
-        // follower delays acknowledgements, never the round.
-        let rv = self.store.resource_version();
-        if !self.store.followers().is_empty()
-            && !self
-                .store
-                .replicated(rv, crate::replica::REPLICATION_ACK_WAIT)
-                .await
-        {
-            tracing::warn!(
-                resource_version = rv,
-                "no follower applied the reports in time; acknowledging them anyway"
-            );
-        }
+        // Only a leader that can still prove it leads tells agents to drop what they sent.
+        self.writes
+            .may_act(ACKNOWLEDGE_MARGIN)
+            .map_err(|e| ("fenced", e.to_string()))?;
         outcome.stored += stored;
         self.metrics
             .reports_stored
             .with_label_values(&[task.kind.as_str()])
             .inc_by(stored as u64);
-        // Durable now: the agent may drop them.
+        // Durable (committed by a majority, with replicas) now: the agent may drop them.
         for (name, _, _) in &fetched {
             match agent.acknowledge(name).await {
                 Ok(()) => outcome.acknowledged += 1,

@@ -2,6 +2,7 @@
 //! carriers (server-side applied), the round state machine, the status (written only here),
 //! harvesting agent reports into the store, and clean-up.
 
+pub mod announce;
 pub mod carrier;
 pub mod conditions;
 pub mod context;
@@ -10,11 +11,11 @@ pub mod deletions;
 pub mod drift;
 pub mod ensure;
 pub mod export;
+pub mod fenced;
 pub mod grants;
 pub mod harvest;
 pub mod harvest_loop;
 pub mod identity;
-pub mod leader;
 pub mod markers;
 pub mod metrics;
 pub mod options;

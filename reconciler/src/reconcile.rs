@@ -227,7 +227,11 @@ pub async fn reconcile<K: TaskObject>(
         }
         return Ok(Action::await_change());
     }
-    if ctx.store.by_uid(&uid).is_some_and(|t| t.deleted.is_some()) {
+    if ctx
+        .store()
+        .by_uid(&uid)
+        .is_some_and(|t| t.deleted.is_some())
+    {
         // Seen deleted already: a late copy from the cache.
         return Ok(Action::await_change());
     }
@@ -289,9 +293,7 @@ pub async fn reconcile<K: TaskObject>(
         status: Some(serde_json::to_value(&old_status)?),
         deleted: None,
     };
-    let store = ctx.store.clone();
-    let to_record = record.clone();
-    let (id, _) = blocking(move || store.record_task(&to_record)).await?;
+    let (id, _) = ctx.writes.record_task(record.clone()).await?;
     let harvestee = Harvestee {
         kind,
         name: name.clone(),
@@ -310,7 +312,7 @@ pub async fn reconcile<K: TaskObject>(
     };
     let stored = match rounds::ongoing(&old_status) {
         Some(current) => {
-            let (store, round) = (ctx.store.clone(), current.round_number.max(0) as u64);
+            let (store, round) = (ctx.store().clone(), current.round_number.max(0) as u64);
             blocking(move || store.reports(id, round)).await?
         }
         None => Vec::new(),
@@ -373,8 +375,7 @@ pub async fn reconcile<K: TaskObject>(
         publish(&ctx, object.as_ref(), &happening.note).await;
     }
     record.status = Some(serde_json::to_value(&next)?);
-    let store = ctx.store.clone();
-    blocking(move || store.record_task(&record)).await?;
+    ctx.writes.record_task(record).await?;
 
     Ok(match decision.requeue {
         Some(after) => Action::requeue(after),
@@ -423,9 +424,7 @@ async fn round_finished<K: TaskObject>(
 ) -> Result<(), ReconcileError> {
     let (kind, name) = (K::KIND, object.meta().name.clone().unwrap_or_default());
     let summary = &finished.summary;
-    let store = ctx.store.clone();
-    let to_store = summary.clone();
-    blocking(move || store.put_round(id, &to_store)).await?;
+    ctx.writes.put_round(id, summary.clone()).await?;
     ctx.metrics
         .rounds
         .with_label_values(&[kind.as_str(), summary.result.as_str()])

@@ -16,11 +16,14 @@ use kdoctor_apiserver::certs::bootstrap::{CertSettings, ensure, keep_ca_bundle};
 use kdoctor_apiserver::certs::renewal::serving_names;
 use kdoctor_apiserver::pki::{Ca, Pem, write_private};
 use kdoctor_apiserver::server::{AuthMode, ServerOptions, start};
-use kdoctor_reconciler::controller::{RunError, Setup, run};
+use kdoctor_reconciler::controller::{Setup, run};
 use kdoctor_reconciler::export::ExportConfig;
-use kdoctor_reconciler::leader::LeaseTiming;
 use kdoctor_reconciler::options::{AgentPorts, ControllerOptions};
+use kdoctor_reconciler::replica::peers::Peers;
+use kdoctor_reconciler::replica::transport::HttpsTransport;
 use kdoctor_reconciler::replica::{REPLICA_NAME, Replication};
+use kdoctor_store::Writes;
+use kdoctor_store::raft::{Member, Options, Replica};
 use tokio::sync::watch;
 
 /// Arguments of `kdoctor controller`.
@@ -98,25 +101,34 @@ pub struct Args {
         default_value = "kdoctor"
     )]
     namespace: String,
-    /// This replica's name (Lease holder, Event reporter).
+    /// This replica's name (its pod's: the StatefulSet's ordinal in it), for the replicated
+    /// store, Events and the Lease.
     #[arg(long = "pod-name", env = "ENV_POD_NAME")]
     pod_name: Option<String>,
-    /// Elect a leader on the Lease `kdoctor-controller-lease` (only the leader reconciles
-    /// and harvests; with --pod-ip, the other replicas follow its store and serve reads too).
+    /// This replica's pod UID: with the pod name, it names the replica's node in the
+    /// replicated store when its volume is first used.
+    #[arg(long = "pod-uid", env = "ENV_POD_UID")]
+    pod_uid: Option<String>,
+    /// Replicate the report store among the StatefulSet's replicas (Raft; only the leader
+    /// reconciles and harvests, every replica serves reads). Needs --pod-ip; off, this process
+    /// owns its store alone.
     #[arg(long = "leader-elect", default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
-    /// This replica's pod IP: with leader election, the leader serves its store's history to
-    /// the other replicas at this address (port of --replication-listen); without it, only the
-    /// leader serves reports.
+    /// This replica's pod IP, where the other replicas reach it (port of
+    /// --replication-listen); without it, the store is not replicated.
     #[arg(long = "pod-ip", env = "ENV_POD_IP", value_name = "IP")]
     pod_ip: Option<std::net::IpAddr>,
-    /// Address of the replication endpoint (mutual TLS, the install's CA).
+    /// Address where the replicas reach each other (mutual TLS, the install's CA).
     #[arg(
         long = "replication-listen",
         value_name = "ADDR",
         default_value = "0.0.0.0:5722"
     )]
     replication_listen: SocketAddr,
+    /// On SIGTERM, seconds to go on serving while not ready (the Service's endpoints drop this
+    /// replica), before the controller's work stops.
+    #[arg(long = "shutdown-delay-seconds", default_value_t = 5)]
+    shutdown_delay_seconds: u64,
     /// Agent image of per-task carriers.
     #[arg(long = "agent-image", env = "ENV_AGENT_IMAGE")]
     agent_image: Option<String>,
@@ -287,8 +299,7 @@ fn options(args: &Args) -> Result<ControllerOptions> {
     Ok(options)
 }
 
-/// Runs the controller until SIGINT or SIGTERM (exit 0) or until leadership is lost (exit 1,
-/// so the pod restarts as a follower).
+/// Runs the controller until SIGINT or SIGTERM (exit 0).
 pub fn run_command(args: &Args) -> Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -358,13 +369,7 @@ async fn keep_certificates(client: kube::Client, settings: CertSettings, data: P
 
 /// The certificates and addresses of replication: a serving certificate for the pod IP and a
 /// client certificate named [`REPLICA_NAME`], both from the install's CA.
-fn replication(
-    args: &Args,
-    ip: std::net::IpAddr,
-    ca: &Ca,
-    current: watch::Sender<bool>,
-    in_sync: watch::Sender<bool>,
-) -> Result<Replication> {
+fn replication(args: &Args, ip: std::net::IpAddr, ca: &Ca) -> Result<Replication> {
     let server = ca
         .serving(&[ip.to_string()])
         .context("issuing the replication serving certificate")?;
@@ -373,38 +378,79 @@ fn replication(
         .context("issuing the replication client certificate")?;
     Ok(Replication {
         listen: args.replication_listen,
-        advertise: SocketAddr::new(ip, args.replication_listen.port()),
+        port: args.replication_listen.port(),
         roots: kdoctor_agent::tls::parse_roots(ca.pem.cert.as_bytes(), "the install CA")?,
         server: identity_from_pem(&server.cert, &server.key)?,
         client: identity_from_pem(&client.cert, &client.key)?,
-        current,
-        in_sync,
     })
 }
 
-/// A follower's writes (DELETEs of reports), made by the leader.
-struct ForwardToLeader {
-    client: kdoctor_reconciler::replica::client::PeerClient,
-    leases: kube::Api<k8s_openapi::api::coordination::v1::Lease>,
-    identity: String,
+/// The node id of a replica whose volume is used for the first time: from its pod's name and
+/// UID (a re-created pod that lost its volume is another node), FNV-1a.
+fn node_id(pod: &str, uid: Option<&str>) -> u64 {
+    let nanos = jiff::Timestamp::now().as_nanosecond().to_string();
+    let text = format!("{pod}/{}", uid.unwrap_or(&nanos));
+    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
-impl kdoctor_apiserver::follower::LeaderWrites for ForwardToLeader {
-    fn purge(
-        &self,
-        uid: String,
-        round: Option<u64>,
-    ) -> kdoctor_apiserver::follower::BoxFuture<Result<u64, String>> {
-        let client = self.client.clone();
-        let leases = self.leases.clone();
-        let identity = self.identity.clone();
-        Box::pin(async move {
-            let leader = kdoctor_reconciler::replica::follow::leader_address(&leases, &identity)
-                .await
-                .ok_or("no leader is known")?;
-            client.purge(leader, &uid, round).await
-        })
+/// Keeps the replica's readiness: ready while it could confirm lately that it has every
+/// acknowledged write (it reaches the leader), so a replica cut off from the others leaves the
+/// Service's endpoints.
+async fn keep_ready(replica: Replica, health: Arc<kdoctor_apiserver::health::Health>) {
+    let mut last_ok: Option<tokio::time::Instant> = None;
+    loop {
+        if replica.read_barrier(Duration::from_secs(2)).await.is_ok() {
+            last_ok = Some(tokio::time::Instant::now());
+        }
+        health.set_replica_ready(last_ok.is_some_and(|t| t.elapsed() < Duration::from_secs(5)));
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// Starts this replica of the replicated store: the watch of the other replicas, its endpoint,
+/// and its way into the cluster (started, or joined, in the background).
+async fn start_replica(
+    args: &Args,
+    replication: Replication,
+    client: &kube::Client,
+    identity: &str,
+    state: &kdoctor_apiserver::AppState,
+    store: Arc<kdoctor_store::Store>,
+    background: &mut tokio::task::JoinSet<()>,
+) -> Result<(Replica, Peers)> {
+    let peers = Peers::start(client, &args.namespace, identity, background);
+    let transport = HttpsTransport::new(&replication, peers.clone())?;
+    let uid = args.pod_uid.clone();
+    let replica = Replica::start(
+        store,
+        Options::new(Member::new(identity)),
+        Arc::new(transport),
+        || node_id(identity, uid.as_deref()),
+    )
+    .await
+    .context("starting the replicated store")?;
+    replica
+        .metrics()
+        .register(&state.metrics.registry)
+        .context("registering the replicated store's metrics")?;
+    background.spawn(
+        kdoctor_reconciler::replica::serve::serve(replica.clone(), &replication)
+            .await
+            .context("serving the other replicas")?,
+    );
+    state.health.set_replica_ready(false);
+    background.spawn(keep_ready(replica.clone(), state.health.clone()));
+    let (forming, expected) = (replica.clone(), peers.clone());
+    background.spawn(async move {
+        expected.ready().await;
+        if let Err(e) = forming.form(|| expected.expected()).await {
+            tracing::error!(error = %e, "this replica could not get into the replicas' cluster");
+        }
+    });
+    tracing::info!(node = replica.id(), member = %identity, "replica of the report store");
+    Ok((replica, peers))
 }
 
 async fn controller(args: &Args) -> Result<ExitCode> {
@@ -459,13 +505,6 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         .clone()
         .unwrap_or_else(kdoctor_agent::config::host_name);
 
-    let (current_tx, mut current_rx) = watch::channel(false);
-    let (in_sync_tx, in_sync_rx) = watch::channel(false);
-    let replication = match (args.leader_elect, args.pod_ip) {
-        (true, Some(ip)) => Some(replication(args, ip, &ca, current_tx, in_sync_tx)?),
-        _ => None,
-    };
-
     let server = start(ServerOptions {
         tls_files,
         tls_sans: args.tls_san.clone(),
@@ -482,7 +521,7 @@ async fn controller(args: &Args) -> Result<ExitCode> {
     let store = state.wait_store().await;
     // A store stopped on an I/O error (a full disk) takes nothing more until reopened, and sled
     // would hang closing it: the process exits, and the pod restarts and reopens it once the
-    // cause is gone (meanwhile another replica serves, and takes the Lease).
+    // cause is gone (meanwhile the other replicas serve, and lead).
     {
         let store = store.clone();
         tokio::spawn(async move {
@@ -500,51 +539,59 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         .with_context(|| format!("cannot listen on --metrics-listen {}", args.metrics_listen))?;
     tracing::info!(api = %server.url(), metrics = %ops, store = %args.data.display(), "kdoctor controller serving");
 
-    let (leading_tx, mut leading_rx) = watch::channel(!args.leader_elect);
-    state.health.set_leading(!args.leader_elect);
-    let health = state.health.clone();
-    tokio::spawn(async move {
-        while leading_rx.changed().await.is_ok() {
-            health.set_leading(*leading_rx.borrow());
+    let mut background = tokio::task::JoinSet::new();
+    let (writes, peers) = match (args.leader_elect, args.pod_ip) {
+        (true, Some(ip)) => {
+            let (replica, peers) = start_replica(
+                args,
+                replication(args, ip, &ca)?,
+                &client,
+                &identity,
+                &state,
+                store.clone(),
+                &mut background,
+            )
+            .await?;
+            let writes = Writes::Replicated(replica);
+            state.set_writes(writes.clone());
+            (writes, Some(peers))
         }
-    });
-    let health = state.health.clone();
-    tokio::spawn(async move {
-        while current_rx.changed().await.is_ok() {
-            health.set_replica_current(*current_rx.borrow());
-        }
-    });
-    if let Some(replication) = &replication {
-        state.set_follower_sync(in_sync_rx);
-        state.set_leader_writes(Arc::new(ForwardToLeader {
-            client: kdoctor_reconciler::replica::client::PeerClient::new(replication)?,
-            leases: kube::Api::namespaced(client.clone(), &args.namespace),
-            identity: identity.clone(),
-        }));
-    }
+        _ => (Writes::Local(store.clone()), None),
+    };
+    // The reconciler's writes leave only while this replica's leader lease holds.
+    let reconciler_client = match &writes {
+        Writes::Replicated(_) => kdoctor_reconciler::fenced::wrap(client.clone(), writes.clone()),
+        Writes::Local(_) => client.clone(),
+    };
     let setup = Setup {
-        client,
-        store: Arc::clone(&store),
+        client: reconciler_client,
+        writes: writes.clone(),
         config,
         options,
         harvest_identity,
         registry: state.metrics.registry.clone(),
         identity,
-        election: args.leader_elect.then(LeaseTiming::default),
         export,
-        replication,
+        peers,
     };
-    let result = run(setup, leading_tx, super::stopped()).await;
-    server.stop().await;
-    match result {
-        Ok(()) => {
-            tracing::info!("kdoctor controller stopped");
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(RunError::LostLeadership) => {
-            tracing::error!("lost leadership; exiting so that this replica restarts as a follower");
-            Ok(super::exit_failed())
-        }
-        Err(e) => bail!(e),
+    // On SIGTERM: out of the Service's endpoints at once, still answering for a while, then
+    // the controller's work stops, then the replica leaves, then the server.
+    let health = state.health.clone();
+    let delay = Duration::from_secs(args.shutdown_delay_seconds);
+    let shutdown = async move {
+        super::stopped().await;
+        tracing::info!(delay = ?delay, "stopping: not ready from now on");
+        health.set_stopping();
+        tokio::time::sleep(delay).await;
+    };
+    let (leading, _) = watch::channel(false);
+    let result = run(setup, leading, shutdown).await;
+    if let Some(replica) = writes.replica() {
+        replica.shutdown().await;
     }
+    background.abort_all();
+    server.stop().await;
+    result?;
+    tracing::info!("kdoctor controller stopped");
+    Ok(ExitCode::SUCCESS)
 }

@@ -110,9 +110,9 @@ pub enum StoreError {
         "the report store stopped on an I/O error and must be reopened (the controller restarts it): {0}"
     )]
     Stopped(String),
-    /// This store follows the leader's: it takes writes only from the leader.
-    #[error("this replica follows the leader's store; writes go to the leader")]
-    Follower,
+    /// This store takes its writes from the replicated log only.
+    #[error("this store is replicated: writes go through the replicated log (made by the leader)")]
+    Replicated,
     /// A follower could not apply what the leader sent.
     #[error("replication: {0}")]
     Replication(String),

@@ -24,8 +24,6 @@ use crate::model::IncarnationId;
 pub const META_RV: &[u8] = b"mrv";
 /// Metadata: the layout version of the store.
 pub const META_FORMAT: &[u8] = b"mformat";
-/// Metadata: the term of the writer of the last batch (crate::replica).
-pub const META_TERM: &[u8] = b"mterm";
 /// Metadata: the last incarnation id handed out.
 pub const META_ID: &[u8] = b"mid";
 /// Metadata: the last entry of the replicated log applied (crate::raft).

@@ -23,11 +23,11 @@ mod model;
 mod outbox;
 mod probes;
 pub mod raft;
-pub mod replica;
 mod retention;
 mod state_tree;
 mod store;
 mod transfer;
+mod writes;
 
 pub use codec::MAX_VALUE_BYTES;
 pub use command::{Applied, Command, Refusal, ReportEntry};
@@ -46,7 +46,7 @@ pub use model::{
 pub use outbox::Pending;
 pub use retention::{Reason, Removal, SweepReport, plan as plan_retention, run_retention};
 pub use store::{
-    FORMAT_VERSION, NewReport, REPLICATION_WINDOW_BYTES, Repair, RoundInfo, Stats, Store,
-    Subscription, WatchError,
+    FORMAT_VERSION, NewReport, Repair, RoundInfo, Stats, Store, Subscription, WatchError,
 };
 pub use transfer::{BadLine, Counts, ImportError, ImportReport, Line};
+pub use writes::Writes;

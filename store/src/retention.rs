@@ -2,7 +2,6 @@
 //! under its size limit; a deleted task goes once it has no rounds left and its deletion is
 //! older than the age limit (or the size limit needs the room).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -12,6 +11,7 @@ use crate::error::Result;
 use crate::index::Entry;
 use crate::model::IncarnationId;
 use crate::store::Store;
+use crate::writes::Writes;
 
 /// Why something is removed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,71 +104,106 @@ pub fn plan(entries: &[Entry], retention: &Retention, now: Timestamp) -> Vec<Rem
     removals
 }
 
-impl Store {
-    /// Applies retention once, as of `now` (a follower does not: it applies the leader's).
-    pub fn sweep(&self, now: Timestamp) -> Result<SweepReport> {
-        if self.is_following() {
-            return Ok(SweepReport::default());
-        }
-        let entries = self.index_snapshot();
-        let mut report = SweepReport::default();
-        for removal in plan(&entries, &self.config().retention, now) {
-            match removal {
-                Removal::Round(id, round, reason) => {
-                    let bytes = self.purge_round(id, round)?;
-                    let metrics = self.metrics();
-                    metrics
-                        .retention_rounds
-                        .with_label_values(&[reason.as_str()])
-                        .inc();
-                    metrics
-                        .retention_bytes
-                        .with_label_values(&[reason.as_str()])
-                        .inc_by(bytes);
-                    report.bytes += bytes;
-                    match reason {
-                        Reason::Age => report.rounds_by_age += 1,
-                        Reason::Size => report.rounds_by_size += 1,
-                    }
+impl SweepReport {
+    /// Counts `removal`, which removed `bytes` (nothing when it was gone already), in the
+    /// report and the store's metrics.
+    fn count(&mut self, removal: Removal, bytes: Option<u64>, store: &Store) {
+        let Some(bytes) = bytes else {
+            return;
+        };
+        let metrics = store.metrics();
+        match removal {
+            Removal::Round(_, _, reason) => {
+                metrics
+                    .retention_rounds
+                    .with_label_values(&[reason.as_str()])
+                    .inc();
+                match reason {
+                    Reason::Age => self.rounds_by_age += 1,
+                    Reason::Size => self.rounds_by_size += 1,
                 }
-                Removal::Task(id, reason) => {
-                    let bytes = self.task(id).map_or(0, |t| t.stored_bytes);
-                    if self.purge_task(id)? {
-                        self.metrics()
-                            .retention_bytes
-                            .with_label_values(&[reason.as_str()])
-                            .inc_by(bytes);
-                        report.bytes += bytes;
-                        report.tasks += 1;
-                    }
-                }
+                metrics
+                    .retention_bytes
+                    .with_label_values(&[reason.as_str()])
+                    .inc_by(bytes);
+            }
+            Removal::Task(_, reason) => {
+                self.tasks += 1;
+                metrics
+                    .retention_bytes
+                    .with_label_values(&[reason.as_str()])
+                    .inc_by(bytes);
             }
         }
-        if report != SweepReport::default() {
+        self.bytes += bytes;
+    }
+
+    fn log(&self) {
+        if *self != SweepReport::default() {
             tracing::info!(
-                rounds_by_age = report.rounds_by_age,
-                rounds_by_size = report.rounds_by_size,
-                tasks = report.tasks,
-                bytes = report.bytes,
+                rounds_by_age = self.rounds_by_age,
+                rounds_by_size = self.rounds_by_size,
+                tasks = self.tasks,
+                bytes = self.bytes,
                 "retention removed old data"
             );
         }
+    }
+}
+
+impl Store {
+    /// Applies retention once, as of `now`, to a store this process owns alone.
+    pub fn sweep(&self, now: Timestamp) -> Result<SweepReport> {
+        let mut report = SweepReport::default();
+        for removal in plan(&self.index_snapshot(), &self.config().retention, now) {
+            let bytes = match removal {
+                Removal::Round(id, round, _) => Some(self.purge_round(id, round)?),
+                Removal::Task(id, _) => {
+                    let bytes = self.task(id).map_or(0, |t| t.stored_bytes);
+                    self.purge_task(id)?.then_some(bytes)
+                }
+            };
+            report.count(removal, bytes, self);
+        }
+        report.log();
         Ok(report)
     }
 }
 
-/// Sweeps every `every` until the task is dropped (spawn it on the controller's runtime).
-pub async fn run_retention(store: Arc<Store>, every: Duration) {
+impl Writes {
+    /// Applies retention once, as of `now`, through the writer.
+    pub async fn sweep(&self, now: Timestamp) -> Result<SweepReport> {
+        let store = self.store().clone();
+        let mut report = SweepReport::default();
+        for removal in plan(&store.index_snapshot(), &store.config().retention, now) {
+            let bytes = match removal {
+                Removal::Round(id, round, _) => Some(self.purge_round(id, round).await?),
+                Removal::Task(id, _) => {
+                    let bytes = store.task(id).map_or(0, |t| t.stored_bytes);
+                    self.purge_task(id).await?.then_some(bytes)
+                }
+            };
+            report.count(removal, bytes, &store);
+        }
+        report.log();
+        Ok(report)
+    }
+}
+
+/// Sweeps every `every` through what `writes` gives at that moment (a store's writes may
+/// become replicated after it opened), while this process writes, until the task is dropped
+/// (spawn it on the process's runtime): with replicas, only the leader sweeps.
+pub async fn run_retention(writes: impl Fn() -> Writes + Send + 'static, every: Duration) {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let store = store.clone();
-        let swept = tokio::task::spawn_blocking(move || store.sweep(Timestamp::now())).await;
-        match swept {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "retention sweep failed"),
-            Err(e) => tracing::error!(error = %e, "retention sweep panicked"),
+        let writes = writes();
+        if !writes.is_writer() {
+            continue;
+        }
+        if let Err(e) = writes.sweep(Timestamp::now()).await {
+            tracing::error!(error = %e, "retention sweep failed");
         }
     }
 }

@@ -37,7 +37,6 @@ use crate::model::{
 };
 use crate::outbox::{OutboxState, Pending, ReportKey};
 use crate::probes;
-use crate::replica::{Op, Position, ReplicaLog};
 use crate::state_tree;
 
 /// How long a write waits for its flush before the store stops (crate::flusher): far beyond
@@ -48,8 +47,6 @@ const FLUSH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 pub const FORMAT_VERSION: u32 = 1;
 /// Live events buffered per subscriber before it is told it lagged.
 pub(crate) const BROADCAST_CAPACITY: usize = 4096;
-/// Bytes of recent writes kept for followers that resume (beyond it they load a snapshot).
-pub const REPLICATION_WINDOW_BYTES: usize = 64 << 20;
 
 /// The stored header of one agent report.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -135,8 +132,6 @@ pub(crate) struct Writer {
     pub(crate) window: VecDeque<Event>,
     /// The last resourceVersion whose event went to watchers (everything up to it is durable).
     pub(crate) published: u64,
-    /// Recent writes for followers (crate::replica).
-    pub(crate) log: ReplicaLog,
 }
 
 /// The report store of the controller.
@@ -151,24 +146,20 @@ pub struct Store {
     state: RwLock<(sled::Tree, Vec<u8>)>,
     pub(crate) writer: Mutex<Writer>,
     pub(crate) index: RwLock<Index>,
-    /// Replaced when a follower loads a snapshot, which ends every watch of the old history.
+    /// Replaced when a replica installs a snapshot, which ends every watch of the old history.
     pub(crate) events: RwLock<broadcast::Sender<Event>>,
     pub(crate) mark: DurableMark,
     config: StoreConfig,
     pub(crate) metrics: StoreMetrics,
     pub(crate) outbox: Mutex<OutboxState>,
-    /// A follower applies the leader's writes and refuses its own.
-    pub(crate) following: AtomicBool,
     /// Writes come only from the replicated log (crate::raft): [`Store::execute`] refuses.
     replicated: AtomicBool,
     /// The last durable resourceVersion, for those who wait for one.
     pub(crate) durable_rv: watch::Sender<u64>,
-    /// The newest resourceVersion a connected follower has applied.
-    pub(crate) replicated_rv: watch::Sender<u64>,
     /// The I/O error the store stopped on (sled takes nothing more after one, e.g. a full disk).
     failure: Mutex<Option<String>>,
-    /// Bumped when a follower loads a snapshot: the same resourceVersion may then name other
-    /// data than before (its old history was not the leader's), so caches key on it too.
+    /// Bumped when a replica installs a snapshot (or clears its store to join a cluster): the
+    /// same resourceVersion may then name other data than before, so caches key on it too.
     pub(crate) generation: std::sync::atomic::AtomicU64,
     _lock: LockFile,
 }
@@ -181,8 +172,6 @@ pub(crate) type Extra = [(Vec<u8>, Vec<u8>)];
 #[derive(Default)]
 struct Changes {
     batch: sled::Batch,
-    /// The same operations, for followers.
-    ops: Vec<Op>,
     events: Vec<(EventType, IncarnationId, Option<u64>)>,
 }
 
@@ -196,13 +185,11 @@ impl Changes {
     }
 
     fn insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.batch.insert(key.as_slice(), value.as_slice());
-        self.ops.push(Op::Put(key, value));
+        self.batch.insert(key, value);
     }
 
     fn remove(&mut self, key: Vec<u8>) {
-        self.batch.remove(key.as_slice());
-        self.ops.push(Op::Remove(key));
+        self.batch.remove(key);
     }
 
     fn framed(&mut self, key: &[u8], plain: &[u8], old: Option<&Frame>) -> Result<u64> {
@@ -278,9 +265,6 @@ impl Store {
                 next_id: loaded.next_id,
                 window: loaded.window,
                 published: rv,
-                // No history is kept for followers until the store leads with replication
-                // ([`Store::lead`]): a single replica does not pay its memory.
-                log: ReplicaLog::new(loaded.position, new_term(), 0),
             }),
             db,
             state: RwLock::new((tree, tree_name)),
@@ -290,10 +274,8 @@ impl Store {
             config,
             metrics,
             outbox: Mutex::new(loaded.outbox),
-            following: AtomicBool::new(false),
             replicated: AtomicBool::new(false),
             durable_rv: watch::Sender::new(rv),
-            replicated_rv: watch::Sender::new(0),
             failure: Mutex::new(None),
             generation: std::sync::atomic::AtomicU64::new(0),
             _lock: lock,
@@ -824,7 +806,7 @@ impl Store {
     }
 
     fn apply_outbox_done(&self, seqs: &[u64], extra: &Extra) -> Result<()> {
-        let mut writer = self.lock_writer();
+        let _writer = self.lock_writer();
         let removed: Vec<u64> = {
             let mut outbox = self.lock_outbox();
             let removed = seqs
@@ -841,9 +823,6 @@ impl Store {
         }
         if !removed.is_empty() {
             self.tree().apply_batch(changes.batch)?;
-            for op in changes.ops {
-                writer.log.carry(op);
-            }
         }
         Ok(())
     }
@@ -1028,14 +1007,7 @@ impl Store {
             changes.remove(keys::event(old.resource_version));
         }
         changes.insert(keys::META_RV.to_vec(), writer.rv.to_be_bytes().to_vec());
-        if !self.replicated.load(Ordering::SeqCst) {
-            changes.insert(
-                keys::META_TERM.to_vec(),
-                writer.log.term.to_be_bytes().to_vec(),
-            );
-        }
-        self.db.apply_batch(changes.batch)?;
-        writer.log.append(writer.rv, changes.ops);
+        self.tree().apply_batch(changes.batch)?;
 
         {
             let mut index = self.write_index();
@@ -1099,16 +1071,15 @@ impl Store {
                 let _ = events.send(event.clone());
             }
             writer.published = applied;
-            writer.log.publish(applied);
             self.durable_rv.send_replace(applied);
         }
     }
 
-    /// Fails when this store follows a leader (its writes come from the leader) or the
-    /// replicated log, or stopped on an I/O error.
+    /// Fails when this store's writes come from the replicated log, or it stopped on an I/O
+    /// error.
     fn writable(&self) -> Result<()> {
-        if self.following.load(Ordering::SeqCst) || self.replicated.load(Ordering::SeqCst) {
-            return Err(StoreError::Follower);
+        if self.replicated.load(Ordering::SeqCst) {
+            return Err(StoreError::Replicated);
         }
         if let Some(reason) = self.failure() {
             return Err(StoreError::Stopped(reason));
@@ -1144,9 +1115,23 @@ impl Store {
         error
     }
 
-    /// Changes when a follower's content is replaced by a snapshot (see the field).
+    /// Changes when the content is replaced by a snapshot (see the field).
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
+    }
+
+    /// The last durable resourceVersion, changing as writes become durable.
+    pub fn durable_versions(&self) -> watch::Receiver<u64> {
+        self.durable_rv.subscribe()
+    }
+
+    /// Waits until every write up to `rv` is durable here, at most `timeout`; `false` when it
+    /// did not come in time.
+    pub async fn wait_durable(&self, rv: u64, timeout: std::time::Duration) -> bool {
+        let mut durable = self.durable_rv.subscribe();
+        tokio::time::timeout(timeout, durable.wait_for(|d| *d >= rv))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// From now on the store takes writes from the replicated log only.
@@ -1622,20 +1607,13 @@ fn unexpected(applied: &Applied) -> StoreError {
     StoreError::Invalid(format!("the store answered a write with {applied:?}"))
 }
 
-/// A term no other store has used: the clock in nanoseconds, mixed with the process id.
-pub(crate) fn new_term() -> u64 {
-    let nanos = Timestamp::now().as_nanosecond() as u64;
-    (nanos ^ (u64::from(std::process::id()) << 48)).max(1)
-}
-
-/// What the store keeps in memory, read from the database (at open, and after a follower
-/// loaded a snapshot).
+/// What the store keeps in memory, read from the database (at open, and after a replica
+/// installed a snapshot).
 pub(crate) struct Loaded {
     pub(crate) next_id: u64,
     pub(crate) index: Index,
     pub(crate) window: VecDeque<Event>,
     pub(crate) outbox: OutboxState,
-    pub(crate) position: Position,
 }
 
 impl Loaded {
@@ -1657,10 +1635,6 @@ impl Loaded {
             index: load_index(db)?,
             window,
             outbox: OutboxState::load(pending, read_u64(db, keys::META_OUTBOX_SEQ)?),
-            position: Position {
-                rv: read_u64(db, keys::META_RV)?,
-                term: read_u64(db, keys::META_TERM)?,
-            },
         })
     }
 }

@@ -890,14 +890,17 @@ fn the_manifests_run_the_image_as_described() {
     assert_eq!(agent_image["value"], controller["image"]);
 }
 
-/// Issue 18: the controller keeps the APIService Available through the loss of a pod — two
-/// replicas, each with a store of its own, one disrupted at a time, spread over nodes, and each
-/// told its pod IP (where followers reach the leader) and serving the replication port.
+/// Issues 18 and 31: the controller keeps the APIService Available and its store writable
+/// through the loss of a pod — three replicas under Raft, each with a store of its own, a
+/// majority kept through voluntary disruptions, spread over nodes, each told its pod IP and UID
+/// (where and who it is to the others) and serving the replication port.
 #[test]
-fn the_controller_runs_two_replicas_each_on_its_own_store() {
+fn the_controller_runs_three_replicas_each_on_its_own_store_and_keeps_a_majority() {
     let objects = install();
     let set = find(&objects, "StatefulSet", "kdoctor-controller");
-    assert_eq!(set["spec"]["replicas"], 2);
+    assert_eq!(set["spec"]["replicas"], 3);
+    // Started together: a cluster forms only once every replica answers.
+    assert_eq!(set["spec"]["podManagementPolicy"], "Parallel");
     let claims = set["spec"]["volumeClaimTemplates"]
         .as_array()
         .expect("volumeClaimTemplates");
@@ -918,6 +921,15 @@ fn the_controller_runs_two_replicas_each_on_its_own_store() {
         .find(|e| e["name"] == "ENV_POD_IP")
         .expect("ENV_POD_IP");
     assert_eq!(pod_ip["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+    // With the pod's name, its UID names the replica's node when its volume is first used.
+    let pod_uid = env
+        .iter()
+        .find(|e| e["name"] == "ENV_POD_UID")
+        .expect("ENV_POD_UID");
+    assert_eq!(
+        pod_uid["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.uid"
+    );
     let ports = container["ports"].as_array().expect("ports");
     assert!(
         ports
@@ -931,8 +943,10 @@ fn the_controller_runs_two_replicas_each_on_its_own_store() {
         spread[0]["podAffinityTerm"]["topologyKey"],
         "kubernetes.io/hostname"
     );
+    // A drain or upgrade never takes the majority that writes and reads need.
     let budget = find(&objects, "PodDisruptionBudget", "kdoctor-controller");
-    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    assert_eq!(budget["spec"]["minAvailable"], 2);
+    assert!(budget["spec"].get("maxUnavailable").is_none());
     let labels = &pod_of(&objects, "StatefulSet", "kdoctor-controller")["metadata"]["labels"];
     for (k, v) in budget["spec"]["selector"]["matchLabels"]
         .as_object()

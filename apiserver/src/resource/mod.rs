@@ -91,7 +91,7 @@ pub async fn list(
         return watch::watch(state, query, filter, wanted, include).await;
     }
     let store = state.store()?;
-    crate::follower::await_version(&state, &store, &query).await?;
+    crate::consistency::await_version(&state, &store, &query).await?;
     let limit = query
         .number("limit")?
         .filter(|l| *l > 0)
@@ -228,7 +228,7 @@ pub async fn get(
     };
     let include = Include::parse(query.get("includeObject"))?;
     let store = state.store()?;
-    crate::follower::await_version(&state, &store, &query).await?;
+    crate::consistency::await_version(&state, &store, &query).await?;
     let objects = state.objects.clone();
     let gzip = accepts_gzip(&headers);
     // A cached object is served without leaving the async thread: resolving a name that selects
@@ -306,49 +306,32 @@ fn gzip_response(bytes: bytes::Bytes) -> Response {
     response
 }
 
-/// `DELETE …/kdoctorreports/{name}`: purges the task incarnation, or one round of it. A
-/// follower has the leader purge it and answers once it has applied the purge itself.
+/// `DELETE …/kdoctorreports/{name}`: purges the task incarnation, or one round of it — made
+/// by the writer (the leader, when the store is replicated) and answered once this replica has
+/// it too.
 pub async fn delete(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     let store = state.store()?;
-    let following = store.is_following();
+    let writes = state.writes()?;
     let resolved = {
         let store = store.clone();
         tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
             let target = resolve(&store, &name).ok_or_else(|| ApiError::not_found(&name))?;
             let mut head = object::head(&store, &target)?;
             head.insert("report".into(), json!({}));
-            if !following {
-                match target.round {
-                    Some(round) => {
-                        store.purge_round(target.task.id, round)?;
-                    }
-                    None => {
-                        store.purge_task(target.task.id)?;
-                    }
-                }
-            }
             Ok((target, head))
         })
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??
     };
     let (target, head) = resolved;
-    if following {
-        let writes = state.leader_writes().ok_or_else(|| {
-            ApiError::unavailable("this replica follows the leader and cannot reach it; retry")
-        })?;
-        let rv = writes
-            .purge(target.task.uid.clone(), target.round)
-            .await
-            .map_err(|e| ApiError::unavailable(format!("the leader did not purge: {e}; retry")))?;
-        if !store.wait_durable(rv, crate::follower::FORWARD_WAIT).await {
-            return Err(ApiError::too_large_version(rv, store.resource_version()));
-        }
-    }
-    tracing::info!(name = %target.name, task = %target.task.name, round = ?target.round, forwarded = following, "report purged");
+    match target.round {
+        Some(round) => writes.purge_round(target.task.id, round).await.map(drop),
+        None => writes.purge_task(target.task.id).await.map(drop),
+    }?;
+    tracing::info!(name = %target.name, task = %target.task.name, round = ?target.round, "report purged");
     Ok((StatusCode::OK, axum::Json(serde_json::Value::Object(head))).into_response())
 }
 

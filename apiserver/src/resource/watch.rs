@@ -288,7 +288,7 @@ pub async fn watch(
         sent_columns: false,
         round,
     };
-    crate::follower::await_version(&state, &store, &query).await?;
+    crate::consistency::await_version(&state, &store, &query).await?;
     // Subscribe before reading any state, so that no change falls in between.
     let start = match (from, send_initial) {
         (Some(rv), false) => match store.subscribe(Some(rv)) {

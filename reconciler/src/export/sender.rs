@@ -22,7 +22,7 @@ use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use kdoctor_store::{Pending, Store};
+use kdoctor_store::{Pending, Store, Writes};
 use kdoctor_transport::tls::{ServerTrust, client_config, parse_roots};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use rustls::RootCertStore;
@@ -620,7 +620,7 @@ fn exported(store: &Store, entry: &Pending) -> Result<Option<Exported>, kdoctor_
 
 /// Reads the outbox in order into the in-memory queue while it has room. Entries whose report
 /// is gone, or whose id was already sent, are removed at once.
-async fn feed(store: Arc<Store>, hook: ExportHook, metrics: ExportMetrics) {
+async fn feed(store: Arc<Store>, hook: ExportHook, metrics: ExportMetrics, finished: Done) {
     let mut after: Option<u64> = None;
     loop {
         // Registered before looking, so a report stored in between is not missed.
@@ -665,16 +665,29 @@ async fn feed(store: Arc<Store>, hook: ExportHook, metrics: ExportMetrics) {
                 }
             };
             if done {
-                finish(&store, seq);
+                let _ = finished.send(seq);
             }
         }
     }
 }
 
-/// Removes a delivered (or given up) entry from the outbox.
-fn finish(store: &Store, seq: u64) {
-    if let Err(e) = store.outbox_done(seq) {
-        tracing::error!(seq, error = %e, "cannot remove an exported report from the outbox");
+/// Where delivered (or given up) entries go to be removed from the outbox.
+type Done = tokio::sync::mpsc::UnboundedSender<u64>;
+
+/// Removes delivered entries from the outbox, many in one write: with replicas each write is
+/// an entry of the replicated log. Not waited for by the senders: an entry whose removal is
+/// lost is delivered once more, and receivers de-duplicate by event id.
+async fn finish(writes: Writes, mut done: tokio::sync::mpsc::UnboundedReceiver<u64>) {
+    while let Some(first) = done.recv().await {
+        let mut seqs = vec![first];
+        while seqs.len() < 1000
+            && let Ok(seq) = done.try_recv()
+        {
+            seqs.push(seq);
+        }
+        if let Err(e) = writes.outbox_done(seqs).await {
+            tracing::error!(error = %e, "cannot remove exported reports from the outbox");
+        }
     }
 }
 
@@ -684,8 +697,9 @@ fn finish(store: &Store, seq: u64) {
 pub fn start(
     config: ExportConfig,
     registry: &Registry,
-    store: Arc<Store>,
+    writes: Writes,
 ) -> (ExportHook, impl Future<Output = ()> + Send + 'static) {
+    let store = writes.store().clone();
     let metrics = ExportMetrics::new(registry);
     let workers = config.workers.max(1);
     store.enable_outbox(config.queue as u64);
@@ -696,14 +710,16 @@ pub fn start(
     );
     let config = Arc::new(config);
     tracing::info!(url = %config.url, outbox = config.queue, "exporting reports");
-    let feeder = feed(store.clone(), hook.clone(), metrics.clone());
+    let (done_tx, done) = tokio::sync::mpsc::unbounded_channel();
+    let feeder = feed(store, hook.clone(), metrics.clone(), done_tx.clone());
     let run = async move {
         let mut set = tokio::task::JoinSet::new();
         set.spawn(feeder);
+        set.spawn(finish(writes, done));
         for _ in 0..workers {
             let queue = queue.clone();
             let metrics = metrics.clone();
-            let store = store.clone();
+            let done = done_tx.clone();
             let mut worker = Worker {
                 config: config.clone(),
                 connection: None,
@@ -712,8 +728,7 @@ pub fn start(
                 loop {
                     let (seq, item) = queue.next().await;
                     worker.deliver(item, &metrics).await;
-                    // A removal from sled's cache, not flushed: no blocking thread needed.
-                    finish(&store, seq);
+                    let _ = done.send(seq);
                 }
             });
         }

@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
 use crate::flow::{apply, net_reach, status_when};
-use crate::support::{Cluster, ClusterConfig, eventually, turns_true};
+use crate::support::{Cluster, ClusterConfig, eventually};
 
 const SECRET: &[u8] = b"export-test-shared-secret";
 
@@ -432,14 +432,13 @@ async fn reports_not_yet_exported_when_the_controller_stops_are_delivered_by_the
     assert!(cluster.store.outbox(None, 100).is_empty());
 }
 
-/// Issue 18 item 2, across a leader change: the outbox is part of the replicated store, so the
-/// reports the old leader could not deliver are delivered by the follower that takes over,
-/// once each.
+/// Issue 18 item 2, across a leader change (issue 31: three replicas under Raft): the outbox
+/// is part of the replicated store, so the reports the old leader could not deliver are
+/// delivered by the replica that takes over, once each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reports_waiting_for_export_when_the_leader_dies_are_delivered_by_the_follower() {
+async fn reports_waiting_for_export_when_the_leader_dies_are_delivered_by_the_next_leader() {
     let mut cluster = Cluster::start(ClusterConfig {
-        election: true,
-        replication: true,
+        replicas: 3,
         ..ClusterConfig::default()
     })
     .await;
@@ -456,17 +455,10 @@ async fn reports_waiting_for_export_when_the_leader_dies_are_delivered_by_the_fo
             }))
             .await
     };
-    // Both replicas export to the receiver: the cluster's first controller is replaced.
-    cluster.kill_controller().await;
+    // Every replica's controller exports to the receiver.
     cluster.export = Some(quick_export(&receiver));
-    let leader = cluster.spawn_replica(true, "controller-a", cluster.store.clone());
-    turns_true(
-        &leader.leading,
-        Duration::from_secs(40),
-        "controller-a leads",
-    )
-    .await;
-    let (follower, store) = cluster.spawn_follower("controller-b").await;
+    cluster.restart_controllers().await;
+    let leader = cluster.leader(Duration::from_secs(60)).await;
 
     apply::<NetReach>(&cluster, "move", &net_reach("move", serde_json::json!({}))).await;
     status_when(
@@ -477,22 +469,19 @@ async fn reports_waiting_for_export_when_the_leader_dies_are_delivered_by_the_fo
         |s| s.finish,
     )
     .await;
-    // Refused by the receiver, waiting in the leader's outbox — and in the follower's copy.
-    eventually(Duration::from_secs(20), "the outbox replicated", || async {
-        (store.outbox(None, 100).len() == 3).then_some(())
-    })
-    .await;
-    assert_eq!(cluster.store.outbox(None, 100).len(), 3);
+    // Refused by the receiver, waiting in the leader's outbox — and in every replica's.
+    for replica in &cluster.replicas {
+        let store = replica.store.clone();
+        eventually(Duration::from_secs(20), "the outbox replicated", || async {
+            (store.outbox(None, 100).len() == 3).then_some(())
+        })
+        .await;
+    }
 
-    leader.handle.abort();
-    let _ = leader.handle.await;
+    cluster.crash(leader).await;
     accept.store(true, Ordering::SeqCst);
-    turns_true(
-        &follower.leading,
-        Duration::from_secs(40),
-        "the follower takes over",
-    )
-    .await;
+    let next = cluster.leader(Duration::from_secs(60)).await;
+    assert_ne!(next, leader);
     let task = cluster.task::<NetReach>("move").await.expect("task");
     let uid = task.metadata.uid.clone().expect("uid");
     let expected: Vec<String> = ["node-1", "node-2", "node-3"]
@@ -511,14 +500,17 @@ async fn reports_waiting_for_export_when_the_leader_dies_are_delivered_by_the_fo
     };
     eventually(
         Duration::from_secs(30),
-        "the follower to deliver them",
+        "the next leader to deliver them",
         || async { (accepted().len() >= 3).then_some(()) },
     )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(accepted(), expected, "each report accepted once");
-    assert!(store.outbox(None, 100).is_empty());
-    follower.handle.abort();
+    let store = cluster.replicas[next].store.clone();
+    eventually(Duration::from_secs(20), "the outbox emptied", || async {
+        store.outbox(None, 100).is_empty().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,19 +1,19 @@
-//! Issue 18 item 1: two replicas, each with its own store. The follower keeps a current copy of
-//! the leader's store (the same reports under the same resourceVersions) and stays ready; when
-//! the leader dies mid-round, the follower takes the Lease with the leader's data, finishes the
-//! round, and no report, round or status record is lost or duplicated.
+//! Issue 31 on a real control plane: three controllers, each with a replica of the report
+//! store under Raft (openraft; mutual-TLS HTTPS between them on the namespace's loopback).
+//! One leads and alone writes; when it crashes mid-round another takes over, finishes the
+//! round once, and every report an agent had been told to drop is in every surviving store.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kdoctor_api::task::{NetReach, RoundStatus, TaskKind};
-use kdoctor_reconciler::controller::LEASE_NAME;
-use kdoctor_reconciler::replica::ADDRESS_ANNOTATION;
+use kdoctor_reconciler::announce::LEASE_NAME;
 use kdoctor_store::{RoundResult, Store};
 use kube::Api;
 
 use crate::flow::{apply, net_reach, status_when};
-use crate::support::{Cluster, ClusterConfig, NAMESPACE, eventually, ever_is, turns_true};
+use crate::support::{Cluster, ClusterConfig, NAMESPACE, eventually, ever_is};
 
 fn nodes_of(store: &Store, round: u64) -> Vec<String> {
     let Some(task) = store.find(TaskKind::NetReach, "ha").first().cloned() else {
@@ -29,26 +29,32 @@ fn nodes_of(store: &Store, round: u64) -> Vec<String> {
     nodes
 }
 
+/// The acknowledged reports of task `ha` that `store` does not hold.
+fn lost(store: &Store, acknowledged: &BTreeSet<(String, String, u64)>) -> Vec<String> {
+    acknowledged
+        .iter()
+        .filter(|(_, task, _)| task == "ha")
+        .filter(|(node, _, round)| !nodes_of(store, *round).contains(node))
+        .map(|(node, _, round)| format!("{node} round {round}"))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_follower_keeps_the_leaders_store_and_takes_over_mid_round_with_it() {
+async fn the_leader_crashes_mid_round_and_another_replica_finishes_it_with_every_acknowledged_report()
+ {
     let mut cluster = Cluster::start(ClusterConfig {
-        election: true,
-        replication: true,
+        replicas: 3,
         ..ClusterConfig::default()
     })
     .await;
-    turns_true(
-        &cluster.leading,
-        Duration::from_secs(20),
-        "the first replica leads",
-    )
-    .await;
-    let (follower, store) = cluster.spawn_follower("controller-b").await;
-    // From here to the end, any moment the follower's copy is not current counts (it would be
-    // unready: the APIService would have one replica less, and none during the failover).
-    let stale_meanwhile = ever_is(&follower.current, false);
+    let first = cluster.leader(Duration::from_secs(60)).await;
+    // While the first leads, no other replica's controller runs, not for a moment.
+    let others: Vec<_> = (0..3)
+        .filter(|i| *i != first)
+        .map(|i| ever_is(&cluster.replicas[i].leading, true))
+        .collect();
 
-    // Round 1 runs; node-1 reports before the leader dies, node-2 and node-3 after.
+    // Round 1 runs; node-1 reports before the leader crashes, node-2 and node-3 after.
     for node in ["node-1", "node-2", "node-3"] {
         cluster.agents.silence(node);
     }
@@ -56,7 +62,7 @@ async fn a_follower_keeps_the_leaders_store_and_takes_over_mid_round_with_it() {
     status_when(
         &cluster,
         "ha",
-        Duration::from_secs(20),
+        Duration::from_secs(30),
         "round 1 to run",
         |s| {
             s.history
@@ -67,74 +73,99 @@ async fn a_follower_keeps_the_leaders_store_and_takes_over_mid_round_with_it() {
     .await;
     cluster.agents.unsilence("node-1");
     eventually(
-        Duration::from_secs(20),
-        "node-1's report in the follower's store",
-        || async { (nodes_of(&store, 1) == ["node-1"]).then_some(()) },
+        Duration::from_secs(30),
+        "node-1's report acknowledged to its agent",
+        || async {
+            cluster
+                .agents
+                .acknowledged()
+                .iter()
+                .any(|(node, task, _)| node == "node-1" && task == "ha")
+                .then_some(())
+        },
     )
     .await;
-    // The same history under the same versions (the leader may have written more since).
-    let leader_rv = cluster.store.resource_version();
-    eventually(
-        Duration::from_secs(10),
-        "the follower at the leader's resourceVersion",
-        || async { (store.resource_version() >= leader_rv).then_some(()) },
-    )
-    .await;
-    assert_eq!(nodes_of(&cluster.store, 1), nodes_of(&store, 1));
+    // Acknowledged only once a majority had it: at least one other replica has it already.
+    let acknowledged = cluster.agents.acknowledged();
+    let holding = (0..3)
+        .filter(|i| *i != first && lost(&cluster.replicas[*i].store, &acknowledged).is_empty())
+        .count();
+    assert!(
+        holding >= 1,
+        "an acknowledged report is on a majority of replicas"
+    );
+    for (i, watch) in others.iter().enumerate() {
+        assert!(!watch.is_finished(), "replica {i} led while another did");
+    }
 
-    cluster.kill_controller().await;
-    let killed_at = store.resource_version();
+    cluster.crash(first).await;
     for node in ["node-2", "node-3"] {
         cluster.agents.unsilence(node);
     }
-    turns_true(
-        &follower.leading,
-        Duration::from_secs(40),
-        "the follower takes over once the Lease expires",
-    )
-    .await;
+    let second = cluster.leader(Duration::from_secs(60)).await;
+    assert_ne!(second, first);
     let status = status_when(
         &cluster,
         "ha",
-        Duration::from_secs(60),
+        Duration::from_secs(90),
         "the new leader to finish round 1",
         |s| s.finish,
     )
     .await;
-    assert!(
-        !stale_meanwhile.is_finished(),
-        "the follower's copy was never stale, before, during or after the failover"
-    );
-    stale_meanwhile.abort();
-
     let history = status.history.as_ref().expect("history");
     assert_eq!(history.len(), 1, "{history:?}");
     assert_eq!(history[0].status, RoundStatus::Succeed, "{history:?}");
     assert_eq!(history[0].succeed_agent_node_list.len(), 3, "{history:?}");
-    assert_eq!(nodes_of(&store, 1), ["node-1", "node-2", "node-3"]);
-    let task = store.find(TaskKind::NetReach, "ha")[0].clone();
-    assert_eq!(store.round_numbers(task.id), [1]);
-    let summary = store
-        .round(task.id, 1)
-        .expect("round 1")
-        .and_then(|r| r.summary)
-        .expect("finalised");
-    assert_eq!(summary.result, RoundResult::Succeed);
-    assert_eq!(summary.succeeded_nodes, 3);
-    // Versions continue from the old leader's: a client never sees them go back.
-    assert!(store.resource_version() > killed_at);
-    // Followers find the new leader where the Lease says.
-    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    let lease = leases.get(LEASE_NAME).await.expect("Lease");
-    assert_eq!(
-        lease.spec.and_then(|s| s.holder_identity).as_deref(),
-        Some("controller-b")
+
+    // Every surviving store: every acknowledged report, the round once, finalised.
+    let acknowledged = cluster.agents.acknowledged();
+    let survivors: Vec<usize> = (0..3).filter(|i| *i != first).collect();
+    for &i in &survivors {
+        let store = cluster.replicas[i].store.clone();
+        eventually(
+            Duration::from_secs(20),
+            "the round finalised in every surviving store",
+            || async {
+                let task = store.find(TaskKind::NetReach, "ha").first().cloned()?;
+                store.round(task.id, 1).ok()??.summary.map(|_| ())
+            },
+        )
+        .await;
+        assert_eq!(
+            lost(&store, &acknowledged),
+            Vec::<String>::new(),
+            "replica {i}"
+        );
+        assert_eq!(nodes_of(&store, 1), ["node-1", "node-2", "node-3"]);
+        let task = store.find(TaskKind::NetReach, "ha")[0].clone();
+        assert_eq!(store.round_numbers(task.id), [1]);
+        let summary = store
+            .round(task.id, 1)
+            .expect("round 1")
+            .and_then(|r| r.summary)
+            .expect("finalised");
+        assert_eq!(summary.result, RoundResult::Succeed);
+        assert_eq!(summary.succeeded_nodes, 3);
+    }
+    // The same versions on both survivors, once both applied everything.
+    let (a, b) = (
+        cluster.replicas[survivors[0]].store.clone(),
+        cluster.replicas[survivors[1]].store.clone(),
     );
-    let address = lease
-        .metadata
-        .annotations
-        .and_then(|a| a.get(ADDRESS_ANNOTATION).cloned())
-        .expect("the leader's replication address");
-    assert!(address.starts_with("https://127.0.0.1:"), "{address}");
-    follower.handle.abort();
+    eventually(Duration::from_secs(20), "the survivors agree", || async {
+        (a.resource_version() == b.resource_version()).then_some(())
+    })
+    .await;
+    // The Lease names the new leader, for people.
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let name = cluster.replicas[second].name.clone();
+    eventually(
+        Duration::from_secs(20),
+        "the Lease names the leader",
+        || async {
+            let lease = leases.get(LEASE_NAME).await.ok()?;
+            (lease.spec?.holder_identity? == name).then_some(())
+        },
+    )
+    .await;
 }

@@ -11,7 +11,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 
 use crate::flow::{apply, net_reach, status_when};
-use crate::support::{Cluster, ClusterConfig, eventually, ever_is, turns_true};
+use crate::support::{Cluster, ClusterConfig, eventually};
 
 fn ongoing(s: &kdoctor_api::task::TaskStatus) -> bool {
     s.history
@@ -221,56 +221,6 @@ async fn an_agent_dying_mid_round_fails_only_its_node_at_the_deadline() {
     .await;
     assert!(reasons.contains(&"RoundStarted".to_string()), "{reasons:?}");
     assert!(reasons.contains(&"RoundFailed".to_string()), "{reasons:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_replica_stays_passive_until_the_leader_is_gone() {
-    let mut cluster = Cluster::start(ClusterConfig {
-        election: true,
-        ..ClusterConfig::default()
-    })
-    .await;
-    turns_true(
-        &cluster.leading,
-        Duration::from_secs(20),
-        "the first replica leads",
-    )
-    .await;
-    let (_stop, second, handle) = cluster.spawn_controller(true, "controller-b");
-    // Watched for the whole round, not looked at once: any moment of leadership counts.
-    let led_meanwhile = ever_is(&second, true);
-    apply::<NetReach>(&cluster, "one", &net_reach("one", serde_json::json!({}))).await;
-    status_when(
-        &cluster,
-        "one",
-        Duration::from_secs(30),
-        "the first task to finish",
-        |s| s.finish,
-    )
-    .await;
-    assert!(
-        !led_meanwhile.is_finished(),
-        "the second replica must not lead while the first does"
-    );
-    led_meanwhile.abort();
-
-    cluster.kill_controller().await;
-    turns_true(
-        &second,
-        Duration::from_secs(30),
-        "the second replica takes over once the Lease expires",
-    )
-    .await;
-    apply::<NetReach>(&cluster, "two", &net_reach("two", serde_json::json!({}))).await;
-    status_when(
-        &cluster,
-        "two",
-        Duration::from_secs(30),
-        "the new leader to run a task",
-        |s| s.finish,
-    )
-    .await;
-    handle.abort();
 }
 
 /// Issue 20 M5: the harvester reads reports only from the pod it meant to reach. The agent on

@@ -29,10 +29,11 @@ use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns, RoundStatus, TaskKind,
 use kdoctor_apiserver::pki::Ca;
 use kdoctor_reconciler::controller::{Setup, run};
 use kdoctor_reconciler::export::ExportConfig;
-use kdoctor_reconciler::leader::LeaseTiming;
 use kdoctor_reconciler::options::ControllerOptions;
 use kdoctor_reconciler::replica::Replication;
-use kdoctor_store::{Store, StoreConfig};
+use kdoctor_reconciler::replica::transport::HttpsTransport;
+use kdoctor_store::raft::Member;
+use kdoctor_store::{Store, StoreConfig, Writes};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use kube_sim::testcluster::{TestCluster, TestClusterOptions};
@@ -190,6 +191,24 @@ impl Agents {
         names.iter().filter_map(|n| running.remove(n)).collect()
     }
 
+    /// Every report an agent was told it may drop (its acknowledgement record), as (node,
+    /// task name, round): the reference for "no acknowledged report is lost".
+    pub fn acknowledged(&self) -> BTreeSet<(String, String, u64)> {
+        let running = self.running.lock().unwrap();
+        running
+            .values()
+            .filter_map(|s| s.agent.spool.as_ref().map(|spool| (s, spool)))
+            .flat_map(|(s, spool)| {
+                spool
+                    .list()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|e| e.acknowledged.is_some())
+                    .map(|e| (s.node.clone(), e.task, e.round))
+            })
+            .collect()
+    }
+
     /// How many agents serve (stand-ins and real ones).
     pub fn serving(&self) -> usize {
         self.running.lock().unwrap().len()
@@ -212,27 +231,18 @@ pub struct Cluster {
     pub config: Config,
     /// The first controller's metrics (a restarted one's series go to a fresh registry).
     pub registry: prometheus::Registry,
-    controller: Option<(watch::Sender<bool>, JoinHandle<()>)>,
-    /// Whether the cluster's own controller leads.
+    /// The controllers: one on its own store, or one per replica of the replicated store.
+    pub replicas: Vec<Replica>,
+    /// Whether the cluster's first controller leads.
     pub leading: watch::Receiver<bool>,
     /// Report export of every controller started.
     pub export: Option<ExportConfig>,
-    /// Whether controllers replicate their stores (each replica on its own port).
-    replication: bool,
-    next_port: std::sync::atomic::AtomicU16,
+    /// Where each replica's endpoint is, by name (the transport's resolver).
+    endpoints: Arc<Mutex<BTreeMap<String, std::net::SocketAddr>>>,
     _dir: TempDir,
     tasks: Vec<JoinHandle<()>>,
     /// The runtime inside the cluster's namespace (controller, agents, receivers).
     net: Option<tokio::runtime::Runtime>,
-}
-
-/// Waits until `flag` is true, at most `limit`; panics saying `what` otherwise.
-pub async fn turns_true(flag: &watch::Receiver<bool>, limit: Duration, what: &str) {
-    let mut flag = flag.clone();
-    tokio::time::timeout(limit, flag.wait_for(|v| *v))
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
-        .unwrap_or_else(|_| panic!("{what}: its sender is gone"));
 }
 
 /// Watches `flag` from now on: the task ends, with `true`, once the flag is `value` — so that a
@@ -251,16 +261,22 @@ pub fn ever_is(flag: &watch::Receiver<bool>, value: bool) -> JoinHandle<bool> {
     })
 }
 
-/// A controller replica started by a test.
+/// A controller started by a test, with its replica of the store when replicated.
 pub struct Replica {
+    /// Its name.
+    pub name: String,
     /// Stops it gracefully.
     pub stop: watch::Sender<bool>,
-    /// Whether it leads.
+    /// Whether its controller runs (it leads).
     pub leading: watch::Receiver<bool>,
-    /// Whether its copy of the store is current (a follower with replication).
-    pub current: watch::Receiver<bool>,
-    /// Its task (abort: a crash).
+    /// Its controller's task (abort: a crash).
     pub handle: JoinHandle<()>,
+    /// Its store.
+    pub store: Arc<Store>,
+    /// Its replica of the replicated store.
+    pub raft: Option<kdoctor_store::raft::Replica>,
+    /// The endpoint where it serves the other replicas.
+    endpoint: Option<JoinHandle<()>>,
 }
 
 /// The user name of the controller (the manifests' ServiceAccount).
@@ -588,7 +604,9 @@ impl Agents {
 pub struct ClusterConfig {
     pub nodes: usize,
     pub default_agent: bool,
-    pub election: bool,
+    /// Controllers, each with a replica of the replicated store (Raft over mutual-TLS HTTPS on
+    /// the namespace's loopback); 0: one controller on a store of its own.
+    pub replicas: usize,
     /// Real agents probing through the simulated network instead of fixture reports.
     pub real_agents: bool,
     /// Real agents on node-1 … node-N only (the rest stand-ins); 0: as `real_agents` says.
@@ -598,8 +616,6 @@ pub struct ClusterConfig {
     /// A dual-stack cluster (the machine must route the simulated IPv6 addresses) and
     /// `enableIPv6` in the controller's configuration.
     pub ipv6: bool,
-    /// Controllers replicate their stores (with `election`).
-    pub replication: bool,
 }
 
 impl Default for ClusterConfig {
@@ -607,12 +623,11 @@ impl Default for ClusterConfig {
         ClusterConfig {
             nodes: 3,
             default_agent: true,
-            election: false,
+            replicas: 0,
             real_agents: false,
             real_agent_nodes: 0,
             export: None,
             ipv6: false,
-            replication: false,
         }
     }
 }
@@ -752,118 +767,228 @@ impl Cluster {
             options,
             config,
             registry: prometheus::Registry::new(),
-            controller: None,
+            replicas: Vec::new(),
             leading: watch::channel(false).1,
             export: settings.export,
-            replication: settings.replication,
-            next_port: std::sync::atomic::AtomicU16::new(5722),
+            endpoints: Arc::default(),
             _dir: dir,
             tasks: vec![runner],
             net: Some(net),
         };
-        cluster.start_controller(settings.election, "controller-0");
+        if settings.replicas == 0 {
+            cluster.start_controller("controller-0");
+        } else {
+            cluster.start_replicas(settings.replicas).await;
+        }
         cluster
     }
 
-    /// Starts a controller replica on the cluster's store; returns whether it leads (via the
-    /// receiver).
-    pub fn spawn_controller(
+    /// Starts a controller named `identity` over `writes`; `registry` gets its metrics.
+    fn spawn_controller(
         &self,
-        election: bool,
         identity: &str,
+        writes: Writes,
+        registry: prometheus::Registry,
     ) -> (watch::Sender<bool>, watch::Receiver<bool>, JoinHandle<()>) {
-        let replica = self.spawn_replica(election, identity, self.store.clone());
-        (replica.stop, replica.leading, replica.handle)
+        let harvester = self
+            .ca
+            .client(kdoctor_agent::report_api::HARVESTER_NAME, &[])
+            .expect("client cert");
+        let config = self.config.clone();
+        let options = self.options.clone();
+        let export = self.export.clone();
+        let client = self.controller_client.clone();
+        let identity = identity.to_string();
+        let harvest_identity =
+            identity_from_pem(&harvester.cert, &harvester.key).expect("identity");
+        let (stop_tx, mut stop_rx) = watch::channel(false);
+        let (leading_tx, leading_rx) = watch::channel(false);
+        let handle = self.net().spawn(async move {
+            // Made here: kube's client spawns its request buffer on the runtime that makes it.
+            let client = match &writes {
+                Writes::Replicated(_) => kdoctor_reconciler::fenced::wrap(client, writes.clone()),
+                Writes::Local(_) => client,
+            };
+            let setup = Setup {
+                client,
+                writes,
+                config,
+                options,
+                harvest_identity,
+                registry,
+                identity,
+                export,
+                peers: None,
+            };
+            let stopped = async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            };
+            let _ = run(setup, leading_tx, stopped).await;
+        });
+        (stop_tx, leading_rx, handle)
     }
 
-    /// Replication settings for a new replica: its own port on the namespace's loopback,
+    /// Replication settings of replica `name`: its own port on the namespace's loopback,
     /// certificates of the install's CA.
-    fn replication(&self) -> (Replication, watch::Receiver<bool>) {
-        let port = self.next_port.fetch_add(1, Ordering::SeqCst);
+    fn replication(&self, port: u16) -> Replication {
         let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
         let server = self.ca.serving(&["127.0.0.1".into()]).expect("server cert");
         let client = self
             .ca
             .client(kdoctor_reconciler::replica::REPLICA_NAME, &[])
             .expect("client cert");
-        let (current, current_rx) = watch::channel(false);
-        let replication = Replication {
+        Replication {
             listen: addr,
-            advertise: addr,
+            port,
             roots: kdoctor_agent::tls::parse_roots(self.ca.pem.cert.as_bytes(), "test CA")
                 .expect("roots"),
             server: identity_from_pem(&server.cert, &server.key).expect("identity"),
             client: identity_from_pem(&client.cert, &client.key).expect("identity"),
-            current,
-            in_sync: watch::channel(false).0,
-        };
-        (replication, current_rx)
-    }
-
-    /// Starts a follower replica `identity` with an empty store of its own (election and
-    /// replication on) and waits until its copy is current with the leader's.
-    pub async fn spawn_follower(&self, identity: &str) -> (Replica, Arc<Store>) {
-        let dir = TempDir::new(identity);
-        let store = Arc::new(Store::open(StoreConfig::new(dir.0.join("store"))).expect("store"));
-        let follower = self.spawn_replica(true, identity, store.clone());
-        turns_true(
-            &follower.current,
-            Duration::from_secs(30),
-            "the follower catches up with the leader",
-        )
-        .await;
-        (follower, store)
-    }
-
-    /// Starts a controller replica on `store` (its own, with replication on).
-    pub fn spawn_replica(&self, election: bool, identity: &str, store: Arc<Store>) -> Replica {
-        let harvester = self
-            .ca
-            .client(kdoctor_agent::report_api::HARVESTER_NAME, &[])
-            .expect("client cert");
-        let (replication, current) = match self.replication {
-            true => {
-                let (r, c) = self.replication();
-                (Some(r), c)
-            }
-            false => (None, watch::channel(false).1),
-        };
-        let setup = Setup {
-            client: self.controller_client.clone(),
-            store: store.clone(),
-            config: self.config.clone(),
-            options: self.options.clone(),
-            harvest_identity: identity_from_pem(&harvester.cert, &harvester.key).expect("identity"),
-            registry: self.registry.clone(),
-            identity: identity.to_string(),
-            election: election.then(|| LeaseTiming {
-                // Generous for a loaded 2-core machine running many clusters at once: a
-                // renewal later than the Lease duration rightly hands leadership over.
-                lease_duration: Duration::from_secs(8),
-                renew: Duration::from_secs(1),
-            }),
-            export: self.export.clone(),
-            replication,
-        };
-        let (stop_tx, mut stop_rx) = watch::channel(false);
-        let (leading_tx, leading_rx) = watch::channel(false);
-        let handle = self.net().spawn(async move {
-            let stopped = async move {
-                let _ = stop_rx.wait_for(|s| *s).await;
-            };
-            let _ = run(setup, leading_tx, stopped).await;
-        });
-        Replica {
-            stop: stop_tx,
-            leading: leading_rx,
-            current,
-            handle,
         }
     }
 
-    fn start_controller(&mut self, election: bool, identity: &str) {
-        let (stop, leading, handle) = self.spawn_controller(election, identity);
-        self.controller = Some((stop, handle));
+    /// Starts replica `i` (`controller-<i>`) on `store`: its endpoint, its replica of the
+    /// store and its controller (which runs while it leads).
+    async fn start_replica(&self, i: usize, store: Arc<Store>) -> Replica {
+        let name = format!("controller-{i}");
+        let replication = self.replication(5722 + i as u16);
+        self.endpoints
+            .lock()
+            .unwrap()
+            .insert(name.clone(), replication.listen);
+        let endpoints = self.endpoints.clone();
+        let transport = HttpsTransport::resolving(
+            &replication,
+            Arc::new(move |pod| endpoints.lock().unwrap().get(pod).copied()),
+        )
+        .expect("transport");
+        let member = Member::new(&name);
+        let id = 1 + i as u64;
+        let started = store.clone();
+        let (raft, endpoint) = self
+            .inside(async move {
+                let raft = kdoctor_store::raft::Replica::start(
+                    started,
+                    kdoctor_store::raft::Options::new(member),
+                    Arc::new(transport),
+                    || id,
+                )
+                .await
+                .expect("replica starts");
+                let serving = kdoctor_reconciler::replica::serve::serve(raft.clone(), &replication)
+                    .await
+                    .expect("replica endpoint");
+                (raft, tokio::spawn(serving))
+            })
+            .await;
+        let registry = if i == 0 {
+            self.registry.clone()
+        } else {
+            prometheus::Registry::new()
+        };
+        let (stop, leading, handle) =
+            self.spawn_controller(&name, Writes::Replicated(raft.clone()), registry);
+        Replica {
+            name,
+            stop,
+            leading,
+            handle,
+            store,
+            raft: Some(raft),
+            endpoint: Some(endpoint),
+        }
+    }
+
+    /// Starts `n` replicas (the first on the cluster's store) and forms their cluster.
+    async fn start_replicas(&mut self, n: usize) {
+        for i in 0..n {
+            let store = if i == 0 {
+                self.store.clone()
+            } else {
+                let dir = self._dir.0.join(format!("store-{i}"));
+                Arc::new(Store::open(StoreConfig::new(dir)).expect("store"))
+            };
+            let replica = self.start_replica(i, store).await;
+            self.replicas.push(replica);
+        }
+        let expected: Vec<Member> = (0..n)
+            .map(|i| Member::new(format!("controller-{i}")))
+            .collect();
+        for replica in &self.replicas {
+            let (raft, expected) = (replica.raft.clone().expect("raft"), expected.clone());
+            self.net().spawn(async move {
+                if let Err(e) = raft.form(|| expected.clone()).await {
+                    panic!("replica could not form the cluster: {e}");
+                }
+            });
+        }
+        self.leading = self.replicas[0].leading.clone();
+    }
+
+    /// The replica that leads, once one does (within `limit`).
+    pub async fn leader(&self, limit: Duration) -> usize {
+        eventually(limit, "a replica leads", || async {
+            self.replicas.iter().position(|r| *r.leading.borrow())
+        })
+        .await
+    }
+
+    /// Crashes replica `i`: its controller, its endpoint and its replica of the store stop at
+    /// once, nothing handed over (its store stays as the crash left it).
+    pub async fn crash(&mut self, i: usize) {
+        let replica = &mut self.replicas[i];
+        replica.handle.abort();
+        // Its last word stays in the receiver: a crashed controller leads nothing.
+        replica.leading = watch::channel(false).1;
+        if let Some(endpoint) = replica.endpoint.take() {
+            endpoint.abort();
+        }
+        self.endpoints.lock().unwrap().remove(&replica.name);
+        if let Some(raft) = replica.raft.take() {
+            self.net()
+                .spawn(async move { raft.shutdown().await })
+                .await
+                .expect("replica stops");
+        }
+    }
+
+    /// Replaces every running replica's controller with a new one (the same replica of the
+    /// store), configured as the cluster now is (its export, say).
+    pub async fn restart_controllers(&mut self) {
+        for i in 0..self.replicas.len() {
+            let Some(raft) = self.replicas[i].raft.clone() else {
+                continue;
+            };
+            self.replicas[i].handle.abort();
+            let name = self.replicas[i].name.clone();
+            let registry = if i == 0 {
+                self.registry.clone()
+            } else {
+                prometheus::Registry::new()
+            };
+            let (stop, leading, handle) =
+                self.spawn_controller(&name, Writes::Replicated(raft), registry);
+            let replica = &mut self.replicas[i];
+            (replica.stop, replica.leading, replica.handle) = (stop, leading, handle);
+        }
+        self.leading = self.replicas[0].leading.clone();
+    }
+
+    fn start_controller(&mut self, identity: &str) {
+        let (stop, leading, handle) = self.spawn_controller(
+            identity,
+            Writes::Local(self.store.clone()),
+            self.registry.clone(),
+        );
+        self.replicas = vec![Replica {
+            name: identity.to_string(),
+            stop,
+            leading: leading.clone(),
+            handle,
+            store: self.store.clone(),
+            raft: None,
+            endpoint: None,
+        }];
         self.leading = leading;
     }
 
@@ -880,15 +1005,15 @@ impl Cluster {
 
     /// Kills the controller (no graceful stop: as a crash).
     pub async fn kill_controller(&mut self) {
-        if let Some((_, handle)) = self.controller.take() {
-            handle.abort();
-            let _ = handle.await;
+        for replica in self.replicas.drain(..) {
+            replica.handle.abort();
+            let _ = replica.handle.await;
         }
     }
 
     /// Starts the controller again (same store).
     pub fn restart_controller(&mut self) {
-        self.start_controller(false, "controller-1");
+        self.start_controller("controller-1");
     }
 
     /// Replaces the controller with one that exports reports to `export` (a receiver started
@@ -898,7 +1023,7 @@ impl Cluster {
         self.export = Some(export);
         // Its metrics, not the stopped one's.
         self.registry = prometheus::Registry::new();
-        self.start_controller(false, "controller-export");
+        self.start_controller("controller-export");
     }
 
     /// The agent workloads and pods of the namespace, for failure messages.
@@ -1064,8 +1189,11 @@ async fn service_account_client(
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        if let Some((_, handle)) = &self.controller {
-            handle.abort();
+        for replica in &self.replicas {
+            replica.handle.abort();
+            if let Some(endpoint) = &replica.endpoint {
+                endpoint.abort();
+            }
         }
         for task in &self.tasks {
             task.abort();

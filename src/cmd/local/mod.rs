@@ -238,8 +238,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         if swept > 0 {
             tracing::info!(tasks = swept, "tasks of an earlier run marked ended");
         }
+        let retained = store.clone();
         tokio::spawn(kdoctor_store::run_retention(
-            store.clone(),
+            move || kdoctor_store::Writes::Local(retained.clone()),
             Duration::from_secs(600),
         ));
 

@@ -240,7 +240,12 @@ pub fn interrupted(
     status: &TaskStatus,
     now: Timestamp,
 ) -> Result<(), kdoctor_store::StoreError> {
-    kdoctor_reconciler::deletions::cut_short(store, id, status, now, FAILURE_REASON_STOPPED)
+    if let Some(round) =
+        kdoctor_reconciler::deletions::cut_short(store, id, status, now, FAILURE_REASON_STOPPED)?
+    {
+        store.put_round(id, &round)?;
+    }
+    Ok(())
 }
 
 /// Ends the tasks an earlier run left live (a killed run could not end them itself): a round it

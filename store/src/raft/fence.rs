@@ -16,6 +16,13 @@ use tokio::time::Instant;
 #[error("this replica cannot prove it leads (its leader lease {0}); it does not act")]
 pub struct Fenced(&'static str);
 
+impl Fenced {
+    /// The lease ran out.
+    pub fn expired() -> Fenced {
+        Fenced("expired")
+    }
+}
+
 /// The lease of one replica.
 #[derive(Debug)]
 pub struct Fence {

@@ -18,6 +18,8 @@ mod network;
 mod replica;
 mod snapshot;
 mod state_machine;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod wire;
 
 use serde::{Deserialize, Serialize};

@@ -25,6 +25,9 @@ use crate::command::{Applied, Command};
 use crate::error::{Result, StoreError};
 use crate::store::Store;
 
+/// Pause before a read asks again for how far the log is committed (no leader yet).
+const RETRY: Duration = Duration::from_millis(100);
+
 /// The clocks of the cluster.
 #[derive(Clone, Debug)]
 pub struct Timing {
@@ -455,13 +458,23 @@ impl Replica {
 
     /// Waits until this replica's store holds every write committed before the call
     /// (linearizable reads); fails when that cannot be known within `timeout` (no leader, or
-    /// this replica cut off from it).
+    /// this replica cut off from it). During an election it waits for the new leader.
     pub async fn read_barrier(&self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let index = if self.is_leader() {
-            self.leader_read_index(timeout).await?
-        } else {
-            self.follower_read_index(timeout).await?
+        let index = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let asked = if self.is_leader() {
+                self.leader_read_index(left).await
+            } else if self.leader().is_some() {
+                self.follower_read_index(left).await
+            } else {
+                Err(StoreError::NotLeader { leader: None })
+            };
+            match asked {
+                Ok(index) => break index,
+                Err(e) if Instant::now() + RETRY >= deadline => return Err(e),
+                Err(_) => tokio::time::sleep(RETRY).await,
+            }
         };
         self.wait_applied(index, deadline.saturating_duration_since(Instant::now()))
             .await

@@ -1,7 +1,6 @@
 //! The kdoctor-store test suite (one binary).
 
 mod basics;
-mod cluster;
 mod corruption;
 mod crash;
 mod feed;
@@ -9,6 +8,5 @@ mod full_disk;
 mod outbox;
 mod props;
 mod raft;
-mod replica;
 mod retention;
 mod support;

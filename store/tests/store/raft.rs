@@ -16,8 +16,8 @@ use kdoctor_store::{
 use openraft::StorageError;
 use openraft::testing::{StoreBuilder, Suite};
 
-use crate::cluster::{Cluster, applied_everywhere, leader_of};
 use crate::support::{scratch, task};
+use kdoctor_store::raft::testing::{Cluster, applied_everywhere, leader_of, timing};
 
 /// A fresh store for each of openraft's storage tests.
 struct Stores;
@@ -111,7 +111,7 @@ fn assert_same(replicas: &[Replica]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_hold_the_same_reports_under_the_same_resource_versions() {
-    let cluster = Cluster::new("raft-same", 3);
+    let cluster = Cluster::new(&scratch("raft-same"), 3);
     let replicas = cluster.start_all(3).await;
     let leader = leader_of(&replicas).await;
     assert_eq!(leader.voters().len(), 3, "every replica votes");
@@ -163,7 +163,7 @@ async fn three_replicas_hold_the_same_reports_under_the_same_resource_versions()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_leader_loses_its_lease_before_another_leads_and_its_writes_are_not_acknowledged()
 {
-    let cluster = Cluster::new("raft-cut", 3);
+    let cluster = Cluster::new(&scratch("raft-cut"), 3);
     let replicas = cluster.start_all(3).await;
     let old = leader_of(&replicas).await;
     let id = task_id(&old, "cut").await;
@@ -248,11 +248,11 @@ async fn a_cut_off_leader_loses_its_lease_before_another_leads_and_its_writes_ar
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_replica_and_one_far_behind_catch_up_by_log_and_by_snapshot() {
-    let mut cluster = Cluster::new("raft-catchup", 3);
+    let mut cluster = Cluster::new(&scratch("raft-catchup"), 3);
     // Cut the log right after each snapshot: a replica behind it needs the snapshot.
     cluster.options = Box::new(|me| {
         let mut options = kdoctor_store::raft::Options::new(me);
-        options.timing = crate::cluster::timing();
+        options.timing = timing();
         options.keep_log_entries = 0;
         options
     });
@@ -325,7 +325,7 @@ async fn a_restarted_replica_and_one_far_behind_catch_up_by_log_and_by_snapshot(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_volume_is_lost_rejoins_as_a_new_node_with_everything() {
-    let mut cluster = Cluster::new("raft-lost", 3);
+    let mut cluster = Cluster::new(&scratch("raft-lost"), 3);
     let mut replicas = cluster.start_all(3).await;
     let leader = leader_of(&replicas).await;
     let id = task_id(&leader, "lost").await;
@@ -372,7 +372,7 @@ async fn a_replica_whose_volume_is_lost_rejoins_as_a_new_node_with_everything() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_three_to_five_to_three_keeps_every_report() {
-    let cluster = Cluster::new("raft-scale", 5);
+    let cluster = Cluster::new(&scratch("raft-scale"), 5);
     let mut replicas = cluster.start_all(3).await;
     let leader = leader_of(&replicas).await;
     let id = task_id(&leader, "scale").await;
@@ -421,7 +421,7 @@ async fn scaling_three_to_five_to_three_keeps_every_report() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_on_any_replica_see_every_acknowledged_write_and_watches_resume_anywhere() {
-    let cluster = Cluster::new("raft-reads", 3);
+    let cluster = Cluster::new(&scratch("raft-reads"), 3);
     let replicas = cluster.start_all(3).await;
     let leader = leader_of(&replicas).await;
     let id = task_id(&leader, "reads").await;

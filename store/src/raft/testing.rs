@@ -1,18 +1,15 @@
-//! Replicas of the store in one process, on a network of channels that a test can cut: each
-//! replica has its own directory and sled database, as in a cluster; only the wire is in
-//! memory, so partitions, pauses and crashes are exact.
+//! For tests (feature `testing`): replicas of the store in one process, on a network of
+//! channels that a test can cut. Each replica has its own directory and sled database, as in a
+//! cluster; only the wire is in memory, so partitions and crashes are exact. Never shipped: the
+//! controller's replicas talk over mutual-TLS HTTPS (kdoctor-reconciler's replica module).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kdoctor_store::raft::{
-    BoxFuture, Member, NodeId, Options, Replica, Rpc, Timing, Transport, TransportError,
-};
-use kdoctor_store::{Store, StoreConfig};
-
-use crate::support::scratch;
+use super::{BoxFuture, Member, NodeId, Options, Replica, Rpc, Timing, Transport, TransportError};
+use crate::{Store, StoreConfig};
 
 /// Who can reach whom.
 #[derive(Default)]
@@ -129,11 +126,20 @@ fn open_store(dir: &std::path::Path) -> Arc<Store> {
 }
 
 impl Cluster {
-    /// Directories for `n` replicas (nothing started).
-    pub fn new(test: &str, n: usize) -> Cluster {
+    /// Fresh directories `<base>-<i>` for `n` replicas (nothing started).
+    pub fn new(base: &std::path::Path, n: usize) -> Cluster {
+        let dirs: Vec<PathBuf> = (0..n)
+            .map(|i| {
+                let mut dir = base.as_os_str().to_owned();
+                dir.push(format!("-{i}"));
+                let dir = PathBuf::from(dir);
+                let _ = std::fs::remove_dir_all(&dir);
+                dir
+            })
+            .collect();
         Cluster {
             net: Arc::new(Net::default()),
-            dirs: (0..n).map(|i| scratch(&format!("{test}-{i}"))).collect(),
+            dirs,
             names: (0..n).map(|i| format!("c-{i}")).collect(),
             minted: (0..n).map(|i| i as NodeId + 1).collect(),
             options: Box::new(|me| {
@@ -195,7 +201,12 @@ impl Cluster {
         replicas
     }
 
-    /// Stops replica `i` as a crash would (nothing handed over) and closes its store.
+    /// The directory of replica `i`.
+    pub fn dir(&self, i: usize) -> &PathBuf {
+        &self.dirs[i]
+    }
+
+    /// Stops a replica as a crash would (nothing handed over) and closes its store.
     pub async fn stop(&self, replica: Replica) {
         let name = replica.member().pod.clone();
         self.net
