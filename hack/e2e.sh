@@ -12,8 +12,9 @@
 #                                            # probing every target over IPv4 and IPv6
 #   E2E_NODES=5 hack/e2e.sh
 #   E2E_KEEP=1 hack/e2e.sh                   # keep the cluster (hack/cluster.sh down later)
-#   E2E_CHAOS=0 hack/e2e.sh                  # only the leader case of hack/chaos.sh (the
-#                                            # suite runs by default with manifests/)
+#   E2E_CHAOS=0 hack/e2e.sh                  # only the leader kill (hack/e2e/leader.sh) instead
+#                                            # of hack/chaos.sh (which runs by default with
+#                                            # manifests/)
 #
 # The cluster is its own (its own namespace and directory, $E2E_DIR, default .cluster-e2e/):
 # a developer's `hack/cluster.sh up` cluster is left alone. Needs root (see hack/cluster.sh).
@@ -229,10 +230,10 @@ k delete netreach e2e-marker --wait=true
 hack/e2e/markers.sh "$KUBECTL" absent
 
 if [ "${E2E_CHAOS:-$([ "$FROM" = manifests ] && echo 1 || echo 0)}" = 1 ]; then
-  step "the chaos suite: the leader killed, kube-apiserver and etcd restarted, an agent killed and one cut off, each mid-round"
+  step "the chaos suite: the leader killed, paused, partitioned, its pod deleted; a follower partitioned then the leader killed; a rolling restart; a lost volume; kube-apiserver and etcd restarted; an agent killed and one cut off — each mid-round"
   hack/chaos.sh "$KUBECTL" "$NODES"
 else
-  step "killing the leader: the Lease moves, the round finishes once"
+  step "killing the leader: another replica leads, the round finishes once"
   hack/e2e/leader.sh "$KUBECTL" "$NODES"
 fi
 

@@ -91,7 +91,7 @@ where
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     let (reader, writer) = reflector::store();
     let stream = reflector::reflector(writer, watcher(api, agent_watch_config()))
-        .default_backoff()
+        .backoff(crate::watch_backoff::Prompt::default())
         .touched_objects();
     tasks.spawn(async move {
         let mut stream = std::pin::pin!(stream);
@@ -124,6 +124,7 @@ async fn run_kind<K: TaskObject>(
     let namespace = ctx.options.namespace.clone();
     let metrics = ctx.metrics.clone();
     Controller::new(Api::<K>::all(client.clone()), watcher::Config::default())
+        .trigger_backoff(crate::watch_backoff::Prompt::default())
         .watches(
             Api::<DaemonSet>::namespaced(client.clone(), &namespace),
             agent_watch_config(),

@@ -30,3 +30,4 @@ pub mod rounds;
 pub mod streaks;
 pub mod task;
 pub mod task_metrics;
+pub mod watch_backoff;

@@ -13,6 +13,7 @@ mod command;
 mod config;
 mod durable;
 mod error;
+mod failpoint;
 mod flusher;
 mod index;
 mod keys;

@@ -30,6 +30,10 @@ pub(crate) fn open_current(db: &sled::Db) -> Result<(sled::Tree, Vec<u8>)> {
     let tree = if name == DEFAULT {
         (**db).clone()
     } else {
+        // The default tree's data was replaced by an install that died before freeing it.
+        if !db.is_empty() {
+            db.clear()?;
+        }
         db.open_tree(&name)?
     };
     Ok((tree, name))

@@ -1190,13 +1190,16 @@ impl Store {
             tree.insert(keys::META_FORMAT, &FORMAT_VERSION.to_be_bytes())?;
         }
         self.flush_db()?;
+        crate::failpoint::hit("content-filled");
         let loaded = Loaded::read(&tree)?;
         let rv = read_u64(&tree, keys::META_RV)?;
-        // Lowered first: a crash before the switch leaves the old content with a mark at or
-        // below it, which opens; the other order could leave the new content under the old,
-        // higher mark, which would not.
-        self.mark.reset(rv)?;
+        // The durable mark must not promise more than either content until the switch is done:
+        // a crash in between leaves one or the other, and each must open.
+        self.mark.reset(rv.min(writer.rv))?;
+        crate::failpoint::hit("content-mark-reset");
         state_tree::switch(&self.db, &name)?;
+        crate::failpoint::hit("content-switched");
+        self.mark.reset(rv)?;
         *self.state.write().unwrap_or_else(|p| p.into_inner()) = (tree, name);
         *self.write_index() = loaded.index;
         {

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Client;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 
@@ -59,10 +59,64 @@ pub fn volume_for(claim: &PersistentVolumeClaim, dir: &Path) -> serde_json::Valu
     })
 }
 
+/// Whether `claim` was just bound.
+fn bound(claim: &PersistentVolumeClaim) -> bool {
+    claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+}
+
+/// Pending pods that use `claim` are marked (an annotation), which makes kube-scheduler look at
+/// them again at once: a pod it found with its claim not yet bound would otherwise wait up to
+/// five minutes for its next attempt (the scheduler does not always take the claim's binding
+/// as a reason to retry).
+async fn wake_pods_of(client: &Client, claim: &PersistentVolumeClaim) {
+    let (Some(ns), Some(name)) = (&claim.metadata.namespace, &claim.metadata.name) else {
+        return;
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let Ok(pending) = pods
+        .list(&ListParams::default().fields("status.phase=Pending"))
+        .await
+    else {
+        return;
+    };
+    for pod in pending.items {
+        let uses = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .is_some_and(|volumes| {
+                volumes.iter().any(|v| {
+                    v.persistent_volume_claim
+                        .as_ref()
+                        .is_some_and(|c| &c.claim_name == name)
+                })
+            });
+        if !uses
+            || pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some()
+        {
+            continue;
+        }
+        let Some(pod_name) = pod.metadata.name.as_deref() else {
+            continue;
+        };
+        let patch = json!({"metadata": {"annotations": {"kube-sim.kdoctor.io/claim-bound": name}}});
+        if let Err(e) = pods
+            .patch(pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::debug!(pod = %pod_name, error = %e, "waking a pod whose claim is bound");
+        }
+    }
+}
+
 /// Provisions until shutdown; volumes live under `dir`.
 pub async fn run(client: Client, dir: PathBuf, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let claims: Api<PersistentVolumeClaim> = Api::all(client.clone());
-    let volumes: Api<PersistentVolume> = Api::all(client);
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let stream = watcher::watcher(claims, watcher::Config::default());
     futures::pin_mut!(stream);
     loop {
@@ -89,6 +143,9 @@ pub async fn run(client: Client, dir: PathBuf, mut shutdown: tokio::sync::watch:
                     Err(kube::Error::Api(e)) if e.code == 409 => {}
                     Err(e) => tracing::warn!(error = %e, "creating a PersistentVolume"),
                 }
+            }
+            Some(Ok(Event::Apply(c) | Event::InitApply(c))) if bound(&c) => {
+                wake_pods_of(&client, &c).await
             }
             Some(Ok(Event::Delete(c))) => {
                 let name = format!("pvc-{}", c.metadata.uid.clone().unwrap_or_default());

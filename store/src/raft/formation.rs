@@ -1,12 +1,15 @@
 //! How a replica that is not yet part of a cluster gets into one (pure: decided from what it
 //! and the other expected replicas say of themselves, tested without a network).
 //!
-//! A replica never starts a cluster while any expected replica is out of reach (that one may
-//! hold the cluster) or already belongs to one (then it joins through it). Only when every
-//! expected replica answers that it is new does one start the cluster: the one with the most
-//! data (an upgrade keeps the store that has the reports), the lowest name among equals. The
-//! others then join it, and the leader takes them in one by one as learners first, voters once
-//! caught up.
+//! A replica never starts a cluster while an expected replica already belongs to one (then it
+//! joins through it). When every expected replica answers that it is new, one starts the
+//! cluster: the one with the most data (an upgrade keeps the store that has the reports), the
+//! lowest name among equals. The others then join it, and the leader takes them in one by one
+//! as learners first, voters once caught up. While some do not answer, the others wait — one
+//! that does not answer may hold the cluster — unless they have waited long (a replica that
+//! cannot be scheduled, say) and a majority of the expected replicas answered that they are new:
+//! a cluster with a majority of new volumes has lost what only those held anyway, and waiting
+//! for ever would keep every report out.
 
 use serde::{Deserialize, Serialize};
 
@@ -40,8 +43,8 @@ pub enum Next {
 }
 
 /// Decides for `me` (not yet in a cluster) from the other expected replicas' answers (`None`:
-/// no answer).
-pub fn next(me: &Status, others: &[(Member, Option<Status>)]) -> Next {
+/// no answer); `patient`: whether it may still wait for those that do not answer.
+pub fn next(me: &Status, others: &[(Member, Option<Status>)], patient: bool) -> Next {
     if let Some(member) = others.iter().find_map(|(member, status)| {
         status
             .as_ref()
@@ -50,7 +53,11 @@ pub fn next(me: &Status, others: &[(Member, Option<Status>)]) -> Next {
     }) {
         return Next::Join(member);
     }
-    if let Some((member, _)) = others.iter().find(|(_, status)| status.is_none()) {
+    let answered = 1 + others.iter().filter(|(_, s)| s.is_some()).count();
+    let majority = (others.len() + 1) / 2 + 1;
+    if let Some((member, _)) = others.iter().find(|(_, status)| status.is_none())
+        && (patient || answered < majority)
+    {
         return Next::Wait(format!(
             "replica {member} does not answer; it may already hold the cluster"
         ));
@@ -132,10 +139,28 @@ mod tests {
             ),
         ];
         for (others, expected, why) in cases {
-            assert_eq!(next(&me, &others), expected, "{why}");
+            assert_eq!(next(&me, &others, true), expected, "{why}");
         }
         // The lowest name is not special with more data than the others.
         let me = status("c-1", false, 50, None);
-        assert_eq!(next(&me, &[new("c-0")]), Next::Start);
+        assert_eq!(next(&me, &[new("c-0")], true), Next::Start);
+        // Out of patience: a majority of new replicas starts without the one that never came;
+        // a minority never does.
+        let me = status("c-0", false, 0, None);
+        let absent = (Member::new("c-2"), None);
+        assert_eq!(next(&me, &[new("c-1"), absent.clone()], false), Next::Start);
+        assert!(matches!(
+            next(&me, &[(Member::new("c-1"), None), absent.clone()], false),
+            Next::Wait(_)
+        ));
+        // A replica that belongs to a cluster is joined, patient or not.
+        let member = (
+            Member::new("c-1"),
+            Some(status("c-1", true, 9, Some("c-1"))),
+        );
+        assert_eq!(
+            next(&me, &[member, absent], false),
+            Next::Join(Member::new("c-1"))
+        );
     }
 }

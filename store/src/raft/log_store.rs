@@ -18,8 +18,8 @@
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{
@@ -68,6 +68,8 @@ pub struct LogStore {
     tree: sled::Tree,
     /// Bytes of entries appended since the last purge (when to compact, crate::raft::replica).
     appended: Arc<AtomicU64>,
+    /// The last purge of this process (the mark on disk may be behind it, see `purge`).
+    purged: Arc<Mutex<Option<LogId<NodeId>>>>,
 }
 
 impl LogStore {
@@ -78,6 +80,7 @@ impl LogStore {
             store,
             tree,
             appended: Arc::new(AtomicU64::new(0)),
+            purged: Arc::default(),
         })
     }
 
@@ -181,7 +184,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, Error> {
-        let purged: Option<LogId<NodeId>> = self.get_json(PURGED)?;
+        let in_memory = *self.purged.lock().unwrap_or_else(|p| p.into_inner());
+        let purged: Option<LogId<NodeId>> = match in_memory {
+            Some(purged) => Some(purged),
+            None => self.get_json(PURGED)?,
+        };
         let last = match self
             .tree
             .scan_prefix([ENTRY])
@@ -266,10 +273,42 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), Error> {
+        // openraft purges right after it hands a received snapshot to the state machine, while
+        // the install may still be under way. Should the process die before the install is
+        // done, the log on disk must not say it was cut beyond what the store holds (openraft
+        // would refuse to start): the marks written here never pass the store's own applied
+        // mark; the cut in memory is openraft's. At the next start the store is where it was,
+        // with an empty log, and takes the snapshot again.
+        let applied: Option<LogId<NodeId>> = match self
+            .store
+            .read_pair(crate::keys::META_RAFT_APPLIED)
+            .map_err(read_error)?
+        {
+            Some(value) => serde_json::from_slice(&value).map_err(read_error)?,
+            None => None,
+        };
         let mut batch = sled::Batch::default();
-        batch.insert(PURGED, serde_json::to_vec(&log_id).map_err(write_error)?);
+        if applied.is_some_and(|a| a.index >= log_id.index) {
+            batch.insert(PURGED, serde_json::to_vec(&log_id).map_err(write_error)?);
+        } else {
+            match applied {
+                Some(applied) => {
+                    batch.insert(PURGED, serde_json::to_vec(&applied).map_err(write_error)?);
+                }
+                None => batch.remove(PURGED),
+            }
+            let committed: Option<LogId<NodeId>> =
+                self.get_json::<Option<LogId<NodeId>>>(COMMITTED)?.flatten();
+            if committed > applied {
+                batch.insert(
+                    COMMITTED,
+                    serde_json::to_vec(&applied).map_err(write_error)?,
+                );
+            }
+        }
         self.remove(vec![ENTRY]..=entry_key(log_id.index), &mut batch)?;
         self.tree.apply_batch(batch).map_err(write_error)?;
+        *self.purged.lock().unwrap_or_else(|p| p.into_inner()) = Some(log_id);
         self.appended.store(0, Ordering::Relaxed);
         Ok(())
     }

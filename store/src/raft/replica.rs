@@ -25,6 +25,10 @@ use crate::command::{Applied, Command};
 use crate::error::{Result, StoreError};
 use crate::store::Store;
 
+/// How long a new replica waits for every expected replica to answer before a majority of new
+/// ones start the cluster without the others (crate::raft::formation).
+const FORMATION_PATIENCE: Duration = Duration::from_secs(120);
+
 /// Pause before a read asks again for how far the log is committed (no leader yet).
 const RETRY: Duration = Duration::from_millis(100);
 
@@ -498,6 +502,7 @@ impl Replica {
     /// once it belongs to one.
     pub async fn form(&self, expected: impl Fn() -> Vec<Member>) -> Result<()> {
         let mut said = Instant::now() - Duration::from_secs(60);
+        let began = Instant::now();
         loop {
             if self.inner.log.is_initialized()? {
                 return Ok(());
@@ -522,7 +527,8 @@ impl Replica {
                     .and_then(|a| wire::decode::<Status>(&a).ok());
                 others.push((member, answer));
             }
-            match formation::next(&me, &others) {
+            let patient = began.elapsed() < FORMATION_PATIENCE;
+            match formation::next(&me, &others, patient) {
                 Next::Start => return self.start_cluster().await,
                 Next::Join(via) => match self.join(&via).await {
                     Ok(()) => return Ok(()),
@@ -568,17 +574,22 @@ impl Replica {
                 .metrics()
                 .borrow()
                 .last_applied
-                .unwrap_or_default();
-            self.inner
+                .map_or(0, |l| l.index);
+            let metrics = self
+                .inner
                 .raft
                 .wait(Some(Duration::from_secs(600)))
-                .snapshot(applied, "the first snapshot")
+                .metrics(
+                    |m| m.snapshot.is_some_and(|s| s.index >= applied),
+                    "the first snapshot",
+                )
                 .await
                 .map_err(consensus)?;
+            let upto = metrics.snapshot.map_or(applied, |s| s.index);
             self.inner
                 .raft
                 .trigger()
-                .purge_log(applied.index)
+                .purge_log(upto)
                 .await
                 .map_err(consensus)?;
             tracing::info!(

@@ -203,6 +203,7 @@ pub fn load(input: impl Read, tree: &sled::Tree) -> Result<Meta> {
                 if in_batch == LOAD_BATCH {
                     tree.apply_batch(std::mem::take(&mut batch))?;
                     in_batch = 0;
+                    crate::failpoint::hit("snapshot-loading");
                 }
             }
             b'E' => {

@@ -305,6 +305,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 })
                 .map_err(fail)?;
             let meta = loaded.ok_or_else(|| fail(StoreError::Replication("snapshot not loaded".into())))?;
+            crate::failpoint::hit("snapshot-installed");
             // Kept as this replica's snapshot, to send on and to cut the log at: copied from
             // what was read (the file received is not necessarily the one this replica made).
             file.seek(std::io::SeekFrom::Start(0))

@@ -128,13 +128,20 @@ fn open_store(dir: &std::path::Path) -> Arc<Store> {
 impl Cluster {
     /// Fresh directories `<base>-<i>` for `n` replicas (nothing started).
     pub fn new(base: &std::path::Path, n: usize) -> Cluster {
+        let cluster = Cluster::new_keeping(base, n);
+        for dir in &cluster.dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        cluster
+    }
+
+    /// The directories `<base>-<i>` of `n` replicas as they are (replicas that ran before).
+    pub fn new_keeping(base: &std::path::Path, n: usize) -> Cluster {
         let dirs: Vec<PathBuf> = (0..n)
             .map(|i| {
                 let mut dir = base.as_os_str().to_owned();
                 dir.push(format!("-{i}"));
-                let dir = PathBuf::from(dir);
-                let _ = std::fs::remove_dir_all(&dir);
-                dir
+                PathBuf::from(dir)
             })
             .collect();
         Cluster {

@@ -8,5 +8,6 @@ mod full_disk;
 mod outbox;
 mod props;
 mod raft;
+mod raft_crash;
 mod retention;
 mod support;

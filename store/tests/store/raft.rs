@@ -16,7 +16,7 @@ use kdoctor_store::{
 use openraft::StorageError;
 use openraft::testing::{StoreBuilder, Suite};
 
-use crate::support::{scratch, task};
+use crate::support::{content, scratch, task};
 use kdoctor_store::raft::testing::{Cluster, applied_everywhere, leader_of, timing};
 
 /// A fresh store for each of openraft's storage tests.
@@ -74,25 +74,6 @@ async fn task_id(leader: &Replica, name: &str) -> IncarnationId {
         Applied::Task(id, _) => id,
         other => panic!("recording a task answered {other:?}"),
     }
-}
-
-/// Everything a reader can see of a store: its resourceVersion, every task and, for each
-/// round, every report's JSON.
-fn content(store: &Store) -> (u64, Vec<String>) {
-    let mut seen = Vec::new();
-    for task in store.tasks() {
-        seen.push(serde_json::to_string(&task).expect("json"));
-        for round in store.round_numbers(task.id) {
-            for meta in store.reports(task.id, round).expect("reports") {
-                let json = store
-                    .report_json(task.id, round, &meta.node)
-                    .expect("read")
-                    .expect("there");
-                seen.push(String::from_utf8(json).expect("utf-8"));
-            }
-        }
-    }
-    (store.resource_version(), seen)
 }
 
 fn assert_same(replicas: &[Replica]) {
@@ -301,13 +282,19 @@ async fn a_restarted_replica_and_one_far_behind_catch_up_by_log_and_by_snapshot(
     leader
         .raft()
         .wait(Some(Duration::from_secs(30)))
-        .snapshot(applied, "snapshot")
+        .metrics(
+            |m| m.snapshot.is_some_and(|s| s.index >= applied.index),
+            "snapshot",
+        )
         .await
         .expect("snapshot taken");
     leader
         .raft()
         .wait(Some(Duration::from_secs(30)))
-        .purged(Some(applied), "log cut")
+        .metrics(
+            |m| m.purged.is_some_and(|p| p.index >= applied.index),
+            "log cut",
+        )
         .await
         .expect("log cut");
     replicas.insert(i, cluster.start(n).await);

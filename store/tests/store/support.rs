@@ -63,3 +63,22 @@ pub fn raw_db(dir: &std::path::Path) -> sled::Db {
         }
     }
 }
+
+/// Everything a reader can see of a store: its resourceVersion, every task and, for each
+/// round, every report's JSON.
+pub fn content(store: &Store) -> (u64, Vec<String>) {
+    let mut seen = Vec::new();
+    for task in store.tasks() {
+        seen.push(serde_json::to_string(&task).expect("json"));
+        for round in store.round_numbers(task.id) {
+            for meta in store.reports(task.id, round).expect("reports") {
+                let json = store
+                    .report_json(task.id, round, &meta.node)
+                    .expect("read")
+                    .expect("there");
+                seen.push(String::from_utf8(json).expect("utf-8"));
+            }
+        }
+    }
+    (store.resource_version(), seen)
+}
