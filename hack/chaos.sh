@@ -69,14 +69,14 @@ observe_stop() { # case → sets "observed_line"
   figures="$(python3 - "$observed" <<'PY'
 import json, sys
 f = json.load(open(sys.argv[1]))
-print(f["reads"], f["failed"], len(f["backwards"]), f["events"], len(f["duplicates"]), len(f["out_of_order"]), f["relists"], f["resumes"])
+print(f["reads"], f["failed"], len(f["backwards"]), f["events"], len(f["duplicates"]), len(f["out_of_order"]), f["relists"], f["resumes"], f["slowest"])
 for e in f["errors"][:3] + f["backwards"][:3] + f["duplicates"][:3] + f["out_of_order"][:3]:
     print("  " + e, file=sys.stderr)
 PY
 )"
   rm -f "$observed"
-  read -r reads failed backwards events duplicates disorder relists resumes <<<"$figures"
-  observed_line="reads $reads (failed $failed), resourceVersion backwards $backwards; watch events $events (duplicated $duplicates, out of order $disorder, relists $relists, resumed $resumes times)"
+  read -r reads failed backwards events duplicates disorder relists resumes slowest <<<"$figures"
+  observed_line="reads $reads (failed $failed, slowest ${slowest}s), resourceVersion backwards $backwards; watch events $events (duplicated $duplicates, out of order $disorder, relists $relists, resumed $resumes times)"
   [ "$failed" -eq 0 ] || fail "$1: $failed of $reads reads through the aggregation layer failed ($observed_line)"
   [ "$backwards" -eq 0 ] || fail "$1: a client saw resourceVersions go backwards ($observed_line)"
   [ "$duplicates" -eq 0 ] && [ "$disorder" -eq 0 ] && [ "$relists" -eq 0 ] ||

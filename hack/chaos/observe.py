@@ -3,8 +3,10 @@
 layer (kube-apiserver proxies to any ready controller replica):
 
 - a reader runs `kubectl get kdoctorreport` twice a second, as a user would (kubectl retries a
-  503/504 that carries Retry-After, as client-go does); each answer is counted, failed or not,
-  and the list's resourceVersion must never go backwards for this one client;
+  503/504 that carries Retry-After, as client-go does), with a request timeout above
+  kube-apiserver's own 60 s for a proxied request; each answer is counted, failed or not, and
+  timed (a request that reached a paused replica waits for it), and the list's resourceVersion
+  must never go backwards for this one client;
 - a watch opened before the fault follows every change, and when its stream ends (a replica
   went away) resumes from the last resourceVersion it saw, as client-go's reflector does: each
   event must come once, in resourceVersion order, and it must never have to list again (410).
@@ -30,6 +32,7 @@ lock = threading.Lock()
 figures = {
     "reads": 0,
     "failed": 0,
+    "slowest": 0.0,
     "errors": [],
     "backwards": [],
     "events": 0,
@@ -54,10 +57,12 @@ def reader(kubectl):
     while not stop.is_set():
         started = time.time()
         done = subprocess.run(
-            [kubectl, "get", "kdoctorreport", "--request-timeout=20s", "-o",
+            [kubectl, "get", "kdoctorreport", "--request-timeout=70s", "-o",
              "jsonpath={.metadata.resourceVersion}"],
             capture_output=True, text=True)
         note("reads")
+        with lock:
+            figures["slowest"] = max(figures["slowest"], round(time.time() - started, 1))
         if done.returncode != 0:
             note("failed")
             note("errors", done.stderr.strip()[:300])

@@ -169,3 +169,34 @@ async fn the_leader_crashes_mid_round_and_another_replica_finishes_it_with_every
     )
     .await;
 }
+
+/// One replica is a valid small install: a cluster of one under Raft leads at once and runs
+/// tasks as the three do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_replica_is_a_cluster_of_one_that_runs_tasks() {
+    let cluster = Cluster::start(ClusterConfig {
+        replicas: 1,
+        ..ClusterConfig::default()
+    })
+    .await;
+    assert_eq!(cluster.leader(Duration::from_secs(60)).await, 0);
+    let raft = cluster.replicas[0].raft.clone().expect("replicated");
+    assert_eq!(raft.voters().len(), 1);
+    apply::<NetReach>(&cluster, "ha", &net_reach("ha", serde_json::json!({}))).await;
+    let status = status_when(
+        &cluster,
+        "ha",
+        Duration::from_secs(60),
+        "the task to finish",
+        |s| s.finish,
+    )
+    .await;
+    assert_eq!(
+        status.history.as_ref().map(|h| h[0].status),
+        Some(RoundStatus::Succeed)
+    );
+    assert_eq!(
+        nodes_of(&cluster.replicas[0].store, 1),
+        ["node-1", "node-2", "node-3"]
+    );
+}

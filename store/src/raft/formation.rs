@@ -54,7 +54,8 @@ pub fn next(me: &Status, others: &[(Member, Option<Status>)], patient: bool) -> 
         return Next::Join(member);
     }
     let answered = 1 + others.iter().filter(|(_, s)| s.is_some()).count();
-    let majority = (others.len() + 1) / 2 + 1;
+    let expected = others.len() + 1;
+    let majority = expected / 2 + 1;
     if let Some((member, _)) = others.iter().find(|(_, status)| status.is_none())
         && (patient || answered < majority)
     {

@@ -9,6 +9,8 @@ pub struct RaftMetrics {
     pub term: IntGauge,
     /// The last log index this replica holds.
     pub last_log_index: IntGauge,
+    /// The last log index this replica knows committed (held by a majority).
+    pub commit_index: IntGauge,
     /// The last log index applied to the store.
     pub applied_index: IntGauge,
     /// The last log index in this replica's snapshot.
@@ -33,6 +35,10 @@ impl Default for RaftMetrics {
             last_log_index: gauge(
                 "kdoctor_raft_last_log_index",
                 "The last index of this replica's Raft log.",
+            ),
+            commit_index: gauge(
+                "kdoctor_raft_commit_index",
+                "The last Raft log index this replica knows committed (held by a majority).",
             ),
             applied_index: gauge(
                 "kdoctor_raft_applied_index",
@@ -73,6 +79,7 @@ impl RaftMetrics {
     pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
         registry.register(Box::new(self.term.clone()))?;
         registry.register(Box::new(self.last_log_index.clone()))?;
+        registry.register(Box::new(self.commit_index.clone()))?;
         registry.register(Box::new(self.applied_index.clone()))?;
         registry.register(Box::new(self.snapshot_index.clone()))?;
         registry.register(Box::new(self.is_leader.clone()))?;

@@ -874,10 +874,22 @@ impl Replica {
         }
     }
 
-    /// Snapshots (and so cuts) the log once it grew by the configured bytes.
+    /// Snapshots (and so cuts) the log once it grew by the configured bytes; keeps the commit
+    /// index gauge (openraft's metrics do not carry it).
     async fn compact(self) {
         loop {
-            tokio::time::sleep(Duration::from_secs(5)).await;
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                match self
+                    .inner
+                    .raft
+                    .with_raft_state(|st| st.committed.map_or(0, |c| c.index))
+                    .await
+                {
+                    Ok(committed) => self.inner.metrics.commit_index.set(committed as i64),
+                    Err(_) => return,
+                }
+            }
             if self.inner.log.appended_bytes() >= self.inner.options.compact_after_bytes {
                 tracing::info!(
                     bytes = self.inner.log.appended_bytes(),
