@@ -115,7 +115,8 @@ async fn setup(base: &Path) {
 /// dies installing it).
 async fn join(base: &Path) {
     let cluster = Cluster::new_keeping(base, 2);
-    let leader = cluster.start(0).await;
+    // Kept running while the other joins (it sends the snapshot).
+    let _leader = cluster.start(0).await;
     let joining = cluster.start(1).await;
     let expected = cluster.members();
     joining.form(|| expected.clone()).await.expect("joined");
