@@ -69,15 +69,17 @@ observe_stop() { # case → sets "observed_line"
   figures="$(python3 - "$observed" <<'PY'
 import json, sys
 f = json.load(open(sys.argv[1]))
-print(f["reads"], f["failed"], len(f["backwards"]), f["events"], len(f["duplicates"]), len(f["out_of_order"]), f["relists"], f["resumes"], f["slowest"])
+print(f["reads"], f["failed"], len(f["backwards"]), f["events"], len(f["duplicates"]), len(f["out_of_order"]), f["relists"], f["resumes"], f["slowest"], f["cut"])
 for e in f["errors"][:3] + f["backwards"][:3] + f["duplicates"][:3] + f["out_of_order"][:3]:
     print("  " + e, file=sys.stderr)
 PY
 )"
   rm -f "$observed"
-  read -r reads failed backwards events duplicates disorder relists resumes slowest <<<"$figures"
-  observed_line="reads $reads (failed $failed, slowest ${slowest}s), resourceVersion backwards $backwards; watch events $events (duplicated $duplicates, out of order $disorder, relists $relists, resumed $resumes times)"
+  read -r reads failed backwards events duplicates disorder relists resumes slowest cut <<<"$figures"
+  observed_line="reads $reads (failed $failed, slowest ${slowest}s, cut off by the kill $cut), resourceVersion backwards $backwards; watch events $events (duplicated $duplicates, out of order $disorder, relists $relists, resumed $resumes times)"
   [ "$failed" -eq 0 ] || fail "$1: $failed of $reads reads through the aggregation layer failed ($observed_line)"
+  # Only a kill breaks off an answer under way, and only the one it was giving.
+  [ "$cut" -le "$kills" ] || fail "$1: $cut answers were broken off, more than the $kills kill(s) of the case explain ($observed_line)"
   [ "$backwards" -eq 0 ] || fail "$1: a client saw resourceVersions go backwards ($observed_line)"
   [ "$duplicates" -eq 0 ] && [ "$disorder" -eq 0 ] && [ "$relists" -eq 0 ] ||
     fail "$1: the watch did not see each change once, in order ($observed_line)"
@@ -157,6 +159,7 @@ until_reads() {
 controller_case() { # name rounds description fault-function
   local name="$1" rounds="$2" what="$3" since t0 finished r ack who
   shift 3
+  kills=0
   start_task "$name" "$rounds"
   since="$(date +%s)"
   observe_start "$name"
@@ -185,6 +188,7 @@ kill_leader() {
   [ -n "$pid" ] || fail "cannot find the process of the leading controller pod $old"
   at="$(date +%s)"
   kill -KILL "$pid"
+  kills=$((kills + 1))
   k -n kdoctor delete pod "$old" --grace-period=0 --force --wait=false 2>&1 | grep -v 'Warning: Immediate deletion' || true
   new="$(new_leader "" "$((at + 1))" 120)"
   fault_line="the leader $old killed; $new led within $(( $(date +%s) - at ))s"
@@ -271,24 +275,61 @@ pod_metric() { # pod metric
     awk -v m="$2" '$1 == m { print $2 }'
 }
 
+# Waits until POD's store holds what the leader's does, 3 voters (within SECONDS).
+caught_up() { # pod seconds
+  local deadline=$((SECONDS + $2)) mine theirs
+  while :; do
+    mine="$(pod_metric "$1" kdoctor_store_resource_version || true)"
+    theirs="$(pod_metric "$(leader)" kdoctor_store_resource_version || true)"
+    if [ -n "$mine" ] && [ -n "$theirs" ] && [ "$mine" = "$theirs" ] &&
+      [ "$(pod_metric "$(leader)" kdoctor_raft_voters || true)" = 3 ]; then echo "$theirs"; return; fi
+    [ "$SECONDS" -lt "$deadline" ] || fail "$1 did not come back with the leader's data within $2s (its resourceVersion '$mine', the leader's '$theirs')"
+    sleep 2
+  done
+}
+
+# A follower's disk fills up mid-round: its store stops on the I/O error and its process
+# restarts (and fails again) while the two others go on; once space returns it catches up.
+# Its volume is put on a 256 MiB tmpfs first (a fresh volume: it rejoins as a new node), then
+# filled from outside.
+fill_follower_disk() {
+  local follower path at back full
+  follower="$(a_follower)"
+  path="$(k get pv "$(k -n kdoctor get pvc "reports-$follower" -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.hostPath.path}')"
+  [ -d "$path" ] || fail "no volume directory for $follower"
+  mount -t tmpfs -o size=256m,mode=0777 kdoctor-chaos-full "$path"
+  k -n kdoctor delete pod "$follower" >/dev/null
+  caught_up "$follower" 240 >/dev/null
+  at=$SECONDS
+  # Everything left, but 4 KiB: the next writes fail with "No space left on device".
+  dd if=/dev/zero of="$path/filler" bs=1M count=300 status=none 2>/dev/null || true
+  local deadline=$((SECONDS + 120))
+  until [ "$(k -n kdoctor get pod "$follower" -o jsonpath='{.status.containerStatuses[0].restartCount}')" -gt 0 ]; do
+    [ "$SECONDS" -lt "$deadline" ] || { rm -f "$path/filler"; fail "$follower did not stop on its full disk within 120s"; }
+    sleep 2
+  done
+  full=$((SECONDS - at))
+  sleep 10
+  rm -f "$path/filler"
+  back="$(caught_up "$follower" 300)"
+  # The tmpfs goes; the replica comes back on a fresh volume of its own (a new node again).
+  k -n kdoctor delete pvc "reports-$follower" --wait=false >/dev/null
+  k -n kdoctor delete pod "$follower" >/dev/null
+  umount -l "$path" || true
+  caught_up "$follower" 240 >/dev/null
+  fault_line="$follower's volume full: its store stopped and the pod restarted ${full}s later; once space returned it caught up to resourceVersion $back"
+}
+
 # A follower's volume deleted and its pod re-created: it comes back empty, as a new node, and
 # catches up by snapshot.
 lose_volume() {
-  local follower at deadline
+  local follower at
   follower="$(a_follower)"
   at=$SECONDS
   k -n kdoctor delete pvc "reports-$follower" --wait=false >/dev/null
   k -n kdoctor delete pod "$follower" >/dev/null
-  deadline=$((SECONDS + 240))
-  while :; do
-    local mine theirs
-    mine="$(pod_metric "$follower" kdoctor_store_resource_version || true)"
-    theirs="$(pod_metric "$(leader)" kdoctor_store_resource_version || true)"
-    if [ -n "$mine" ] && [ -n "$theirs" ] && [ "$mine" = "$theirs" ] &&
-      [ "$(pod_metric "$(leader)" kdoctor_raft_voters || true)" = 3 ]; then break; fi
-    [ "$SECONDS" -lt "$deadline" ] || fail "$follower did not come back with the leader's data within 240s (its resourceVersion '$mine', the leader's '$theirs')"
-    sleep 2
-  done
+  local theirs
+  theirs="$(caught_up "$follower" 240)"
   fault_line="$follower's volume deleted and its pod re-created; back as a new node with every report (resourceVersion $theirs) $((SECONDS - at))s later, 3 voters"
 }
 
@@ -371,6 +412,7 @@ controller_case chaos-behind 3 "follower partitioned, then the leader killed" pa
 controller_case chaos-delete 1 "leader's pod deleted mid-round" delete_leader_pod
 controller_case chaos-rolling 1 "rolling restart mid-round" rolling_restart
 controller_case chaos-volume 1 "a follower's volume lost mid-round" lose_volume
+controller_case chaos-full 1 "a follower's disk full mid-round" fill_follower_disk
 case_restart kube-apiserver
 case_restart etcd
 case_agent_kill
