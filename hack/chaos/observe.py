@@ -6,8 +6,8 @@ layer (kube-apiserver proxies to any ready controller replica):
   503/504 that carries Retry-After, as client-go does), with a request timeout above
   kube-apiserver's own 60 s for a proxied request; each answer is counted, failed or not, and
   timed (a request that reached a paused replica waits for it), and the list's resourceVersion
-  must never go backwards for this one client. An answer broken off mid-way is counted apart
-  (`cut`): the replica answering it was killed at that instant, which no server survives;
+  must never go backwards for this one client. Each failure is kept with its time and kind
+  (chaos.sh tells those a kill explains from the others);
 - a watch opened before the fault follows every change, and when its stream ends (a replica
   went away) resumes from the last resourceVersion it saw, as client-go's reflector does: each
   event must come once, in resourceVersion order, and it must never have to list again (410).
@@ -34,6 +34,7 @@ figures = {
     "reads": 0,
     "failed": 0,
     "cut": 0,
+    "failures": [],
     "slowest": 0.0,
     "errors": [],
     "backwards": [],
@@ -66,10 +67,17 @@ def reader(kubectl):
         with lock:
             figures["slowest"] = max(figures["slowest"], round(time.time() - started, 1))
         if done.returncode != 0:
-            # An answer broken off mid-way (its replica killed while it answered) is told apart
-            # from a request that was refused or never answered.
-            cut = any(t in done.stderr for t in ("stream error", "connection reset", "unexpected EOF"))
-            note("cut" if cut else "failed")
+            # Told apart: an answer broken off mid-way (its replica killed while it answered),
+            # kube-apiserver's own 503 for a replica it could not reach (a killed one, still in
+            # the endpoints for a moment), anything else.
+            if any(t in done.stderr for t in ("stream error", "connection reset", "unexpected EOF")):
+                kind = "cut"
+            elif "currently unable to handle the request" in done.stderr:
+                kind = "unreachable"
+            else:
+                kind = "other"
+            with lock:
+                figures["failures"].append([round(started, 1), kind])
             note("errors", done.stderr.strip()[:300])
         else:
             try:
