@@ -185,6 +185,7 @@ cmd_up() {
 
   # A leftover namespace of a run that was killed: start clean.
   if [ -e "/var/run/netns/$NS" ]; then cmd_down; fi
+  unmount_under "$DIR"
   rm -rf "$DIR"
   mkdir -p "$DIR"/{pki,logs,pids,etcd,kubelet}
   echo "$KUBE_BIN" >"$DIR/kube-bin"
@@ -358,6 +359,16 @@ start_forward() {
   wait_for "the forwarded API server port" forward 30 test -s "$DIR/apiserver.port"
 }
 
+# Whatever is still mounted under DIR (a chaos case's tmpfs volume, when the run was killed
+# mid-case), deepest first: rm -rf would stop at it.
+unmount_under() { # dir
+  [ -d "$1" ] || return 0
+  local dir
+  dir="$(realpath "$1")"
+  awk -v d="$dir/" 'index($2, d) == 1 { print $2 }' /proc/self/mounts | sort -r |
+    while read -r m; do umount -l "$m" 2>/dev/null || true; done
+}
+
 cmd_down() {
   # The kubelet first: it stops the pods' processes and removes their namespaces.
   real_node_down
@@ -369,6 +380,7 @@ cmd_down() {
     ip netns pids "$ns" 2>/dev/null | grep -vx "$$" | xargs -r kill -KILL 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
   done
+  unmount_under "$DIR"
   rm -rf "$DIR"
   log "down"
 }

@@ -445,7 +445,7 @@ def check_monitoring(binary: str) -> None:
     # (Rendered by default, they would not count as added.)
     # Each ServiceMonitor selects a Service whose named port reaches the metrics port.
     for monitor, service, port in [
-        ("kdoctor-controller", "kdoctor-controller", 5721),
+        ("kdoctor-controller", "kdoctor-controller-metrics", 5721),
         ("kdoctor-agent", "kdoctor-agent-metrics", 5711),
     ]:
         sm = find(rendered, "ServiceMonitor", monitor)
@@ -460,6 +460,19 @@ def check_monitoring(binary: str) -> None:
         ports = {p["name"]: p for p in svc["spec"]["ports"]}
         if endpoint not in ports or ports[endpoint]["port"] != port:
             fail(f"ServiceMonitor {monitor} scrapes port {endpoint}, not {port} of {service}")
+    # The report API's Service has no selector (the leading replica keeps its endpoints);
+    # the metrics Service selects every replica's pod, ready or not.
+    api_svc = find(rendered, "Service", SERVICE)
+    if api_svc and api_svc["spec"].get("selector"):
+        fail(f"Service {SERVICE} has a selector: Kubernetes, not the leading replica, would keep its endpoints")
+    controller_pod = find(rendered, "StatefulSet", "kdoctor-controller")["spec"]["template"]
+    controller_metrics = find(rendered, "Service", "kdoctor-controller-metrics")
+    if controller_metrics:
+        sel = controller_metrics["spec"]["selector"]
+        if any(controller_pod["metadata"]["labels"].get(k) != v for k, v in sel.items()):
+            fail("kdoctor-controller-metrics does not select the controller's pods")
+        if not controller_metrics["spec"].get("publishNotReadyAddresses"):
+            fail("kdoctor-controller-metrics leaves out unready replicas")
     agent_pod = find(rendered, "DaemonSet", "kdoctor-agent")["spec"]["template"]
     metrics_svc = find(rendered, "Service", "kdoctor-agent-metrics")
     if metrics_svc:

@@ -232,6 +232,13 @@ async fn lead(
         ));
         if let Some(peers) = &setup.peers {
             tasks.spawn(crate::replica::members::run(replica.clone(), peers.clone()));
+            tasks.spawn(crate::replica::endpoints::run(
+                setup.client.clone(),
+                setup.options.namespace.clone(),
+                setup.options.service_name.clone(),
+                replica.clone(),
+                peers.clone(),
+            ));
         }
     }
 

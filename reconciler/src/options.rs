@@ -67,6 +67,9 @@ pub struct ControllerOptions {
     /// Whether an agent must prove, with its pod-bound ServiceAccount token, that it is the pod
     /// the harvester meant to reach before its reports are read.
     pub verify_agent_identity: bool,
+    /// The controller's Service (the report API's, which the APIService names). When it has no
+    /// selector, the leading replica keeps its EndpointSlices (crate::replica::endpoints).
+    pub service_name: String,
 }
 
 impl ControllerOptions {
@@ -89,6 +92,7 @@ impl ControllerOptions {
             harvest_timeout: Duration::from_secs(5),
             orphan_sweep: Duration::from_secs(60),
             verify_agent_identity: true,
+            service_name: "kdoctor-controller".to_string(),
         }
     }
 }

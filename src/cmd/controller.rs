@@ -266,6 +266,7 @@ fn export(args: &Args) -> Result<Option<ExportConfig>> {
 
 fn options(args: &Args) -> Result<ControllerOptions> {
     let mut options = ControllerOptions::new(&args.namespace);
+    options.service_name = args.service_name.clone();
     if let Some(image) = &args.agent_image {
         options.agent_image = image.clone();
     }

@@ -2,9 +2,10 @@
 //! (kdoctor_store::raft, on openraft); this module is the Kubernetes side of it: where the
 //! other replicas are (their pods, [`peers`]), the mutual-TLS HTTPS that carries Raft between
 //! them ([`transport`], [`serve`]: certificates of the install's CA, the replica name checked
-//! on both ends), and the leader's care of the membership when the StatefulSet is scaled
-//! ([`members`]).
+//! on both ends), the leader's care of the membership when the StatefulSet is scaled
+//! ([`members`]) and of the report API's endpoints ([`endpoints`]).
 
+pub mod endpoints;
 pub mod members;
 pub mod peers;
 pub mod serve;

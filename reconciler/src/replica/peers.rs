@@ -98,6 +98,11 @@ impl Peers {
             .and_then(|p| p.status.as_ref()?.pod_ip.as_deref()?.parse().ok())
     }
 
+    /// The controller's pods, as last seen.
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.pods.state()
+    }
+
     /// How many replicas the StatefulSet wants, once read.
     pub fn replicas(&self) -> Option<usize> {
         Some(self.replicas.load(Ordering::SeqCst)).filter(|n| *n > 0)

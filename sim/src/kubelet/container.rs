@@ -140,6 +140,8 @@ pub struct Spec {
     pub grace: Duration,
     /// Prefix of container ids.
     pub id_prefix: String,
+    /// Whether its node is down (then nothing probes it).
+    pub down: super::down::NodeDown,
 }
 
 /// A running container's handle.
@@ -210,6 +212,7 @@ async fn probe_loop(
         tokio::time::sleep(p.initial_delay).await;
         let mut tally = Tally::default();
         loop {
+            spec.down.wait_up().await;
             let r = probe::run(p).await;
             if let Err(e) = &r {
                 fail("Startup", e);
@@ -232,6 +235,7 @@ async fn probe_loop(
         let news = news.clone();
         let events = events.clone();
         let p = spec.readiness.clone();
+        let down = spec.down.clone();
         async move {
             let Some(p) = p else {
                 let _ = news.send(ProbeNews::Ready(true));
@@ -240,6 +244,7 @@ async fn probe_loop(
             tokio::time::sleep(p.initial_delay).await;
             let mut tally = Tally::default();
             loop {
+                down.wait_up().await;
                 let r = probe::run(&p).await;
                 if let Err(e) = &r {
                     let _ = events.send((
@@ -268,6 +273,7 @@ async fn probe_loop(
         tokio::time::sleep(p.initial_delay).await;
         let mut tally = Tally::default();
         loop {
+            spec.down.wait_up().await;
             let r = probe::run(p).await;
             if let Err(e) = &r {
                 fail("Liveness", e);

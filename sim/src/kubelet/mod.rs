@@ -11,6 +11,7 @@ pub mod address;
 pub mod container;
 pub mod dispatch;
 pub mod dns;
+pub mod down;
 pub mod env;
 pub mod ingress;
 pub mod launch;
@@ -223,10 +224,12 @@ pub async fn run(cfg: KubeletConfig, shutdown: watch::Receiver<bool>) -> Result<
     tracing::info!(nodes = plan.len(), process_nodes = cfg.process_nodes, %version, "registering nodes");
     nodes::register(&client, &plan, &version).await?;
     let names: Vec<String> = plan.iter().map(|n| n.name.clone()).collect();
+    let down = down::Down::follow(cfg.work_dir.join("down-nodes"));
     tokio::spawn(nodes::heartbeat(
         client.clone(),
         names.clone(),
         cfg.lease_renew,
+        down.clone(),
         shutdown.clone(),
     ));
     let cidrs = follow_cidrs(&client, names);
@@ -293,6 +296,7 @@ pub async fn run(cfg: KubeletConfig, shutdown: watch::Receiver<bool>) -> Result<
         services,
         simulated: Mutex::new(BTreeMap::new()),
         simulated_interface: cfg.node_interface.clone(),
+        down,
     });
     dispatch::run(ctx, plan, shutdown).await;
     Ok(())

@@ -231,11 +231,13 @@ async fn renew(
 }
 
 /// Renews every node's Lease each `every` (a few dozen at a time, so that a round of a
-/// thousand nodes fits in the interval), until `shutdown`; warns when a round overran.
+/// thousand nodes fits in the interval), except those `down`, until `shutdown`; warns when a
+/// round overran.
 pub async fn heartbeat(
     client: Client,
     names: Vec<String>,
     every: Duration,
+    down: super::down::Down,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
@@ -248,7 +250,8 @@ pub async fn heartbeat(
         if report {
             reported = round;
         }
-        let renewals = futures::stream::iter(names.clone())
+        let up: Vec<String> = names.iter().filter(|n| !down.is_down(n)).cloned().collect();
+        let renewals = futures::stream::iter(up)
             .map(|name| {
                 let (leases, nodes) = (leases.clone(), nodes.clone());
                 async move { renew(&leases, &nodes, &name, report).await }

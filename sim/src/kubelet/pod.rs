@@ -119,6 +119,8 @@ pub struct Ctx {
     /// (a connection gets a reset, as from a pod whose container does not listen), and a test
     /// in the cluster's namespace can serve on them as a stand-in for the pod's process.
     pub simulated_interface: String,
+    /// Nodes whose kubelet is silent (the chaos suite's dead nodes).
+    pub down: super::down::Down,
 }
 
 impl Ctx {
@@ -410,6 +412,12 @@ impl Worker {
         loop {
             if self.deleting() {
                 return;
+            }
+            if self.ctx.down.is_down(&self.node.name) {
+                // A dead node's kubelet writes nothing and acts on nothing until it is back;
+                // then it takes the newest object (a deletion meanwhile among it).
+                self.ctx.down.node(&self.node.name).wait_up().await;
+                continue;
             }
             tokio::select! {
                 changed = updates.changed() => {
@@ -932,6 +940,7 @@ impl Worker {
             liveness: super::probe::parse(c, "livenessProbe", ip),
             grace: Duration::from_secs(grace),
             id_prefix: format!("{}-{name}", s(&self.pod, "/metadata/uid")),
+            down: self.ctx.down.node(&self.node.name),
         })
     }
 

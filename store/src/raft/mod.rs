@@ -28,7 +28,7 @@ pub use fence::{Fence, Fenced};
 pub use formation::{Next, Status, next};
 pub use log_store::LogStore;
 pub use metrics::RaftMetrics;
-pub use network::{BoxFuture, Network, Transport, TransportError};
+pub use network::{BoxFuture, Contact, Network, Transport, TransportError};
 pub use replica::{HandleError, Options, Replica, Timing};
 pub use state_machine::StateMachine;
 pub use wire::{MAX_MESSAGE, Rpc, WireError};

@@ -2,10 +2,11 @@
 //! controller's mutual-TLS HTTPS, or a channel in tests). Raft's own errors travel inside the
 //! answer; a transport failure is "unreachable", after which openraft backs off.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -55,15 +56,42 @@ pub trait Transport: Send + Sync + 'static {
     ) -> BoxFuture<Result<Vec<u8>, TransportError>>;
 }
 
+/// When each other replica last answered this one (any answer, even a refusal: it is up and
+/// reachable). The leader hears every follower at each heartbeat, so this is how it tells a
+/// replica that stopped answering (its node died, it is cut off) long before Kubernetes does.
+#[derive(Clone, Default)]
+pub struct Contact {
+    heard: Arc<Mutex<BTreeMap<NodeId, Instant>>>,
+}
+
+impl Contact {
+    fn heard(&self, from: NodeId) {
+        self.heard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(from, Instant::now());
+    }
+
+    /// How long ago `node` last answered; None if it never did.
+    pub fn since(&self, node: NodeId) -> Option<Duration> {
+        self.heard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&node)
+            .map(Instant::elapsed)
+    }
+}
+
 /// Makes openraft's clients of other replicas.
 pub struct Network {
     transport: Arc<dyn Transport>,
+    contact: Contact,
 }
 
 impl Network {
-    /// Over `transport`.
-    pub fn new(transport: Arc<dyn Transport>) -> Network {
-        Network { transport }
+    /// Over `transport`, noting every answer in `contact`.
+    pub fn new(transport: Arc<dyn Transport>, contact: Contact) -> Network {
+        Network { transport, contact }
     }
 }
 
@@ -73,6 +101,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: NodeId, node: &Member) -> Peer {
         Peer {
             transport: self.transport.clone(),
+            contact: self.contact.clone(),
             target,
             member: node.clone(),
         }
@@ -82,6 +111,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 /// openraft's client of one replica.
 pub struct Peer {
     transport: Arc<dyn Transport>,
+    contact: Contact,
     target: NodeId,
     member: Member,
 }
@@ -99,6 +129,7 @@ impl Peer {
             .call(&self.member, rpc, body, option.hard_ttl())
             .await
             .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+        self.contact.heard(self.target);
         let result: Result<T, RaftError<NodeId, E>> =
             wire::decode(&answer).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| {

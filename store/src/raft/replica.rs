@@ -17,7 +17,7 @@ use super::fence::Fence;
 use super::formation::{self, Next, Status};
 use super::log_store::LogStore;
 use super::metrics::RaftMetrics;
-use super::network::{Addressed, ChunkHeader, Network, Transport};
+use super::network::{Addressed, ChunkHeader, Contact, Network, Transport};
 use super::state_machine::{Shared, StateMachine};
 use super::wire::{self, Rpc};
 use super::{Member, NodeId, TypeConfig};
@@ -151,6 +151,7 @@ struct Inner {
     log: LogStore,
     sm: Arc<Shared>,
     transport: Arc<dyn Transport>,
+    contact: Contact,
     fence: Fence,
     leading: watch::Sender<bool>,
     reads: ReadBatch,
@@ -200,10 +201,11 @@ impl Replica {
         }
         .validate()
         .map_err(consensus)?;
+        let contact = Contact::default();
         let raft = Raft::new(
             id,
             Arc::new(config),
-            Network::new(transport.clone()),
+            Network::new(transport.clone(), contact.clone()),
             log.clone(),
             sm,
         )
@@ -218,6 +220,7 @@ impl Replica {
                 log,
                 sm: shared,
                 transport,
+                contact,
                 fence: Fence::default(),
                 leading: watch::Sender::new(false),
                 reads: ReadBatch::default(),
@@ -291,6 +294,21 @@ impl Replica {
             .get_node(&id)
             .cloned()?;
         Some((id, member))
+    }
+
+    /// The pods of the voters that answered this replica within the leader's lease (this one
+    /// among them). Only the leader hears every replica all the time (its heartbeats, every
+    /// [`Timing::heartbeat`]): on the leader, a replica missing here stopped answering (its
+    /// node died, it is paused or cut off) long before Kubernetes can tell.
+    pub fn answering(&self) -> BTreeSet<String> {
+        let within = self.inner.options.timing.lease();
+        self.voters()
+            .into_iter()
+            .filter(|(id, _)| {
+                *id == self.inner.id || self.inner.contact.since(*id).is_some_and(|d| d <= within)
+            })
+            .map(|(_, m)| m.pod)
+            .collect()
     }
 
     /// The voting members.

@@ -227,6 +227,52 @@ async fn a_cut_off_leader_loses_its_lease_before_another_leads_and_its_writes_ar
     }
 }
 
+/// Waits until `leader` says exactly `pods` answer it.
+async fn answering_becomes(leader: &Replica, pods: &[&str]) -> Duration {
+    let want: std::collections::BTreeSet<String> = pods.iter().map(|p| p.to_string()).collect();
+    let start = tokio::time::Instant::now();
+    while leader.answering() != want {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the leader hears {:?}, not {want:?}",
+            leader.answering()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_stops_hearing_a_cut_off_replica_within_its_lease_and_hears_it_again() {
+    let cluster = Cluster::new(&scratch("raft-answering"), 3);
+    let replicas = cluster.start_all(3).await;
+    let leader = leader_of(&replicas).await;
+    let pods: Vec<String> = cluster.members().into_iter().map(|m| m.pod).collect();
+    let all: Vec<&str> = pods.iter().map(String::as_str).collect();
+    answering_becomes(&leader, &all).await;
+    let cut = replicas
+        .iter()
+        .find(|r| r.id() != leader.id())
+        .expect("a follower")
+        .member()
+        .pod
+        .clone();
+    cluster.isolate(&cut);
+    let rest: Vec<&str> = all.iter().copied().filter(|p| *p != cut).collect();
+    let took = answering_becomes(&leader, &rest).await;
+    // Gone once the lease passed without an answer, not before, and not much later.
+    let lease = timing().election_min;
+    assert!(
+        took <= lease * 3,
+        "noticed after {took:?} (lease {lease:?})"
+    );
+    cluster.heal();
+    answering_becomes(&leader, &all).await;
+    for r in replicas {
+        cluster.stop(r).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_replica_and_one_far_behind_catch_up_by_log_and_by_snapshot() {
     let mut cluster = Cluster::new(&scratch("raft-catchup"), 3);
