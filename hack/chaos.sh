@@ -397,6 +397,8 @@ node_up() {
   done
   grep -vx "$down_node" "$down_file" >"$down_file.new" || true
   mv "$down_file.new" "$down_file"
+  k wait node "$down_node" --for=condition=Ready --timeout=60s >/dev/null ||
+    fail "$down_node not Ready within 60s of its kubelet's return"
   # Its kubelet back, the Terminating pod goes and the StatefulSet makes a new one.
   local deadline=$((SECONDS + 180)) now
   while :; do

@@ -60,6 +60,30 @@ pub fn micro_now() -> String {
         .to_string()
 }
 
+/// A healthy kubelet's node conditions: type, status, reason, message.
+const CONDITIONS: [(&str, &str, &str, &str); 4] = [
+    ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+];
+
+/// The node's conditions at `t`; `transition`: with `t` as their last transition too (a new
+/// node, or one whose kubelet is back after the node controller marked it Unknown).
+fn conditions(t: &str, transition: bool) -> Vec<Value> {
+    CONDITIONS
+        .iter()
+        .map(|(kind, status, reason, message)| {
+            let mut c = json!({"type": kind, "status": status, "reason": reason,
+                               "message": message, "lastHeartbeatTime": t});
+            if transition {
+                c["lastTransitionTime"] = json!(t);
+            }
+            c
+        })
+        .collect()
+}
+
 /// The Node object a kubelet would register for `n`.
 pub fn node_object(n: &NodeSpec, kubelet_version: &str) -> Value {
     let t = now();
@@ -79,10 +103,6 @@ pub fn node_object(n: &NodeSpec, kubelet_version: &str) -> Value {
         .map(|ip| json!({"type": "InternalIP", "address": ip.to_string()}))
         .collect();
     addresses.push(json!({"type": "Hostname", "address": n.name}));
-    let condition = |kind: &str, status: &str, reason: &str, message: &str| {
-        json!({"type": kind, "status": status, "reason": reason, "message": message,
-               "lastHeartbeatTime": t, "lastTransitionTime": t})
-    };
     // A /26 per node leaves 61 pod addresses; the capacity says fewer.
     let resources = json!({"cpu": "4", "memory": "8Gi", "pods": "60", "ephemeral-storage": "20Gi"});
     json!({
@@ -98,12 +118,7 @@ pub fn node_object(n: &NodeSpec, kubelet_version: &str) -> Value {
         "status": {
             "capacity": resources,
             "allocatable": resources,
-            "conditions": [
-                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-            ],
+            "conditions": conditions(&t, true),
             "addresses": addresses,
             "daemonEndpoints": {"kubeletEndpoint": {"Port": super::KUBELET_PORT}},
             "nodeInfo": {
@@ -200,12 +215,15 @@ pub async fn register(
 /// request waits on a busy API server.
 const RENEWALS_IN_FLIGHT: usize = 32;
 
-/// Renews one node's Lease, and every [`STATUS_REPORT`] its status's heartbeat times.
+/// Renews one node's Lease, and every [`STATUS_REPORT`] (or at once when it is `back` from
+/// being down) its status: the conditions of a healthy kubelet, whatever the node controller
+/// wrote meanwhile.
 async fn renew(
     leases: &Api<k8s_openapi::api::coordination::v1::Lease>,
     nodes: &Api<Node>,
     name: &str,
     report: bool,
+    back: bool,
 ) {
     let patch = json!({"spec": {"renewTime": micro_now(), "holderIdentity": name}});
     if let Err(e) = leases
@@ -214,13 +232,8 @@ async fn renew(
     {
         tracing::warn!(node = %name, error = %e, "renewing the node's Lease");
     }
-    if report {
-        let t = now();
-        let conditions: Vec<Value> = ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
-            .iter()
-            .map(|c| json!({"type": c, "lastHeartbeatTime": t}))
-            .collect();
-        let heartbeat = json!({"status": {"conditions": conditions}});
+    if report || back {
+        let heartbeat = json!({"status": {"conditions": conditions(&now(), back)}});
         if let Err(e) = nodes
             .patch_status(name, &kubelet_patch(), &Patch::Strategic(&heartbeat))
             .await
@@ -244,17 +257,22 @@ pub async fn heartbeat(
         Api::namespaced(client.clone(), "kube-node-lease");
     let nodes: Api<Node> = Api::all(client);
     let mut reported = tokio::time::Instant::now();
+    let mut was_down: Vec<String> = Vec::new();
     loop {
         let round = tokio::time::Instant::now();
         let report = reported.elapsed() >= STATUS_REPORT;
         if report {
             reported = round;
         }
-        let up: Vec<String> = names.iter().filter(|n| !down.is_down(n)).cloned().collect();
+        let (now_down, up): (Vec<String>, Vec<String>) =
+            names.iter().cloned().partition(|n| down.is_down(n));
+        let back: Vec<String> = up.iter().filter(|n| was_down.contains(n)).cloned().collect();
+        was_down = now_down;
         let renewals = futures::stream::iter(up)
             .map(|name| {
                 let (leases, nodes) = (leases.clone(), nodes.clone());
-                async move { renew(&leases, &nodes, &name, report).await }
+                let back = back.contains(&name);
+                async move { renew(&leases, &nodes, &name, report, back).await }
             })
             .buffer_unordered(RENEWALS_IN_FLIGHT)
             .collect::<Vec<()>>();

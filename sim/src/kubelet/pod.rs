@@ -417,6 +417,9 @@ impl Worker {
                 // A dead node's kubelet writes nothing and acts on nothing until it is back;
                 // then it takes the newest object (a deletion meanwhile among it).
                 self.ctx.down.node(&self.node.name).wait_up().await;
+                // The node controller may have marked the pod not ready meanwhile: the
+                // status is written again, not compared with what this kubelet last wrote.
+                self.written = Value::Null;
                 continue;
             }
             tokio::select! {
