@@ -302,7 +302,7 @@ caught_up() { # pod seconds
   done
 }
 
-# A follower's disk fills up mid-round: its store stops on the I/O error and its process
+# A follower's disk fills up between rounds: its store stops on the I/O error and its process
 # restarts (and fails again) while the two others go on; once space returns it catches up.
 # Its volume is put on a 256 MiB tmpfs first (a fresh volume: it rejoins as a new node), then
 # filled from outside.
@@ -315,11 +315,12 @@ fill_follower_disk() {
   k -n kdoctor delete pod "$follower" >/dev/null
   caught_up "$follower" 240 >/dev/null
   at=$SECONDS
-  # Everything left, but 4 KiB: the next writes fail with "No space left on device".
+  # Everything left, but 4 KiB: the next writes fail with "No space left on device" — the
+  # reports of the second round, which starts a minute after the first.
   dd if=/dev/zero of="$path/filler" bs=1M count=300 status=none 2>/dev/null || true
-  local deadline=$((SECONDS + 120))
+  local deadline=$((SECONDS + 180))
   until [ "$(k -n kdoctor get pod "$follower" -o jsonpath='{.status.containerStatuses[0].restartCount}')" -gt 0 ]; do
-    [ "$SECONDS" -lt "$deadline" ] || { rm -f "$path/filler"; fail "$follower did not stop on its full disk within 120s"; }
+    [ "$SECONDS" -lt "$deadline" ] || { rm -f "$path/filler"; fail "$follower did not stop on its full disk within 180s (the second round's reports written meanwhile: $(reported "$name" 2 | grep -c .))"; }
     sleep 2
   done
   full=$((SECONDS - at))
@@ -508,7 +509,7 @@ if only chaos-behind; then controller_case chaos-behind 3 "follower partitioned,
 if only chaos-delete; then controller_case chaos-delete 1 "leader's pod deleted mid-round" delete_leader_pod; fi
 if only chaos-rolling; then controller_case chaos-rolling 1 "rolling restart mid-round" rolling_restart; fi
 if only chaos-volume; then controller_case chaos-volume 1 "a follower's volume lost mid-round" lose_volume; fi
-if only chaos-full; then controller_case chaos-full 1 "a follower's disk full mid-round" fill_follower_disk; fi
+if only chaos-full; then controller_case chaos-full 2 "a follower's disk full between rounds" fill_follower_disk; fi
 if only chaos-kube-apiserver; then case_restart kube-apiserver; fi
 if only chaos-etcd; then case_restart etcd; fi
 if only chaos-agent; then case_agent_kill; fi

@@ -522,14 +522,20 @@ async fn controller(args: &Args) -> Result<ExitCode> {
     let store = state.wait_store().await;
     // A store stopped on an I/O error (a full disk) takes nothing more until reopened, and sled
     // would hang closing it: the process exits, and the pod restarts and reopens it once the
-    // cause is gone (meanwhile the other replicas serve, and lead).
+    // cause is gone (meanwhile the other replicas serve, and lead). Not at once: first out of
+    // the endpoints, as on SIGTERM, so that no request is sent to a process that is gone (it
+    // answers meanwhile, with 503 and Retry-After where the store is needed).
     {
         let store = store.clone();
+        let health = state.health.clone();
+        let delay = Duration::from_secs(args.shutdown_delay_seconds);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 if let Some(failure) = store.failure() {
-                    tracing::error!(%failure, "the report store stopped; exiting so that the pod restarts and reopens it");
+                    tracing::error!(%failure, delay = ?delay, "the report store stopped; exiting so that the pod restarts and reopens it");
+                    health.set_stopping();
+                    tokio::time::sleep(delay).await;
                     std::process::exit(1);
                 }
             }

@@ -62,10 +62,30 @@ pub fn micro_now() -> String {
 
 /// A healthy kubelet's node conditions: type, status, reason, message.
 const CONDITIONS: [(&str, &str, &str, &str); 4] = [
-    ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+    (
+        "MemoryPressure",
+        "False",
+        "KubeletHasSufficientMemory",
+        "kubelet has sufficient memory available",
+    ),
+    (
+        "DiskPressure",
+        "False",
+        "KubeletHasNoDiskPressure",
+        "kubelet has no disk pressure",
+    ),
+    (
+        "PIDPressure",
+        "False",
+        "KubeletHasSufficientPID",
+        "kubelet has sufficient PID available",
+    ),
+    (
+        "Ready",
+        "True",
+        "KubeletReady",
+        "kubelet is posting ready status",
+    ),
 ];
 
 /// The node's conditions at `t`; `transition`: with `t` as their last transition too (a new
@@ -266,7 +286,11 @@ pub async fn heartbeat(
         }
         let (now_down, up): (Vec<String>, Vec<String>) =
             names.iter().cloned().partition(|n| down.is_down(n));
-        let back: Vec<String> = up.iter().filter(|n| was_down.contains(n)).cloned().collect();
+        let back: Vec<String> = up
+            .iter()
+            .filter(|n| was_down.contains(n))
+            .cloned()
+            .collect();
         was_down = now_down;
         let renewals = futures::stream::iter(up)
             .map(|name| {
