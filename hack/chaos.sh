@@ -105,7 +105,7 @@ start_task() { # name rounds
   sed -e "s/NAME/$1/" -e "s/ROUNDS/$2/" "$here/chaos/round.yaml" | k apply -f - >/dev/null
   local deadline=$((SECONDS + 90))
   until [ "$(k get netreach "$1" -o jsonpath='{.status.history[0].status}' 2>/dev/null)" = ongoing ]; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "$1: its round did not start within 90s"
+    [ "$SECONDS" -lt "$deadline" ] || fail "$1: its round did not start within 90s: $(k get netreach "$1" -o jsonpath='{.status}'; k get nodes; k -n kdoctor get pods -o wide)"
     sleep 1
   done
   sleep 5
@@ -400,6 +400,8 @@ node_up() {
   mv "$down_file.new" "$down_file"
   k wait node "$down_node" --for=condition=Ready --timeout=60s >/dev/null ||
     fail "$down_node not Ready within 60s of its kubelet's return"
+  k -n kdoctor rollout status daemonset/kdoctor-agent --timeout=120s >/dev/null ||
+    fail "the agent on $down_node not ready within 120s of its node's return: $(k -n kdoctor get pods -o wide)"
   # Its kubelet back, the Terminating pod goes and the StatefulSet makes a new one.
   local deadline=$((SECONDS + 180)) now
   while :; do

@@ -6,6 +6,7 @@ its round's KdoctorReport read through the aggregation layer.
 
     acked.py CLUSTER_DIR KUBECTL TASK      # NetReach TASK; prints "acknowledged N, lost M"
 """
+import datetime
 import os
 import re
 import subprocess
@@ -18,11 +19,17 @@ def main():
         return 2
     root, kubectl, task = sys.argv[1:]
     pattern = re.compile(rf"^NetReach_{re.escape(task)}_round(\d+)_(.+)_\d{{4}}-\d\d-\d\dT.*\.ack$")
+    # Only this incarnation's: a task of the same name applied again (a rerun on a kept
+    # cluster) leaves the records of the one before in the spools.
+    created = subprocess.run(
+        [kubectl, "get", "netreach", task, "--request-timeout=20s", "-o",
+         "jsonpath={.metadata.creationTimestamp}"], capture_output=True, text=True).stdout.strip()
+    since = datetime.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp() if created else 0
     acked = set()
     for dirpath, _, files in os.walk(root):
         for name in files:
             m = pattern.match(name)
-            if m:
+            if m and os.path.getmtime(os.path.join(dirpath, name)) >= since:
                 acked.add((int(m.group(1)), m.group(2)))
     lost = []
     stored = {}
