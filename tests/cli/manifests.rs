@@ -297,19 +297,62 @@ fn names_ports_selectors_and_mounts_agree_across_objects_and_with_the_code() {
     find(&objects, "Service", &config.agent_service_ipv4_name);
     find(&objects, "Ingress", &config.agent_ingress_name);
 
-    for (service, kind, workload) in [
+    // The report API's Service has no selector: the leading replica keeps its EndpointSlices,
+    // under the names the controller's Role lets it write.
+    let api = find(&objects, "Service", "kdoctor-controller");
+    assert!(
+        api["spec"].get("selector").is_none(),
+        "Service kdoctor-controller has a selector: Kubernetes would keep its endpoints"
+    );
+    let slices: Vec<String> = ["ipv4", "ipv6"]
+        .iter()
+        .map(|f| kdoctor_reconciler::replica::endpoints::slice_name("kdoctor-controller", f))
+        .collect();
+    let role = find(&objects, "Role", "kdoctor-controller");
+    let named = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .find(|r| r["resources"][0] == "endpointslices" && r.get("resourceNames").is_some())
+        .expect("a rule for the report API's EndpointSlices by name");
+    let names: Vec<&str> = named["resourceNames"]
+        .as_array()
+        .expect("resourceNames")
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert_eq!(
+        names, slices,
+        "the Role names the slices the controller writes"
+    );
+
+    for (service, kind, workload, selects) in [
         (
             config.agent_service_ipv4_name.as_str(),
             "DaemonSet",
             config.agent_daemonset_name.as_str(),
+            true,
         ),
-        ("kdoctor-controller", "StatefulSet", "kdoctor-controller"),
+        (
+            "kdoctor-controller",
+            "StatefulSet",
+            "kdoctor-controller",
+            false,
+        ),
+        (
+            "kdoctor-controller-metrics",
+            "StatefulSet",
+            "kdoctor-controller",
+            true,
+        ),
     ] {
         let svc = find(&objects, "Service", service);
         let template = pod_of(&objects, kind, workload);
         let labels = template["metadata"]["labels"].as_object().expect("labels");
-        for (k, v) in svc["spec"]["selector"].as_object().expect("selector") {
-            assert_eq!(labels.get(k), Some(v), "Service {service} selects {k}={v}");
+        if selects {
+            for (k, v) in svc["spec"]["selector"].as_object().expect("selector") {
+                assert_eq!(labels.get(k), Some(v), "Service {service} selects {k}={v}");
+            }
         }
         let selector = find(&objects, kind, workload)["spec"]["selector"]["matchLabels"].clone();
         for (k, v) in selector.as_object().expect("matchLabels") {

@@ -188,15 +188,23 @@ pub async fn run(
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let mut current: Option<Service> = None;
     let mut written: Option<Vec<EndpointSlice>> = None;
-    let mut refreshed = tokio::time::Instant::now();
+    let mut next_read = tokio::time::Instant::now();
     let mut told_selector = false;
     loop {
-        if current.is_none() || refreshed.elapsed() >= REFRESH {
+        // Read at the start of the leadership, then every REFRESH (a missing Service too: a
+        // controller run without one asks twice a minute, not twice a second); again soon after
+        // a failed read.
+        if tokio::time::Instant::now() >= next_read {
             match services.get_opt(&service).await {
-                Ok(s) => current = s,
-                Err(e) => tracing::debug!(service, error = %e, "reading the controller's Service"),
+                Ok(s) => {
+                    current = s;
+                    next_read = tokio::time::Instant::now() + REFRESH;
+                }
+                Err(e) => {
+                    tracing::debug!(service, error = %e, "reading the controller's Service (retrying)");
+                    next_read = tokio::time::Instant::now() + BACKOFF;
+                }
             }
-            refreshed = tokio::time::Instant::now();
             written = None;
         }
         let wanted = current
