@@ -211,6 +211,16 @@ fn now() -> String {
         .to_string()
 }
 
+/// The (type, status) of each of a pod status's conditions.
+fn condition_states(status: &Value) -> BTreeSet<(String, String)> {
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| (s(c, "/type").to_string(), s(c, "/status").to_string()))
+        .collect()
+}
+
 /// A pod worker's inbox: the latest object, or None once the pod left the API.
 pub type PodUpdates = watch::Receiver<Option<Pod>>;
 
@@ -374,6 +384,14 @@ impl Worker {
         if let Ok(v) = serde_json::to_value(&p) {
             if s(&v, "/metadata/uid") != s(&self.pod, "/metadata/uid") {
                 return false;
+            }
+            // Someone else changed the pod's conditions (the node controller marks the pods of
+            // a node it lost not ready, and may do so after the node came back): written again
+            // at the next tick, as the kubelet's status manager reconciles its own.
+            if !self.written.is_null()
+                && condition_states(&v["status"]) != condition_states(&self.written)
+            {
+                self.written = Value::Null;
             }
             self.pod = v;
         }
@@ -1005,6 +1023,21 @@ fn failed_container(reason: &str, message: &str) -> Container {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_condition_changed_by_someone_else_is_told_from_a_new_probe_time() {
+        let written = json!({"conditions": [
+            {"type": "Ready", "status": "True", "lastProbeTime": null},
+            {"type": "PodScheduled", "status": "True"}]});
+        let same = json!({"conditions": [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-27T10:00:00Z"}]});
+        let marked = json!({"conditions": [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "Ready", "status": "False", "reason": "NodeNotReady"}]});
+        assert_eq!(condition_states(&written), condition_states(&same));
+        assert_ne!(condition_states(&written), condition_states(&marked));
+    }
 
     #[test]
     fn images_match_by_repository_whatever_the_tag() {
