@@ -326,6 +326,9 @@ fill_follower_disk() {
   full=$((SECONDS - at))
   sleep 10
   rm -f "$path/filler"
+  # Its restarts back off (up to 5 min) while the disk is full; once space is back the pod is
+  # restarted at once, as an operator would after freeing it.
+  k -n kdoctor delete pod "$follower" --wait=false >/dev/null
   back="$(caught_up "$follower" 300)"
   # The tmpfs goes; the replica comes back on a fresh volume of its own (a new node again).
   k -n kdoctor delete pvc "reports-$follower" --wait=false >/dev/null
