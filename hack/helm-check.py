@@ -55,6 +55,12 @@ def fail(message: str) -> None:
     print(f"FAIL: {message}\n", flush=True)
 
 
+def selects(service: dict, pod_template: dict) -> bool:
+    """Whether the Service's selector matches the pod template's labels."""
+    labels = pod_template["metadata"]["labels"]
+    return all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
+
+
 def ok(message: str) -> None:
     print(f"ok: {message}", flush=True)
 
@@ -468,16 +474,14 @@ def check_monitoring(binary: str) -> None:
     controller_pod = find(rendered, "StatefulSet", "kdoctor-controller")["spec"]["template"]
     controller_metrics = find(rendered, "Service", "kdoctor-controller-metrics")
     if controller_metrics:
-        sel = controller_metrics["spec"]["selector"]
-        if any(controller_pod["metadata"]["labels"].get(k) != v for k, v in sel.items()):
+        if not selects(controller_metrics, controller_pod):
             fail("kdoctor-controller-metrics does not select the controller's pods")
         if not controller_metrics["spec"].get("publishNotReadyAddresses"):
             fail("kdoctor-controller-metrics leaves out unready replicas")
     agent_pod = find(rendered, "DaemonSet", "kdoctor-agent")["spec"]["template"]
     metrics_svc = find(rendered, "Service", "kdoctor-agent-metrics")
     if metrics_svc:
-        sel = metrics_svc["spec"]["selector"]
-        if any(agent_pod["metadata"]["labels"].get(k) != v for k, v in sel.items()):
+        if not selects(metrics_svc, agent_pod):
             fail("kdoctor-agent-metrics does not select the default agent's pods")
         container_ports = {p["name"]: p["containerPort"] for p in agent_pod["spec"]["containers"][0]["ports"]}
         if container_ports.get("metrics") != 5711:

@@ -131,7 +131,13 @@ pub fn default_agent_resource(config: &Config) -> TaskResource {
     }
 }
 
-fn owner_reference(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerReference {
+/// A controlling owner reference (what the garbage collector follows).
+pub(crate) fn owner_reference(
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    uid: &str,
+) -> OwnerReference {
     OwnerReference {
         api_version: api_version.to_string(),
         kind: kind.to_string(),

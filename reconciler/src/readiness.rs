@@ -78,6 +78,14 @@ pub struct AgentPod {
     pub ready: bool,
 }
 
+/// Whether the pod's Ready condition is True (what its kubelet, or the node controller, says).
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// The agent a pod is, if it is scheduled and has an address.
 pub fn agent_pod(pod: &Pod) -> Option<AgentPod> {
     let name = pod.metadata.name.clone()?;
@@ -85,12 +93,7 @@ pub fn agent_pod(pod: &Pod) -> Option<AgentPod> {
     let node = pod.spec.as_ref()?.node_name.clone()?;
     let status = pod.status.as_ref()?;
     let ip = status.pod_ip.as_deref()?.parse().ok()?;
-    let ready = pod.metadata.deletion_timestamp.is_none()
-        && status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
+    let ready = pod.metadata.deletion_timestamp.is_none() && pod_ready(pod);
     Some(AgentPod {
         name,
         uid,

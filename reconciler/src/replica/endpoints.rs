@@ -17,14 +17,16 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kdoctor_api::labels::{APP_NAME, FIELD_MANAGER};
 use kdoctor_store::raft::Replica;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 
 use super::peers::Peers;
+use crate::carrier::owner_reference;
+use crate::readiness::pod_ready;
 
 /// The label that names a slice's Service (the aggregation layer and kube-proxy find the
 /// slices by it).
@@ -33,7 +35,7 @@ const SERVICE_NAME: &str = "kubernetes.io/service-name";
 const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
 /// This controller, as that label's value (as Kubernetes' own is
 /// `endpointslice-controller.k8s.io`).
-pub const MANAGER: &str = "controller.kdoctor.io";
+const MANAGER: &str = "controller.kdoctor.io";
 
 /// How often the leader looks at who answers.
 const TICK: Duration = Duration::from_millis(500);
@@ -49,13 +51,6 @@ const FAMILIES: [(&str, &str); 2] = [("IPv4", "ipv4"), ("IPv6", "ipv6")];
 /// The name of `service`'s slice of `family` (`ipv4` or `ipv6`).
 pub fn slice_name(service: &str, family: &str) -> String {
     format!("{service}-replicas-{family}")
-}
-
-fn condition_true(pod: &Pod, kind: &str) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == kind && c.status == "True"))
 }
 
 /// The number `target` means in `pod` (a named target port is looked up among the pod's
@@ -108,21 +103,19 @@ pub fn slices(
                 .collect()
         })
         .unwrap_or_default();
-    let owner = OwnerReference {
-        api_version: "v1".to_string(),
-        kind: "Service".to_string(),
-        name: name.clone(),
-        uid: service.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    };
+    let owner = owner_reference(
+        "v1",
+        "Service",
+        &name,
+        service.metadata.uid.as_deref().unwrap_or_default(),
+    );
     let mut by_family: BTreeMap<&str, Vec<Endpoint>> = BTreeMap::new();
     for pod in pods {
         let Some(pod_name) = pod.metadata.name.clone() else {
             continue;
         };
         let terminating = pod.metadata.deletion_timestamp.is_some();
-        let serving = condition_true(pod, "Ready") && answering.contains(&pod_name);
+        let serving = pod_ready(pod) && answering.contains(&pod_name);
         let ips = pod.status.as_ref().and_then(|s| s.pod_ips.clone());
         for ip in ips.into_iter().flatten().map(|p| p.ip) {
             let Ok(parsed) = ip.parse::<std::net::IpAddr>() else {
@@ -199,13 +192,14 @@ pub async fn run(
                 Ok(s) => {
                     current = s;
                     next_read = tokio::time::Instant::now() + REFRESH;
+                    // Written again even if unchanged: someone may have edited or deleted them.
+                    written = None;
                 }
                 Err(e) => {
                     tracing::debug!(service, error = %e, "reading the controller's Service (retrying)");
                     next_read = tokio::time::Instant::now() + BACKOFF;
                 }
             }
-            written = None;
         }
         let wanted = current
             .as_ref()
@@ -261,12 +255,7 @@ async fn write(
     wanted: &[EndpointSlice],
 ) -> Result<(), kube::Error> {
     for slice in wanted {
-        let mut slice = slice.clone();
-        slice.metadata.managed_fields = None;
-        let mut value = serde_json::to_value(&slice).map_err(kube::Error::SerdeError)?;
-        value["apiVersion"] = EndpointSlice::api_version(&()).into();
-        value["kind"] = EndpointSlice::kind(&()).into();
-        api.patch(&slice.name_any(), apply, &Patch::Apply(&value))
+        api.patch(&slice.name_any(), apply, &Patch::Apply(slice))
             .await?;
     }
     let keep: BTreeSet<String> = wanted.iter().map(ResourceExt::name_any).collect();

@@ -434,10 +434,8 @@ impl Worker {
             if self.ctx.down.is_down(&self.node.name) {
                 // A dead node's kubelet writes nothing and acts on nothing until it is back;
                 // then it takes the newest object (a deletion meanwhile among it).
+                // (What the node controller changed meanwhile, take_update sees.)
                 self.ctx.down.node(&self.node.name).wait_up().await;
-                // The node controller may have marked the pod not ready meanwhile: the
-                // status is written again, not compared with what this kubelet last wrote.
-                self.written = Value::Null;
                 continue;
             }
             tokio::select! {
