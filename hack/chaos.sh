@@ -20,6 +20,10 @@ nodes="$2"
 here="$(cd "$(dirname "$0")" && pwd)"
 k() { "$kubectl" "$@"; }
 fail() { echo "chaos: FAILED: $*" >&2; exit 1; }
+# A case that fails leaves its observer (and a partition's cutter) running; they would outlive
+# this script, keep hack/test.sh's `| tee` open and hang the run until CI's limit.
+stop_background() { jobs -p | xargs -r kill -TERM 2>/dev/null || true; }
+trap stop_background EXIT
 summary=()
 kubeconfig="${KUBECONFIG:?KUBECONFIG: the admin kubeconfig of the cluster}"
 
@@ -102,6 +106,8 @@ writers() { python3 "$here/chaos/writers.py" "$CLUSTER_DIR/logs/audit.log" "$1" 
 
 # Applies the case's task and waits until its first round is probing.
 start_task() { # name rounds
+  # A case run again (CHAOS_CASES on a kept cluster) starts a task of its own, not the last one's.
+  k delete netreach "$1" --ignore-not-found --wait >/dev/null
   sed -e "s/NAME/$1/" -e "s/ROUNDS/$2/" "$here/chaos/round.yaml" | k apply -f - >/dev/null
   local deadline=$((SECONDS + 90))
   until [ "$(k get netreach "$1" -o jsonpath='{.status.history[0].status}' 2>/dev/null)" = ongoing ]; do

@@ -43,6 +43,8 @@ fail() {
 
 cleanup() {
   local code=$?
+  # A background watch of a step that failed would outlive the run and hold its output open.
+  jobs -p | xargs -r kill -TERM 2>/dev/null || true
   if [ "$code" -ne 0 ] && [ -d "$CLUSTER_DIR" ]; then
     echo "e2e: FAILED (exit $code); the last lines of each pod's containers and of kube-sim:" >&2
     for log in "$CLUSTER_DIR"/kubelet/pods/*/*.log; do

@@ -44,10 +44,13 @@ while IFS= read -r line; do missing+=("$line"); done <"$KDOCTOR_MISSING_FILE"
 
 if [ $# -eq 0 ]; then
   echo "== end to end, on a real control plane" >&2
-  hack/e2e.sh 2>&1 | tee /tmp/kdoctor-e2e-manifests.log
-  E2E_FROM=chart E2E_IPV6=1 hack/e2e.sh 2>&1 | tee /tmp/kdoctor-e2e-chart.log
+  # Each run is bounded (timeout signals its whole process group, and the run's own clean-up
+  # tears its cluster down): a hung step ends as a failure with its cluster's logs, not at
+  # CI's limit with none. About 25, 8 and 6 minutes when healthy.
+  timeout -k 180 2700 hack/e2e.sh 2>&1 | tee /tmp/kdoctor-e2e-manifests.log
+  E2E_FROM=chart E2E_IPV6=1 timeout -k 180 1200 hack/e2e.sh 2>&1 | tee /tmp/kdoctor-e2e-chart.log
   echo "== the image on a real node (kubelet, containerd, runc)" >&2
-  hack/e2e-real-node.sh
+  timeout -k 180 1200 hack/e2e-real-node.sh
   while IFS= read -r line; do missing+=("${line#MISSING: }"); done < <(grep -h '^MISSING: ' /tmp/kdoctor-e2e-manifests.log /tmp/kdoctor-e2e-chart.log | sort -u)
 fi
 
