@@ -296,14 +296,15 @@ pod_metric() { # pod metric
     awk -v m="$2" '$1 == m { print $2 }'
 }
 
-# Waits until POD's store holds what the leader's does, 3 voters (within SECONDS).
-caught_up() { # pod seconds
-  local deadline=$((SECONDS + $2)) mine theirs
+# Waits until POD's store holds what the leader's does, VOTERS voters (3 unless said; within
+# SECONDS).
+caught_up() { # pod seconds [voters]
+  local deadline=$((SECONDS + $2)) mine theirs want="${3:-3}"
   while :; do
     mine="$(pod_metric "$1" kdoctor_store_resource_version || true)"
     theirs="$(pod_metric "$(leader)" kdoctor_store_resource_version || true)"
     if [ -n "$mine" ] && [ -n "$theirs" ] && [ "$mine" = "$theirs" ] &&
-      [ "$(pod_metric "$(leader)" kdoctor_raft_voters || true)" = 3 ]; then echo "$theirs"; return; fi
+      [ "$(pod_metric "$(leader)" kdoctor_raft_voters || true)" = "$want" ]; then echo "$theirs"; return; fi
     [ "$SECONDS" -lt "$deadline" ] || fail "$1 did not come back with the leader's data within $2s (its resourceVersion '$mine', the leader's '$theirs')"
     sleep 2
   done
@@ -345,6 +346,54 @@ fill_follower_disk() {
   fault_line="$follower's volume full: its store stopped and the pod restarted ${full}s later; once space returned it caught up to resourceVersion $back"
 }
 
+# Waits until the leader counts N voters (within SECONDS).
+voters_become() { # n seconds
+  local deadline=$((SECONDS + $2)) now
+  while :; do
+    now="$(pod_metric "$(leader)" kdoctor_raft_voters || true)"
+    [ "$now" = "$1" ] && return
+    [ "$SECONDS" -lt "$deadline" ] || fail "the leader did not count $1 voters within $2s (it counts '$now'): $(k -n kdoctor get pods -o wide)"
+    sleep 2
+  done
+}
+
+# The StatefulSet scaled to N and settled: N voters, N pods ready, none beyond.
+scale_to() { # n
+  k -n kdoctor scale statefulset kdoctor-controller --replicas="$1" >/dev/null
+  voters_become "$1" 180
+  k -n kdoctor rollout status statefulset/kdoctor-controller --timeout=180s >/dev/null ||
+    fail "the StatefulSet did not settle at $1 replicas within 180s: $(k -n kdoctor get pods -o wide)"
+  local deadline=$((SECONDS + 120))
+  while [ "$(replicas | grep -c .)" -ne "$1" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "replicas beyond $1 still there after 120s: $(replicas | tr '\n' ' ')"
+    sleep 2
+  done
+}
+
+# The StatefulSet scaled 3 -> 5 -> 3 -> 5 -> 3 while rounds run. Scaled down, the leader takes
+# the two replicas out of the membership; their volumes stay (the StatefulSet's default). Scaled
+# up again, they come back with those volumes: each learns from the leader that it was taken
+# out, discards its store, restarts and joins as a new node.
+scale_out_and_back() {
+  local at up down again
+  at=$SECONDS
+  scale_to 5
+  up=$((SECONDS - at))
+  at=$SECONDS
+  scale_to 3
+  down=$((SECONDS - at))
+  at=$SECONDS
+  scale_to 5
+  again=$((SECONDS - at))
+  local restarts
+  restarts="$(k -n kdoctor get pods kdoctor-controller-3 kdoctor-controller-4 -o jsonpath='{range .items[*]}{.status.containerStatuses[0].restartCount}{" "}{end}')"
+  [ "$restarts" = "1 1 " ] ||
+    fail "replicas 3 and 4, back with the volumes of removed nodes, should each have restarted once (discarding their stores), restarted '$restarts'"
+  caught_up kdoctor-controller-3 120 5 >/dev/null
+  caught_up kdoctor-controller-4 120 5 >/dev/null
+  scale_to 3
+  fault_line="scaled 3 to 5 in ${up}s (5 voters), back to 3 in ${down}s; to 5 again in ${again}s (replicas 3 and 4 back with their removed nodes' volumes: each discarded its store, restarted once and joined as a new node with the leader's data); back to 3"
+}
 # The pods' network namespaces on NODE (host-network pods have none of their own).
 node_netns() { # node
   local uid
@@ -522,6 +571,7 @@ if only chaos-delete; then controller_case chaos-delete 1 "leader's pod deleted 
 if only chaos-rolling; then controller_case chaos-rolling 1 "rolling restart mid-round" rolling_restart; fi
 if only chaos-volume; then controller_case chaos-volume 1 "a follower's volume lost mid-round" lose_volume; fi
 if only chaos-full; then controller_case chaos-full 2 "a follower's disk full between rounds" fill_follower_disk; fi
+if only chaos-scale; then controller_case chaos-scale 2 "the StatefulSet scaled 3 to 5 to 3 to 5 to 3" scale_out_and_back; fi
 if only chaos-kube-apiserver; then case_restart kube-apiserver; fi
 if only chaos-etcd; then case_restart etcd; fi
 if only chaos-agent; then case_agent_kill; fi

@@ -386,11 +386,13 @@ fn replication(args: &Args, ip: std::net::IpAddr, ca: &Ca) -> Result<Replication
     })
 }
 
-/// The node id of a replica whose volume is used for the first time: from its pod's name and
-/// UID (a re-created pod that lost its volume is another node), FNV-1a.
+/// The node id of a replica whose store is new (kept in the store from then on): from its
+/// pod's name and UID and the time, FNV-1a. A re-created pod that lost its volume is another
+/// node, and so is a replica that discarded the store of a node the cluster took out, even in
+/// the same pod.
 fn node_id(pod: &str, uid: Option<&str>) -> u64 {
-    let nanos = jiff::Timestamp::now().as_nanosecond().to_string();
-    let text = format!("{pod}/{}", uid.unwrap_or(&nanos));
+    let nanos = jiff::Timestamp::now().as_nanosecond();
+    let text = format!("{pod}/{}/{nanos}", uid.unwrap_or_default());
     text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -408,6 +410,28 @@ async fn keep_ready(replica: Replica, health: Arc<kdoctor_apiserver::health::Hea
         health.set_replica_ready(last_ok.is_some_and(|t| t.elapsed() < Duration::from_secs(5)));
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// Once the cluster took this replica out (scaled down, then up again with its old volume, it
+/// is sent nothing and would never be ready): marks its store to be discarded and exits, out of
+/// the endpoints first as on SIGTERM; the pod restarts and the replica joins as a new node.
+async fn leave_when_removed(
+    replica: Replica,
+    peers: Peers,
+    data: PathBuf,
+    health: Arc<kdoctor_apiserver::health::Health>,
+    delay: Duration,
+) {
+    let leader = replica.removed(|| peers.expected()).await;
+    let why = format!("{leader}, which leads, follows a membership without this replica's node");
+    tracing::warn!(%leader, node = replica.id(), "the replicas' cluster took this replica out: its store is discarded at the next start and it joins as a new node");
+    if let Err(e) = kdoctor_store::raft::removal::mark(&data, &why) {
+        tracing::error!(error = %e, "cannot mark the store to be discarded; this replica stays out of the cluster");
+        return;
+    }
+    health.set_stopping();
+    tokio::time::sleep(delay).await;
+    std::process::exit(1);
 }
 
 /// Starts this replica of the replicated store: the watch of the other replicas, its endpoint,
@@ -443,6 +467,13 @@ async fn start_replica(
     );
     state.health.set_replica_ready(false);
     background.spawn(keep_ready(replica.clone(), state.health.clone()));
+    background.spawn(leave_when_removed(
+        replica.clone(),
+        peers.clone(),
+        args.data.clone(),
+        state.health.clone(),
+        Duration::from_secs(args.shutdown_delay_seconds),
+    ));
     let (forming, expected) = (replica.clone(), peers.clone());
     background.spawn(async move {
         expected.ready().await;
@@ -506,6 +537,13 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         .clone()
         .unwrap_or_else(kdoctor_agent::config::host_name);
 
+    // Before the store opens: a replica the cluster took out comes back empty (see
+    // leave_when_removed).
+    if let Some(why) = kdoctor_store::raft::removal::discard_if_marked(&args.data)
+        .context("cannot discard the store of a replica taken out of the cluster")?
+    {
+        tracing::warn!(store = %args.data.display(), %why, "discarded the store of a replica the cluster had taken out; it joins as a new node");
+    }
     let server = start(ServerOptions {
         tls_files,
         tls_sans: args.tls_san.clone(),

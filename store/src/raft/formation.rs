@@ -29,6 +29,13 @@ pub struct Status {
     pub resource_version: u64,
     /// The leader it knows of.
     pub leader: Option<Member>,
+    /// The node ids of the membership it follows (voters and learners); empty from a replica
+    /// of a version that did not say.
+    #[serde(default)]
+    pub members: Vec<NodeId>,
+    /// The log index at which that membership was decided.
+    #[serde(default)]
+    pub membership_index: Option<u64>,
 }
 
 /// What a new replica does next.
@@ -82,6 +89,26 @@ pub fn next(me: &Status, others: &[(Member, Option<Status>)], patient: bool) -> 
     }
 }
 
+/// Whether the cluster took `me` out: `other` says it leads, and follows a membership without
+/// `me`'s node that was decided after the last one `me` saw. The StatefulSet scaled down, then
+/// up again: the pod is back with the volume of a node that is no longer a member, which no
+/// leader will ever send anything (a removed node id is never taken in again) — its data is
+/// not needed by any majority, and it can only come back as a new node.
+///
+/// A leader of an older term that has not yet learnt it was replaced follows an older
+/// membership, decided before `me`'s own: it is not believed. Nor is a replica that does not say
+/// which membership it follows.
+pub fn removed(me: &Status, other: &Status) -> bool {
+    let (Some(mine), Some(theirs)) = (me.membership_index, other.membership_index) else {
+        return false;
+    };
+    me.initialized
+        && other.leader.as_ref() == Some(&other.member)
+        && !other.members.is_empty()
+        && !other.members.contains(&me.id)
+        && theirs > mine
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,7 +120,62 @@ mod tests {
             initialized,
             resource_version: rv,
             leader: leader.map(Member::new),
+            members: Vec::new(),
+            membership_index: None,
         }
+    }
+
+    #[test]
+    fn a_replica_is_removed_only_by_a_leader_s_later_membership_without_it() {
+        let with = |pod: &str, leader: &str, members: &[u64], index: u64| Status {
+            members: members.to_vec(),
+            membership_index: Some(index),
+            ..status(pod, true, 9, Some(leader))
+        };
+        // c-3 (id 3) last saw the membership of index 40, where it was a voter.
+        let me = Status {
+            id: 3,
+            ..with("c-3", "c-0", &[1, 2, 3], 40)
+        };
+        assert!(removed(&me, &with("c-0", "c-0", &[1, 2, 4], 55)));
+        // (other, why it is not believed)
+        let cases = [
+            (
+                with("c-0", "c-0", &[1, 2, 3], 55),
+                "the leader's membership has it",
+            ),
+            (with("c-1", "c-0", &[1, 2, 4], 55), "a follower's word"),
+            (
+                with("c-0", "c-0", &[1, 2, 4], 40),
+                "a membership no later than its own",
+            ),
+            (
+                with("c-0", "c-0", &[1, 2, 4], 12),
+                "a deposed leader's older membership",
+            ),
+            (
+                with("c-0", "c-0", &[], 55),
+                "a replica that does not say its members",
+            ),
+            (
+                Status {
+                    membership_index: None,
+                    ..with("c-0", "c-0", &[1, 2, 4], 55)
+                },
+                "a replica that does not say when its membership was decided",
+            ),
+        ];
+        for (other, why) in cases {
+            assert!(!removed(&me, &other), "{why}");
+        }
+        let new = Status {
+            initialized: false,
+            ..me.clone()
+        };
+        assert!(
+            !removed(&new, &with("c-0", "c-0", &[1, 2, 4], 55)),
+            "a new replica is joining, not removed"
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod formation;
 mod log_store;
 mod metrics;
 mod network;
+pub mod removal;
 mod replica;
 mod snapshot;
 mod state_machine;
@@ -25,7 +26,7 @@ mod wire;
 use serde::{Deserialize, Serialize};
 
 pub use fence::{Fence, Fenced};
-pub use formation::{Next, Status, next};
+pub use formation::{Next, Status, next, removed};
 pub use log_store::LogStore;
 pub use metrics::RaftMetrics;
 pub use network::{BoxFuture, Contact, Network, Transport, TransportError};

@@ -29,6 +29,9 @@ use crate::store::Store;
 /// ones start the cluster without the others (crate::raft::formation).
 const FORMATION_PATIENCE: Duration = Duration::from_secs(120);
 
+/// How often a replica that does not lead asks whether the cluster took it out.
+const REMOVAL_CHECK: Duration = Duration::from_secs(5);
+
 /// Pause before a read asks again for how far the log is committed (no leader yet).
 const RETRY: Duration = Duration::from_millis(100);
 
@@ -506,13 +509,69 @@ impl Replica {
 
     /// What this replica says of itself.
     pub fn status(&self) -> Result<Status> {
+        let membership = self.inner.raft.metrics().borrow().membership_config.clone();
         Ok(Status {
             id: self.inner.id,
             member: self.inner.options.me.clone(),
             initialized: self.inner.log.is_initialized()?,
             resource_version: self.inner.store.resource_version(),
             leader: self.leader().map(|(_, m)| m),
+            members: membership.membership().nodes().map(|(id, _)| *id).collect(),
+            membership_index: membership.log_id().map(|l| l.index),
         })
+    }
+
+    /// Returns once this replica learns that the cluster took it out (the StatefulSet was
+    /// scaled down, then up again, and its pod came back with its old volume): a replica that
+    /// leads said so twice, [`REMOVAL_CHECK`] apart ([`formation::removed`]). Such a replica is
+    /// sent nothing ever again; it can only come back as a new node, with a fresh store. Asks
+    /// the `expected` replicas (the others) while it is not the leader itself. Returns the
+    /// leader that said so.
+    pub async fn removed(&self, expected: impl Fn() -> Vec<Member>) -> Member {
+        let mut said_by: Option<Member> = None;
+        loop {
+            tokio::time::sleep(REMOVAL_CHECK).await;
+            let Ok(me) = self.status() else { continue };
+            if self.is_leader() || !me.initialized {
+                said_by = None;
+                continue;
+            }
+            let leader = self
+                .statuses(expected())
+                .await
+                .into_iter()
+                .filter_map(|(_, status)| status)
+                .find(|other| formation::removed(&me, other))
+                .map(|other| other.member);
+            match (leader, said_by.take()) {
+                (Some(now), Some(before)) if now == before => return now,
+                (now, _) => said_by = now,
+            }
+        }
+    }
+
+    /// What each of `members` but this replica says of itself (`None`: no answer within 2 s).
+    async fn statuses(&self, members: Vec<Member>) -> Vec<(Member, Option<Status>)> {
+        let mut answers = Vec::new();
+        for member in members {
+            if member == self.inner.options.me {
+                continue;
+            }
+            let answer = self
+                .inner
+                .transport
+                .call(
+                    &member,
+                    Rpc::Status,
+                    wire::encode(&()),
+                    Duration::from_secs(2),
+                )
+                .await
+                .ok()
+                .and_then(|a| wire::decode::<Status>(&a).ok());
+            answers.push((member, answer));
+        }
+        answers
     }
 
     /// Gets this replica into a cluster, if it is not in one: starts it, or joins it, as
@@ -526,25 +585,7 @@ impl Replica {
                 return Ok(());
             }
             let me = self.status()?;
-            let mut others = Vec::new();
-            for member in expected() {
-                if member == self.inner.options.me {
-                    continue;
-                }
-                let answer = self
-                    .inner
-                    .transport
-                    .call(
-                        &member,
-                        Rpc::Status,
-                        wire::encode(&()),
-                        Duration::from_secs(2),
-                    )
-                    .await
-                    .ok()
-                    .and_then(|a| wire::decode::<Status>(&a).ok());
-                others.push((member, answer));
-            }
+            let others = self.statuses(expected()).await;
             let patient = began.elapsed() < FORMATION_PATIENCE;
             match formation::next(&me, &others, patient) {
                 Next::Start => return self.start_cluster().await,

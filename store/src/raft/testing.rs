@@ -228,6 +228,12 @@ impl Cluster {
     /// Loses replica `i`'s volume: the next start is a new node with an empty store.
     pub fn lose_volume(&mut self, i: usize) {
         let _ = std::fs::remove_dir_all(&self.dirs[i]);
+        self.mint_anew(i);
+    }
+
+    /// Replica `i`'s next empty store mints another node id (as the controller does for a
+    /// store it discarded).
+    pub fn mint_anew(&mut self, i: usize) {
         self.minted[i] += 100;
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use kdoctor_api::fixtures::net_reach_report;
-use kdoctor_store::raft::{LogStore, Member, NodeId, Replica, StateMachine, TypeConfig};
+use kdoctor_store::raft::{LogStore, Member, NodeId, Replica, StateMachine, TypeConfig, removal};
 use kdoctor_store::{
     Applied, Command, IncarnationId, Outcome, ReportEntry, Store, StoreConfig, StoreError,
 };
@@ -447,6 +447,75 @@ async fn scaling_three_to_five_to_three_keeps_every_report() {
     applied_everywhere(&replicas, leader.applied_index()).await;
     assert_same(&replicas);
     assert_eq!(leader.store().round_numbers(id), vec![1, 2, 3]);
+    for r in replicas {
+        cluster.stop(r).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_scaled_away_and_back_with_its_old_volume_rejoins_as_a_new_node() {
+    let mut cluster = Cluster::new(&scratch("raft-return"), 4);
+    let mut replicas = cluster.start_all(3).await;
+    let leader = leader_of(&replicas).await;
+    let id = task_id(&leader, "return").await;
+    leader.write(reports(id, 1, 0..3)).await.expect("stored");
+    let expected = cluster.members();
+    let fourth = cluster.start(3).await;
+    let e = expected.clone();
+    tokio::time::timeout(Duration::from_secs(60), fourth.form(|| e.clone()))
+        .await
+        .expect("in time")
+        .expect("joins");
+    let old_id = fourth.id();
+    leader
+        .write(reports(id, 2, 0..3))
+        .await
+        .expect("stored by four");
+    // Scaled down: taken out, then stopped, its volume kept (the StatefulSet's default).
+    assert!(
+        leader
+            .retain_voters(|m| m.pod != "c-3")
+            .await
+            .expect("membership changed")
+    );
+    cluster.stop(fourth).await;
+    leader
+        .write(reports(id, 3, 0..3))
+        .await
+        .expect("stored by three");
+    // Scaled up again: back with the old volume, it learns that it was taken out...
+    let back = cluster.start(3).await;
+    let e = expected.clone();
+    let said = tokio::time::timeout(Duration::from_secs(60), back.removed(|| e.clone()))
+        .await
+        .expect("it learns it was taken out");
+    assert_eq!(&said, leader.member());
+    // ...discards its store (as the controller does: mark, exit, discard at the next start)...
+    removal::mark(cluster.dir(3), "taken out").expect("marked");
+    cluster.stop(back).await;
+    assert!(
+        removal::discard_if_marked(cluster.dir(3))
+            .expect("discarded")
+            .is_some()
+    );
+    cluster.mint_anew(3);
+    // ...and joins as a new node with every report.
+    let again = cluster.start(3).await;
+    let e = expected.clone();
+    tokio::time::timeout(Duration::from_secs(60), again.form(|| e.clone()))
+        .await
+        .expect("in time")
+        .expect("joins again");
+    assert_ne!(again.id(), old_id);
+    assert_eq!(leader.voters().len(), 4);
+    replicas.push(again);
+    leader
+        .write(reports(id, 4, 0..3))
+        .await
+        .expect("stored by four");
+    applied_everywhere(&replicas, leader.applied_index()).await;
+    assert_same(&replicas);
+    assert_eq!(replicas[3].store().round_numbers(id), vec![1, 2, 3, 4]);
     for r in replicas {
         cluster.stop(r).await;
     }
