@@ -310,25 +310,33 @@ caught_up() { # pod seconds [voters]
   done
 }
 
-# A follower's disk fills up between rounds: its store stops on the I/O error and its process
-# restarts (and fails again) while the two others go on; once space returns it catches up.
-# Its volume is put on a 256 MiB tmpfs first (a fresh volume: it rejoins as a new node), then
-# filled from outside.
+# The hostPath directory of a PVC's volume.
+pvc_path() { # pvc
+  k get pv "$(k -n kdoctor get pvc "$1" -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.hostPath.path}'
+}
+
+# A follower's disk full: its volume is put on a 256 MiB tmpfs, filled from outside but for half
+# of what the leader's store holds, and the follower comes back on it as a new node, which must
+# write at least all of that to catch up. Its store stops on the write error ("No space left on
+# device") and its process restarts (and fails again) while the two others go on; once space
+# returns it catches up. (Filling under a replica that already holds everything proved no
+# test: sled rewrites the space it already has, and the next writes may need none.)
 fill_follower_disk() {
-  local follower path at back full
+  local follower path at back full stored free avail
   follower="$(a_follower)"
-  path="$(k get pv "$(k -n kdoctor get pvc "reports-$follower" -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.hostPath.path}')"
+  path="$(pvc_path "reports-$follower")"
   [ -d "$path" ] || fail "no volume directory for $follower"
+  stored="$(pod_metric "$(leader)" kdoctor_store_stored_bytes || true)"
+  [ -n "$stored" ] || fail "cannot read the leader's kdoctor_store_stored_bytes"
+  free=$(( ${stored%.*} / 2 / 1024 ))
   mount -t tmpfs -o size=256m,mode=0777 kdoctor-chaos-full "$path"
-  k -n kdoctor delete pod "$follower" >/dev/null
-  caught_up "$follower" 240 >/dev/null
+  avail="$(df -k --output=avail "$path" | tail -n 1)"
+  dd if=/dev/zero of="$path/filler" bs=1K count=$((avail - free)) status=none 2>/dev/null || true
   at=$SECONDS
-  # Everything left, but 4 KiB: the next writes fail with "No space left on device" — the
-  # reports of the second round, which starts a minute after the first.
-  dd if=/dev/zero of="$path/filler" bs=1M count=300 status=none 2>/dev/null || true
+  k -n kdoctor delete pod "$follower" >/dev/null
   local deadline=$((SECONDS + 180))
-  until [ "$(k -n kdoctor get pod "$follower" -o jsonpath='{.status.containerStatuses[0].restartCount}')" -gt 0 ]; do
-    [ "$SECONDS" -lt "$deadline" ] || { rm -f "$path/filler"; fail "$follower did not stop on its full disk within 180s (the second round's reports written meanwhile: $(reported "$name" 2 | grep -c .))"; }
+  until [ "$(k -n kdoctor get pod "$follower" -o jsonpath='{.status.containerStatuses[0].restartCount}' 2>/dev/null || echo 0)" -gt 0 ]; do
+    [ "$SECONDS" -lt "$deadline" ] || { rm -f "$path/filler"; fail "$follower did not stop on its full disk (${free} KiB free, the leader holding ${stored} bytes) within 180s"; }
     sleep 2
   done
   full=$((SECONDS - at))
@@ -343,7 +351,7 @@ fill_follower_disk() {
   k -n kdoctor delete pod "$follower" >/dev/null
   umount -l "$path" || true
   caught_up "$follower" 240 >/dev/null
-  fault_line="$follower's volume full: its store stopped and the pod restarted ${full}s later; once space returned it caught up to resourceVersion $back"
+  fault_line="$follower back as a new node on a volume with ${free} KiB free (the leader holding $((${stored%.*} / 1024)) KiB): its store stopped and the pod restarted ${full}s later; once space returned it caught up to resourceVersion $back"
 }
 
 # Waits until the leader counts N voters (within SECONDS).
@@ -394,6 +402,67 @@ scale_out_and_back() {
   scale_to 3
   fault_line="scaled 3 to 5 in ${up}s (5 voters), back to 3 in ${down}s; to 5 again in ${again}s (replicas 3 and 4 back with their removed nodes' volumes: each discarded its store, restarted once and joined as a new node with the leader's data); back to 3"
 }
+# A replica killed in the middle of a snapshot install. The leader is made to compact its log
+# often (the StatefulSet's containers get --raft-compact-after-bytes=65536: a rolling restart;
+# it stays for the cases after this one), so a follower that loses its volume comes back as a
+# new node that can only be caught up by snapshot. strace, attached to its new process, kills
+# it (SIGKILL) when the install, the store's content already switched to the snapshot's,
+# creates the file that keeps the snapshot (raft-snapshots/current.tmp) — the received
+# snapshot is still on the volume then, which shows an install was under way. Restarted, the
+# replica must open its store and catch up.
+kill_in_snapshot_install() {
+  local follower old_uid uid pid path trace deadline at back
+  command -v strace >/dev/null || fail "strace is needed to aim a kill inside a snapshot install (apt-get install strace)"
+  if ! k -n kdoctor get statefulset kdoctor-controller -o jsonpath='{.spec.template.spec.containers[0].args}' | grep -q raft-compact-after-bytes; then
+    k -n kdoctor patch statefulset kdoctor-controller --type json \
+      -p '[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--raft-compact-after-bytes=65536"}]' >/dev/null
+    k -n kdoctor rollout status statefulset/kdoctor-controller --timeout=240s >/dev/null ||
+      fail "the StatefulSet did not roll out --raft-compact-after-bytes within 240s"
+    voters_become 3 120
+  fi
+  # The leader compacts within a round or two (each appends the agents' reports).
+  deadline=$((SECONDS + 240))
+  until [ "$(pod_metric "$(leader)" kdoctor_raft_snapshot_index || echo 0)" -gt 0 ]; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "the leader made no snapshot within 240s of --raft-compact-after-bytes=65536"
+    sleep 2
+  done
+  follower="$(a_follower)"
+  old_uid="$(k -n kdoctor get pod "$follower" -o jsonpath='{.metadata.uid}')"
+  k -n kdoctor delete pvc "reports-$follower" --wait=false >/dev/null
+  k -n kdoctor delete pod "$follower" --wait=false >/dev/null
+  at=$SECONDS
+  deadline=$((SECONDS + 120))
+  uid=""
+  until [ -n "$uid" ] && [ "$uid" != "$old_uid" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "$follower was not re-created within 120s"
+    sleep 0.2
+    uid="$(k -n kdoctor get pod "$follower" -o jsonpath='{.metadata.uid}' 2>/dev/null || true)"
+  done
+  # Its process, as soon as it runs (joining and receiving the snapshot take a second or more).
+  local ns="${CLUSTER_NETNS:?}-$(tr -d '-' <<<"$uid" | cut -c1-16)" p
+  pid=""
+  while [ -z "$pid" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "$follower's process did not start within 120s"
+    for p in $(ip netns pids "$ns" 2>/dev/null); do
+      case "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" in "/usr/bin/kdoctor controller"*) pid="$p" ;; esac
+    done
+    [ -n "$pid" ] || sleep 0.05
+  done
+  trace="$(mktemp)"
+  timeout 120 strace -f -q -p "$pid" -P /report/raft-snapshots/current.tmp -e trace=openat \
+    -e inject=openat:signal=KILL -o "$trace" 2>/dev/null || true
+  grep -q 'killed by SIGKILL' "$trace" ||
+    fail "$follower was not killed inside a snapshot install within 120s (strace: $(tail -n 3 "$trace" | tr '\n' ' '))"
+  local killed=$((SECONDS - at))
+  path="$(pvc_path "reports-$follower")"
+  local incoming
+  incoming="$(ls "$path/raft-snapshots/" 2>/dev/null | grep -c '^incoming-' || true)"
+  [ "$incoming" -gt 0 ] || fail "$follower was killed, but not inside a snapshot install (no snapshot being received on its volume: $(ls "$path/raft-snapshots/" 2>&1 | tr '\n' ' '))"
+  rm -f "$trace"
+  back="$(caught_up "$follower" 240)"
+  fault_line="the leader compacting every 64 KiB; $follower's volume lost, its new node killed ${killed}s later inside the snapshot install (content switched, the snapshot not yet kept); restarted, it caught up to resourceVersion $back"
+}
+
 # The pods' network namespaces on NODE (host-network pods have none of their own).
 node_netns() { # node
   local uid
@@ -570,8 +639,9 @@ if only chaos-behind; then controller_case chaos-behind 3 "follower partitioned,
 if only chaos-delete; then controller_case chaos-delete 1 "leader's pod deleted mid-round" delete_leader_pod; fi
 if only chaos-rolling; then controller_case chaos-rolling 1 "rolling restart mid-round" rolling_restart; fi
 if only chaos-volume; then controller_case chaos-volume 1 "a follower's volume lost mid-round" lose_volume; fi
-if only chaos-full; then controller_case chaos-full 2 "a follower's disk full between rounds" fill_follower_disk; fi
+if only chaos-full; then controller_case chaos-full 2 "a follower's disk full" fill_follower_disk; fi
 if only chaos-scale; then controller_case chaos-scale 2 "the StatefulSet scaled 3 to 5 to 3 to 5 to 3" scale_out_and_back; fi
+if only chaos-install; then controller_case chaos-install 2 "a new replica killed inside its snapshot install" kill_in_snapshot_install; fi
 if only chaos-kube-apiserver; then case_restart kube-apiserver; fi
 if only chaos-etcd; then case_restart etcd; fi
 if only chaos-agent; then case_agent_kill; fi

@@ -131,12 +131,14 @@ EOF
   chmod 0600 "$1"
 }
 
-# Debian's packages the nodes need: iptables for kube-proxy, the CNI plugins for pod networks.
+# Debian's packages the nodes need: iptables for kube-proxy, the CNI plugins for pod networks;
+# and strace, with which the chaos suite aims a kill inside a snapshot install.
 node_packages() {
   local missing=()
   command -v iptables >/dev/null || missing+=(iptables)
   [ -x /usr/lib/cni/ptp ] || missing+=(containernetworking-plugins)
   command -v conntrack >/dev/null || missing+=(conntrack)
+  command -v strace >/dev/null || missing+=(strace)
   [ ${#missing[@]} -eq 0 ] && return 0
   log "installing Debian packages: ${missing[*]}"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \

@@ -232,7 +232,7 @@ k delete netreach e2e-marker --wait=true
 hack/e2e/markers.sh "$KUBECTL" absent
 
 if [ "${E2E_CHAOS:-$([ "$FROM" = manifests ] && echo 1 || echo 0)}" = 1 ]; then
-  step "the chaos suite: the leader killed, its node dead, paused, partitioned, its pod deleted; a follower partitioned then the leader killed; a rolling restart; a lost volume; a full disk; the StatefulSet scaled 3 to 5 to 3 and back with old volumes; kube-apiserver and etcd restarted; an agent killed and one cut off — each mid-round"
+  step "the chaos suite: the leader killed, its node dead, paused, partitioned, its pod deleted; a follower partitioned then the leader killed; a rolling restart; a lost volume; a full disk; the StatefulSet scaled 3 to 5 to 3 and back with old volumes; a new replica killed inside its snapshot install; kube-apiserver and etcd restarted; an agent killed and one cut off — each mid-round"
   hack/chaos.sh "$KUBECTL" "$NODES"
 else
   step "killing the leader: another replica leads, the round finishes once"

@@ -129,6 +129,17 @@ pub struct Args {
     /// replica), before the controller's work stops.
     #[arg(long = "shutdown-delay-seconds", default_value_t = 5)]
     shutdown_delay_seconds: u64,
+    /// Compact the replicated log (write a snapshot of the store, then cut the log behind it)
+    /// once this many bytes were appended to it. Smaller keeps the log short and makes
+    /// snapshots more often; a replica that lacks entries the log no longer has (a new one)
+    /// catches up by snapshot.
+    #[arg(
+        long = "raft-compact-after-bytes",
+        value_name = "BYTES",
+        default_value_t = 256 << 20,
+        value_parser = clap::value_parser!(u64).range(4096..)
+    )]
+    raft_compact_after_bytes: u64,
     /// Agent image of per-task carriers.
     #[arg(long = "agent-image", env = "ENV_AGENT_IMAGE")]
     agent_image: Option<String>,
@@ -448,12 +459,11 @@ async fn start_replica(
     let peers = Peers::start(client, &args.namespace, identity, background);
     let transport = HttpsTransport::new(&replication, peers.clone())?;
     let uid = args.pod_uid.clone();
-    let replica = Replica::start(
-        store,
-        Options::new(Member::new(identity)),
-        Arc::new(transport),
-        || node_id(identity, uid.as_deref()),
-    )
+    let mut options = Options::new(Member::new(identity));
+    options.compact_after_bytes = args.raft_compact_after_bytes;
+    let replica = Replica::start(store, options, Arc::new(transport), || {
+        node_id(identity, uid.as_deref())
+    })
     .await
     .context("starting the replicated store")?;
     replica
