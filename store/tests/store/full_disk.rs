@@ -147,3 +147,70 @@ fn a_full_disk_fails_writes_clearly_keeps_what_was_acknowledged_and_recovers() {
     drop(disk);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const CREATE_CHILD_ENV: &str = "KDOCTOR_STORE_FULL_CREATE_CHILD";
+
+/// The child: creates a store; exits without closing it (a write on a full disk may never
+/// return: the other test covers writes).
+fn create_on_full_disk(path: &Path) -> ! {
+    match Store::open(StoreConfig::new(path)) {
+        Err(e) => println!("OPEN FAILED {e}"),
+        Ok(_store) => println!("OPENED"),
+    }
+    std::process::exit(0);
+}
+
+/// A replica that comes back as a new node on a volume that is full (the chaos suite's disk-full
+/// case) fails to create its store; once space returns, the store it half made must open —
+/// before, its durable mark could be left empty, which every later start refused as damaged.
+#[test]
+fn a_store_first_created_on_a_full_disk_opens_once_space_returns() {
+    if let Ok(path) = std::env::var(CREATE_CHILD_ENV) {
+        create_on_full_disk(Path::new(&path));
+    }
+    let dir = scratch("full-create");
+    let disk = Tmpfs::mount(&dir, "8m");
+    // Free space left for the store, from none to more than its first files take.
+    for free_kib in [0u64, 4, 8, 12, 16, 20, 24, 28, 32, 64, 256, 1024] {
+        let path = dir.join(format!("store-{free_kib}"));
+        let filler = dir.join("filler");
+        let avail = {
+            let out = Command::new("df")
+                .args(["-k", "--output=avail"])
+                .arg(&dir)
+                .output()
+                .expect("df runs");
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .and_then(|l| l.trim().parse::<u64>().ok())
+                .expect("df says how much is free")
+        };
+        let fill = avail.saturating_sub(free_kib);
+        std::fs::write(&filler, vec![0u8; (fill * 1024) as usize]).expect("filler written");
+        let output = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "full_disk::a_store_first_created_on_a_full_disk_opens_once_space_returns",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CREATE_CHILD_ENV, &path)
+            .output()
+            .expect("the creator runs");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            text.contains("OPEN FAILED") || text.contains("OPENED"),
+            "the creator said what happened ({free_kib} KiB free): {text}"
+        );
+        std::fs::remove_file(&filler).expect("space returns");
+        let store = Store::open(StoreConfig::new(&path)).unwrap_or_else(|e| {
+            panic!("the store half made with {free_kib} KiB free opens once space returns: {e}")
+        });
+        assert!(store.failure().is_none());
+        drop(store);
+        let _ = std::fs::remove_dir_all(&path);
+    }
+    drop(disk);
+    let _ = std::fs::remove_dir_all(&dir);
+}
