@@ -7,7 +7,7 @@
 #   hack/test.sh -p kdoctor-api # extra arguments go to cargo test (the e2e runs are then skipped)
 #
 # It installs what the tests run against when missing: the real control plane (hack/kube/
-# build.sh, Go; about 6 minutes the first time), iptables and the CNI plugins (hack/cluster.sh),
+# build.sh, Go; about 6 minutes the first time), iptables, the CNI plugins and strace (hack/cluster.sh),
 # nginx and unbound (the agent's peers), Chromium (the heatmap screenshot test), Helm's engine
 # (PyPI), and builds the image (hack/image/build.sh). A part the machine cannot do is printed as MISSING, here and in the last lines.
 set -euo pipefail
