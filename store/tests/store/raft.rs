@@ -493,11 +493,19 @@ async fn a_replica_scaled_away_and_back_with_its_old_volume_rejoins_as_a_new_nod
     // ...discards its store (as the controller does: mark, exit, discard at the next start)...
     removal::mark(cluster.dir(3), "taken out").expect("marked");
     cluster.stop(back).await;
-    assert!(
-        removal::discard_if_marked(cluster.dir(3))
-            .expect("discarded")
-            .is_some()
-    );
+    // The store just closed may still be held by sled's flusher for a moment (a new process,
+    // as the controller's next start is, never sees that).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let discarded = loop {
+        match removal::discard_if_marked(cluster.dir(3)) {
+            Ok(discarded) => break discarded,
+            Err(e) if e.to_string().contains("in use") && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("the marked store is discarded: {e}"),
+        }
+    };
+    assert!(discarded.is_some());
     cluster.mint_anew(3);
     // ...and joins as a new node with every report.
     let again = cluster.start(3).await;
