@@ -336,9 +336,9 @@ fill_follower_disk() {
   dd if=/dev/zero of="$path/filler" bs=1K count=$((avail - free)) status=none 2>/dev/null || true
   at=$SECONDS
   k -n kdoctor delete pod "$follower" >/dev/null
-  # Catching up by the log, its store stops on the error and the process restarts; by a
-  # snapshot (the leader compacted), the chunk that does not fit fails, the leader sends it
-  # again later, and the replica stays out of the endpoints meanwhile.
+  # Its writes fail: its store stops on the error and the process restarts, or (a snapshot
+  # chunk that does not fit, which the leader sends again later) it stays out of the endpoints
+  # meanwhile. Either is seen first as the error in its log while it is not ready.
   local deadline=$((SECONDS + 180)) outcome="" log
   while [ -z "$outcome" ]; do
     [ "$SECONDS" -lt "$deadline" ] || { rm -f "$path/filler"; fail "$follower did not stop on its full disk (${free} KiB free, the leader holding ${stored} bytes) within 180s"; }
@@ -349,7 +349,7 @@ fill_follower_disk() {
       log="$CLUSTER_DIR/kubelet/pods/$(k -n kdoctor get pod "$follower" -o jsonpath='{.metadata.uid}')/controller.log"
       if grep -q 'No space left on device' "$log" 2>/dev/null &&
         [ "$(k -n kdoctor get pod "$follower" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = False ]; then
-        outcome="the snapshot it was sent did not fit (No space left on device): not ready, out of the endpoints"
+        outcome="its writes failed (No space left on device): not ready, out of the endpoints"
       fi
     fi
   done
