@@ -45,17 +45,19 @@ new_leader() { # old after limit
 }
 
 # A controller pod's network namespace and process (kube-sim: <cluster namespace>-<uid16>).
-pod_netns() { # pod
-  local uid
-  uid="$(k -n kdoctor get pod "$1" -o jsonpath='{.metadata.uid}' | tr -d '-' | cut -c1-16)"
-  echo "${CLUSTER_NETNS:?}-$uid"
+uid_netns() { # pod-uid
+  echo "${CLUSTER_NETNS:?}-$(tr -d '-' <<<"$1" | cut -c1-16)"
 }
-controller_pid() { # pod
+pod_netns() { # pod
+  uid_netns "$(k -n kdoctor get pod "$1" -o jsonpath='{.metadata.uid}')"
+}
+controller_pid_in() { # netns
   local p
-  for p in $(ip netns pids "$(pod_netns "$1")" 2>/dev/null); do
-    case "$(tr '\0' ' ' <"/proc/$p/cmdline")" in "/usr/bin/kdoctor controller"*) echo "$p"; return ;; esac
+  for p in $(ip netns pids "$1" 2>/dev/null); do
+    case "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" in "/usr/bin/kdoctor controller"*) echo "$p"; return ;; esac
   done
 }
+controller_pid() { controller_pid_in "$(pod_netns "$1")"; } # pod
 replicas() { k -n kdoctor get pods -l app.kubernetes.io/name=kdoctor-controller -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'; }
 a_follower() { replicas | grep -vx "$(leader)" | head -n1; }
 
@@ -453,13 +455,12 @@ kill_in_snapshot_install() {
     uid="$(k -n kdoctor get pod "$follower" -o jsonpath='{.metadata.uid}' 2>/dev/null || true)"
   done
   # Its process, as soon as it runs (joining and receiving the snapshot take a second or more).
-  local ns="${CLUSTER_NETNS:?}-$(tr -d '-' <<<"$uid" | cut -c1-16)" p
+  local ns
+  ns="$(uid_netns "$uid")"
   pid=""
   while [ -z "$pid" ]; do
     [ "$SECONDS" -lt "$deadline" ] || fail "$follower's process did not start within 120s"
-    for p in $(ip netns pids "$ns" 2>/dev/null); do
-      case "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" in "/usr/bin/kdoctor controller"*) pid="$p" ;; esac
-    done
+    pid="$(controller_pid_in "$ns")"
     [ -n "$pid" ] || sleep 0.05
   done
   trace="$(mktemp)"
@@ -481,8 +482,7 @@ kill_in_snapshot_install() {
 node_netns() { # node
   local uid
   for uid in $(k get pods -A --field-selector "spec.nodeName=$1" -o jsonpath='{range .items[*]}{.metadata.uid}{"\n"}{end}'); do
-    uid="$(tr -d '-' <<<"$uid" | cut -c1-16)"
-    [ -e "/run/netns/${CLUSTER_NETNS:?}-$uid" ] && echo "${CLUSTER_NETNS}-$uid"
+    [ -e "/run/netns/$(uid_netns "$uid")" ] && uid_netns "$uid"
   done
 }
 

@@ -60,29 +60,17 @@ pub fn read(dir: &Path) -> Result<Option<u64>> {
     Ok(Some(rv))
 }
 
-/// A new mark is written whole beside its place, then renamed there: a store whose creation
-/// failed (a full disk) leaves no mark, or all of it — never an empty file, which every later
-/// start would have to refuse as a damaged mark. Updates then rewrite its 16 bytes in place,
-/// which needs no new space.
-fn create(dir: &Path, path: &Path, rv: u64) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let io = |at: &Path| {
-        let at = at.to_path_buf();
-        move |source| StoreError::Io { path: at, source }
-    };
-    let mut file = File::create(&tmp).map_err(io(&tmp))?;
-    file.write_all(&encode(rv)).map_err(io(&tmp))?;
-    file.sync_all().map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
-}
-
 impl DurableMark {
     /// Opens (or creates) the mark at `rv`.
+    ///
+    /// A new mark is written whole (crate::whole_file): a store whose creation failed (a
+    /// full disk) leaves no mark, or all of it — never an empty file, which every later start
+    /// would have to refuse as a damaged mark. Updates then rewrite its 16 bytes in place,
+    /// which needs no new space.
     pub fn open(dir: &Path, rv: u64) -> Result<DurableMark> {
         let path = dir.join(FILE);
         if !path.exists() {
-            create(dir, &path, rv)?;
+            crate::whole_file::write(&path, &encode(rv))?;
         }
         let io = |source| StoreError::Io {
             path: path.clone(),

@@ -125,6 +125,14 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Makes an I/O error at `path` one of the store's (for `map_err`).
+    pub(crate) fn io_at(path: &std::path::Path) -> impl Fn(std::io::Error) -> StoreError + '_ {
+        move |source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
     /// A corrupt value at `key`.
     pub fn corrupt(key: &[u8], reason: &str) -> StoreError {
         StoreError::Corrupt {

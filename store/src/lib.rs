@@ -28,6 +28,7 @@ mod retention;
 mod state_tree;
 mod store;
 mod transfer;
+mod whole_file;
 mod writes;
 
 pub use codec::MAX_VALUE_BYTES;

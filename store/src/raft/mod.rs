@@ -26,7 +26,7 @@ mod wire;
 use serde::{Deserialize, Serialize};
 
 pub use fence::{Fence, Fenced};
-pub use formation::{Next, Status, next, removed};
+pub use formation::{Next, Status, next};
 pub use log_store::LogStore;
 pub use metrics::RaftMetrics;
 pub use network::{BoxFuture, Contact, Network, Transport, TransportError};

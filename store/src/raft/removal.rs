@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
 use crate::lock::LockFile;
+use crate::whole_file::{self, sync_dir};
 
 /// The mark, in the store's directory.
 const MARK: &str = "REMOVED";
@@ -18,30 +19,9 @@ const MARK: &str = "REMOVED";
 /// the durable mark (which would otherwise make the empty store refuse to open).
 const STORE_PARTS: [&str; 3] = ["db", "raft-snapshots", crate::durable::FILE];
 
-fn io(path: &Path) -> impl Fn(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-/// Makes what was written to `dir`'s entries durable (a rename or removal in it).
-fn sync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))
-}
-
 /// Marks the store in `dir` to be discarded at the next start; `why` is kept in the mark.
 pub fn mark(dir: &Path, why: &str) -> Result<()> {
-    let path = dir.join(MARK);
-    let temporary = dir.join(format!("{MARK}.tmp"));
-    std::fs::write(&temporary, why.as_bytes()).map_err(io(&temporary))?;
-    std::fs::File::open(&temporary)
-        .and_then(|f| f.sync_all())
-        .map_err(io(&temporary))?;
-    std::fs::rename(&temporary, &path).map_err(io(&path))?;
-    sync_dir(dir)
+    whole_file::write(&dir.join(MARK), why.as_bytes())
 }
 
 /// Before the store in `dir` is opened: discards it if it was marked. Returns why it was
@@ -51,7 +31,7 @@ pub fn discard_if_marked(dir: &Path) -> Result<Option<String>> {
     let why = match std::fs::read(&path) {
         Ok(why) => String::from_utf8_lossy(&why).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io(&path)(e)),
+        Err(e) => return Err(StoreError::io_at(&path)(e)),
     };
     let _lock = LockFile::acquire(dir)?;
     for part in STORE_PARTS {
@@ -64,11 +44,11 @@ pub fn discard_if_marked(dir: &Path) -> Result<Option<String>> {
         match removed {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(&part)(e)),
+            Err(e) => return Err(StoreError::io_at(&part)(e)),
         }
     }
     sync_dir(dir)?;
-    std::fs::remove_file(&path).map_err(io(&path))?;
+    std::fs::remove_file(&path).map_err(StoreError::io_at(&path))?;
     sync_dir(dir)?;
     Ok(Some(why))
 }

@@ -37,13 +37,6 @@ fn bad(reason: impl Into<String>) -> StoreError {
     StoreError::Replication(format!("snapshot: {}", reason.into()))
 }
 
-fn io(path: &Path) -> impl Fn(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 /// A writer that checksums what passes.
 struct Summed<W> {
     inner: W,
@@ -66,43 +59,44 @@ impl<W: Write> Write for Summed<W> {
 /// file renamed into place). The caller keeps writes out meanwhile.
 pub fn write(store: &Store, meta: &Meta, path: &Path) -> Result<u64> {
     let tmp = path.with_extension("tmp");
-    let file = File::create(&tmp).map_err(io(&tmp))?;
+    let file = File::create(&tmp).map_err(StoreError::io_at(&tmp))?;
     let mut out = Summed {
         inner: BufWriter::with_capacity(256 << 10, file),
         crc: crc32fast::Hasher::new(),
     };
     let meta_json = serde_json::to_vec(meta)?;
-    out.write_all(MAGIC).map_err(io(&tmp))?;
+    out.write_all(MAGIC).map_err(StoreError::io_at(&tmp))?;
     out.write_all(&(meta_json.len() as u32).to_be_bytes())
-        .map_err(io(&tmp))?;
-    out.write_all(&meta_json).map_err(io(&tmp))?;
+        .map_err(StoreError::io_at(&tmp))?;
+    out.write_all(&meta_json).map_err(StoreError::io_at(&tmp))?;
     let mut pairs = 0u64;
     store.for_each_pair(|key, value| {
-        out.write_all(b"K").map_err(io(&tmp))?;
+        out.write_all(b"K").map_err(StoreError::io_at(&tmp))?;
         out.write_all(&(key.len() as u16).to_be_bytes())
-            .map_err(io(&tmp))?;
-        out.write_all(key).map_err(io(&tmp))?;
+            .map_err(StoreError::io_at(&tmp))?;
+        out.write_all(key).map_err(StoreError::io_at(&tmp))?;
         out.write_all(&(value.len() as u32).to_be_bytes())
-            .map_err(io(&tmp))?;
-        out.write_all(value).map_err(io(&tmp))?;
+            .map_err(StoreError::io_at(&tmp))?;
+        out.write_all(value).map_err(StoreError::io_at(&tmp))?;
         pairs += 1;
         Ok(())
     })?;
-    out.write_all(b"E").map_err(io(&tmp))?;
-    out.write_all(&pairs.to_be_bytes()).map_err(io(&tmp))?;
+    out.write_all(b"E").map_err(StoreError::io_at(&tmp))?;
+    out.write_all(&pairs.to_be_bytes())
+        .map_err(StoreError::io_at(&tmp))?;
     let crc = out.crc.clone().finalize();
     let mut inner = out.inner;
-    inner.write_all(&crc.to_be_bytes()).map_err(io(&tmp))?;
+    inner
+        .write_all(&crc.to_be_bytes())
+        .map_err(StoreError::io_at(&tmp))?;
     let file = inner.into_inner().map_err(|e| StoreError::Io {
         path: tmp.clone(),
         source: e.into_error(),
     })?;
-    file.sync_all().map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))?;
+    file.sync_all().map_err(StoreError::io_at(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(StoreError::io_at(path))?;
     if let Some(dir) = path.parent() {
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(dir))?;
+        crate::whole_file::sync_dir(dir)?;
     }
     Ok(pairs)
 }

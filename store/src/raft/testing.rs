@@ -111,18 +111,26 @@ pub struct Cluster {
     pub options: Box<dyn Fn(Member) -> Options + Send + Sync>,
 }
 
-fn open_store(dir: &std::path::Path) -> Arc<Store> {
-    // A store just dropped may still be held by sled's flusher thread for a moment.
+/// `f` on the store at `dir`, again while another holds it: a store just dropped may still be
+/// held by sled's flusher thread for a moment (a new process, as a restarted controller is,
+/// never sees that).
+fn when_let_go<T>(dir: &std::path::Path, what: &str, f: impl Fn() -> crate::Result<T>) -> T {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        match Store::open(StoreConfig::new(dir)) {
-            Ok(store) => return Arc::new(store),
+        match f() {
+            Ok(done) => return done,
             Err(e) if std::time::Instant::now() < deadline && e.to_string().contains("in use") => {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            Err(e) => panic!("store {} opens: {e}", dir.display()),
+            Err(e) => panic!("store {} {what}: {e}", dir.display()),
         }
     }
+}
+
+fn open_store(dir: &std::path::Path) -> Arc<Store> {
+    Arc::new(when_let_go(dir, "opens", || {
+        Store::open(StoreConfig::new(dir))
+    }))
 }
 
 impl Cluster {
@@ -183,6 +191,17 @@ impl Cluster {
         replica
     }
 
+    /// Starts replica `i` and has it join the cluster of every replica (within 60 s).
+    pub async fn start_joined(&self, i: usize) -> Replica {
+        let replica = self.start(i).await;
+        let expected = self.members();
+        tokio::time::timeout(Duration::from_secs(60), replica.form(|| expected.clone()))
+            .await
+            .expect("joined in time")
+            .expect("joins");
+        replica
+    }
+
     /// Starts replicas `0..n` and has each form (or join) the cluster of all of them.
     pub async fn start_all(&self, n: usize) -> Vec<Replica> {
         let mut replicas = Vec::new();
@@ -231,10 +250,22 @@ impl Cluster {
         self.mint_anew(i);
     }
 
-    /// Replica `i`'s next empty store mints another node id (as the controller does for a
-    /// store it discarded).
-    pub fn mint_anew(&mut self, i: usize) {
+    /// Replica `i`'s next empty store mints another node id.
+    fn mint_anew(&mut self, i: usize) {
         self.minted[i] += 100;
+    }
+
+    /// Replica `i` (stopped) at its next start, as the controller's: its store discarded if it
+    /// was marked (`super::removal`), then a new node. Returns why it was marked.
+    pub fn discard_if_marked(&mut self, i: usize) -> Option<String> {
+        let dir = self.dirs[i].clone();
+        let why = when_let_go(&dir, "is discarded", || {
+            super::removal::discard_if_marked(&dir)
+        });
+        if why.is_some() {
+            self.mint_anew(i);
+        }
+        why
     }
 
     /// Cuts both directions between `a` and `b`.

@@ -56,6 +56,31 @@ impl Drop for Tmpfs {
     }
 }
 
+/// This test binary run again for the one test `test`, with `env` set to `path` (the test then
+/// plays the child); what it printed.
+fn child(test: &str, env: &str, path: &Path) -> String {
+    let output = Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(env, path)
+        .output()
+        .expect("the child runs");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Free space on `dir`'s filesystem, in KiB (df).
+fn free_kib_at(dir: &Path) -> u64 {
+    let out = Command::new("df")
+        .args(["-k", "--output=avail"])
+        .arg(dir)
+        .output()
+        .expect("df runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse::<u64>().ok())
+        .expect("df says how much is free")
+}
+
 /// Report number `n`: many distinct targets, so that it compresses poorly and the disk fills.
 fn report(n: u64) -> Report {
     net_reach_report(&format!("node-{n}"), 1, 400, n * 7919)
@@ -90,17 +115,11 @@ fn a_full_disk_fails_writes_clearly_keeps_what_was_acknowledged_and_recovers() {
     let dir = scratch("full-disk");
     let disk = Tmpfs::mount(&dir, "24m");
     let path = dir.join("store");
-    let output = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "full_disk::a_full_disk_fails_writes_clearly_keeps_what_was_acknowledged_and_recovers",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, &path)
-        .output()
-        .expect("the writer runs");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let text = child(
+        "full_disk::a_full_disk_fails_writes_clearly_keeps_what_was_acknowledged_and_recovers",
+        CHILD_ENV,
+        &path,
+    );
     let line = |prefix: &str| -> String {
         // Anywhere in a line: the test harness prints on the same line.
         text.lines()
@@ -174,31 +193,13 @@ fn a_store_first_created_on_a_full_disk_opens_once_space_returns() {
     for free_kib in [0u64, 4, 8, 12, 16, 20, 24, 28, 32, 64, 256, 1024] {
         let path = dir.join(format!("store-{free_kib}"));
         let filler = dir.join("filler");
-        let avail = {
-            let out = Command::new("df")
-                .args(["-k", "--output=avail"])
-                .arg(&dir)
-                .output()
-                .expect("df runs");
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .last()
-                .and_then(|l| l.trim().parse::<u64>().ok())
-                .expect("df says how much is free")
-        };
-        let fill = avail.saturating_sub(free_kib);
+        let fill = free_kib_at(&dir).saturating_sub(free_kib);
         std::fs::write(&filler, vec![0u8; (fill * 1024) as usize]).expect("filler written");
-        let output = Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "--exact",
-                "full_disk::a_store_first_created_on_a_full_disk_opens_once_space_returns",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CREATE_CHILD_ENV, &path)
-            .output()
-            .expect("the creator runs");
-        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let text = child(
+            "full_disk::a_store_first_created_on_a_full_disk_opens_once_space_returns",
+            CREATE_CHILD_ENV,
+            &path,
+        );
         assert!(
             text.contains("OPEN FAILED") || text.contains("OPENED"),
             "the creator said what happened ({free_kib} KiB free): {text}"

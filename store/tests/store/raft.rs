@@ -378,13 +378,8 @@ async fn a_replica_whose_volume_is_lost_rejoins_as_a_new_node_with_everything() 
         .await
         .expect("stored with a replica gone");
 
-    let back = cluster.start(n).await;
+    let back = cluster.start_joined(n).await;
     assert_ne!(back.id(), old_id, "a lost volume is a new node");
-    let expected = cluster.members();
-    tokio::time::timeout(Duration::from_secs(60), back.form(|| expected.clone()))
-        .await
-        .expect("joined in time")
-        .expect("joins");
     replicas.insert(i, back.clone());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -411,15 +406,8 @@ async fn scaling_three_to_five_to_three_keeps_every_report() {
     let id = task_id(&leader, "scale").await;
     leader.write(reports(id, 1, 0..3)).await.expect("stored");
     // Two more replicas come: they join.
-    let expected = cluster.members();
     for n in 3..5 {
-        let r = cluster.start(n).await;
-        let e = expected.clone();
-        tokio::time::timeout(Duration::from_secs(60), r.form(|| e.clone()))
-            .await
-            .expect("in time")
-            .expect("joins");
-        replicas.push(r);
+        replicas.push(cluster.start_joined(n).await);
     }
     assert_eq!(leader.voters().len(), 5);
     leader
@@ -459,13 +447,7 @@ async fn a_replica_scaled_away_and_back_with_its_old_volume_rejoins_as_a_new_nod
     let leader = leader_of(&replicas).await;
     let id = task_id(&leader, "return").await;
     leader.write(reports(id, 1, 0..3)).await.expect("stored");
-    let expected = cluster.members();
-    let fourth = cluster.start(3).await;
-    let e = expected.clone();
-    tokio::time::timeout(Duration::from_secs(60), fourth.form(|| e.clone()))
-        .await
-        .expect("in time")
-        .expect("joins");
+    let fourth = cluster.start_joined(3).await;
     let old_id = fourth.id();
     leader
         .write(reports(id, 2, 0..3))
@@ -485,35 +467,17 @@ async fn a_replica_scaled_away_and_back_with_its_old_volume_rejoins_as_a_new_nod
         .expect("stored by three");
     // Scaled up again: back with the old volume, it learns that it was taken out...
     let back = cluster.start(3).await;
-    let e = expected.clone();
-    let said = tokio::time::timeout(Duration::from_secs(60), back.removed(|| e.clone()))
+    let expected = cluster.members();
+    let said = tokio::time::timeout(Duration::from_secs(60), back.removed(|| expected.clone()))
         .await
         .expect("it learns it was taken out");
     assert_eq!(&said, leader.member());
     // ...discards its store (as the controller does: mark, exit, discard at the next start)...
     removal::mark(cluster.dir(3), "taken out").expect("marked");
     cluster.stop(back).await;
-    // The store just closed may still be held by sled's flusher for a moment (a new process,
-    // as the controller's next start is, never sees that).
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let discarded = loop {
-        match removal::discard_if_marked(cluster.dir(3)) {
-            Ok(discarded) => break discarded,
-            Err(e) if e.to_string().contains("in use") && std::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            Err(e) => panic!("the marked store is discarded: {e}"),
-        }
-    };
-    assert!(discarded.is_some());
-    cluster.mint_anew(3);
+    assert!(cluster.discard_if_marked(3).is_some());
     // ...and joins as a new node with every report.
-    let again = cluster.start(3).await;
-    let e = expected.clone();
-    tokio::time::timeout(Duration::from_secs(60), again.form(|| e.clone()))
-        .await
-        .expect("in time")
-        .expect("joins again");
+    let again = cluster.start_joined(3).await;
     assert_ne!(again.id(), old_id);
     assert_eq!(leader.voters().len(), 4);
     replicas.push(again);
