@@ -218,18 +218,41 @@ grep -qE '^(ADDED|MODIFIED) +netreach-e2e-run ' "$CLUSTER_DIR/watch.txt" || {
 echo "the watch saw: $(grep -cE '^(ADDED|MODIFIED)' "$CLUSTER_DIR/watch.txt") events"
 
 step "deleting a task: the garbage collector removes its carrier, the report stays"
-k get daemonset,service -n kdoctor -l kdoctor.io/task-name=e2e-gc
+gc_selector=kdoctor.io/task-kind=NetReach,kdoctor.io/task-name=e2e-gc
+k get daemonset,service -n kdoctor -l "$gc_selector"
+# The carrier must be there, owned as the collector follows it: the DaemonSet by the task, each
+# Service by the DaemonSet (else its vanishing would prove nothing).
+gc_task_uid=$(k get netreach e2e-gc -o jsonpath='{.metadata.uid}')
+gc_ds=$(k get daemonset -n kdoctor -l "$gc_selector" -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].uid}{"\n"}{end}')
+gc_ds_uid=$(k get daemonset -n kdoctor -l "$gc_selector" -o jsonpath='{.items[*].metadata.uid}')
+gc_svcs=$(k get service -n kdoctor -l "$gc_selector" -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].uid}{"\n"}{end}')
+[ "$(echo "$gc_ds" | wc -l)" = 1 ] && [ "${gc_ds#* }" = "NetReach/$gc_task_uid" ] ||
+  fail "e2e-gc should have one carrier DaemonSet owned by the task ($gc_task_uid), found: $gc_ds"
+[ -n "$gc_svcs" ] || fail "e2e-gc's carrier has no Service"
+while read -r name owner; do
+  [ "$owner" = "DaemonSet/$gc_ds_uid" ] || fail "Service $name of e2e-gc should be owned by its DaemonSet, is by $owner"
+done <<<"$gc_svcs"
 k delete netreach e2e-gc --wait=true
 deadline=$((SECONDS + 60))
-until [ -z "$(k get daemonset,service -n kdoctor -l kdoctor.io/task-name=e2e-gc -o name)" ]; do
+until [ -z "$(k get daemonset,service -n kdoctor -l "$gc_selector" -o name)" ]; do
   [ "$SECONDS" -lt "$deadline" ] || fail "the carrier of e2e-gc is still there 60s after the task was deleted"
   sleep 1
 done
+# Who deleted them: Kubernetes' garbage collector, not the controller's orphan sweep.
+while read -r resource name; do
+  by=$(python3 hack/e2e/audit.py deleters "$CLUSTER_DIR/logs/audit.log" "$resource" kdoctor "$name")
+  [ "$by" = system:serviceaccount:kube-system:generic-garbage-collector ] ||
+    fail "$resource/$name of e2e-gc should be deleted by the garbage collector alone, was by: ${by:-nobody in the audit log}"
+done < <(echo "$gc_ds" | sed 's/^\([^ ]*\) .*/daemonsets \1/'; echo "$gc_svcs" | sed 's/^\([^ ]*\) .*/services \1/')
+echo "the garbage collector deleted the DaemonSet and $(echo "$gc_svcs" | wc -l) Service(s)"
 k get kdoctorreport netreach-e2e-gc || fail "the report of a deleted task is gone"
 
 step "markers go away with their task"
 k delete netreach e2e-marker --wait=true
 hack/e2e/markers.sh "$KUBECTL" absent
+
+step "people who are not cluster-admin: view, edit, nothing, a namespaced RoleBinding, a certificate's group"
+hack/e2e/people.sh "$KUBECTL" "$BIN/kdoctor" netreach-e2e-marker.round-1
 
 if [ "${E2E_CHAOS:-$([ "$FROM" = manifests ] && echo 1 || echo 0)}" = 1 ]; then
   step "the chaos suite: the leader killed, its node dead, paused, partitioned, its pod deleted; a follower partitioned then the leader killed; a rolling restart; a lost volume; a full disk; the StatefulSet scaled 3 to 5 to 3 and back with old volumes; a new replica killed inside its snapshot install; kube-apiserver and etcd restarted; an agent killed and one cut off — each mid-round"
@@ -240,7 +263,7 @@ else
 fi
 
 step "every request of kdoctor's ServiceAccounts was allowed by the shipped RBAC"
-python3 hack/e2e/audit.py "$CLUSTER_DIR/logs/audit.log" system:serviceaccount:kdoctor:kdoctor-controller system:serviceaccount:kdoctor:kdoctor-agent
+python3 hack/e2e/audit.py forbidden "$CLUSTER_DIR/logs/audit.log" system:serviceaccount:kdoctor:kdoctor-controller system:serviceaccount:kdoctor:kdoctor-agent
 
 echo
 [ -z "$MISSING" ] || echo "$MISSING" >&2

@@ -1,9 +1,9 @@
 //! Carrier objects whose task is gone: found in the caches by their labels
 //! (`app.kubernetes.io/managed-by=kdoctor`, `kdoctor.io/task-kind`, `kdoctor.io/task-name`) and
-//! deleted. The garbage collector removes a carrier whose owning task is deleted; this sweep
-//! catches what it cannot — an object whose ownerReference was lost or never written (a crash
-//! between steps, an object restored from a backup), as Stackable's operators delete orphans by
-//! label.
+//! deleted. The garbage collector removes a carrier whose owning task is deleted, and the sweep
+//! leaves every object with an ownerReference to it; the sweep catches what the collector
+//! cannot — an object whose ownerReference was lost or never written (a crash between steps, an
+//! object restored from a backup), as Stackable's operators delete orphans by label.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -55,14 +55,23 @@ pub fn made_for(meta: &ObjectMeta) -> Option<(TaskKind, String)> {
     Some((kind, name.clone()))
 }
 
+/// Whether the object has an owner (a task, or the carrier workload for its Services and
+/// Ingress): the garbage collector follows that chain by UID.
+fn has_an_owner(meta: &ObjectMeta) -> bool {
+    meta.owner_references
+        .as_ref()
+        .is_some_and(|owners| !owners.is_empty())
+}
+
 /// Carrier objects grouped by the task they were made for: `(part, name)` per task.
 pub fn by_task<'a>(
     objects: impl IntoIterator<Item = (Part, &'a ObjectMeta)>,
 ) -> BTreeMap<(TaskKind, String), Vec<(Part, String)>> {
     let mut tasks: BTreeMap<(TaskKind, String), Vec<(Part, String)>> = BTreeMap::new();
     for (part, meta) in objects {
-        // Already going: nothing to do.
-        if meta.deletion_timestamp.is_some() {
+        // Already going, or the garbage collector's to delete once its owner is gone: two
+        // deleters of one object would leave nobody sure which of them did the work.
+        if meta.deletion_timestamp.is_some() || has_an_owner(meta) {
             continue;
         }
         if let (Some(task), Some(name)) = (made_for(meta), meta.name.clone()) {
@@ -186,7 +195,7 @@ mod tests {
     }
 
     #[test]
-    fn carrier_objects_are_grouped_by_their_task_and_nothing_else_is() {
+    fn carrier_objects_without_an_owner_are_grouped_by_their_task_and_nothing_else_is() {
         let carrier = [
             (MANAGED_BY, MANAGED_BY_KDOCTOR),
             (TASK_KIND, "NetReach"),
@@ -221,7 +230,19 @@ mod tests {
         going.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             Default::default(),
         ));
+        // The garbage collector's, whether or not its owner is still there.
+        let mut owned = meta("kdoctor-netreach-own-ipv6", &carrier);
+        owned.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "DaemonSet".into(),
+                name: "kdoctor-netreach-own".into(),
+                uid: "5f1f2a0e-0000-4000-8000-000000000001".into(),
+                ..Default::default()
+            },
+        ]);
         let grouped = by_task([
+            (Part::Service, &owned),
             (Part::DaemonSet, &ds),
             (Part::Service, &svc),
             (Part::DaemonSet, &default_agent),

@@ -140,7 +140,9 @@ async fn harvester_lists_fetches_and_acknowledges_with_a_ca_signed_certificate()
     for (method, path) in [
         ("GET", "/v1/reports".to_string()),
         ("GET", format!("/v1/reports/{a}")),
-        ("POST", format!("/v1/reports/{a}/ack")),
+        // b: the report the harvester will not acknowledge, so that the stranger's attempt
+        // is the only one that could mark it.
+        ("POST", format!("/v1/reports/{b}/ack")),
     ] {
         let (status, body) = call(addr, stranger(), method, &path).await.unwrap();
         assert_eq!(status, 403, "{method} {path} by another name: {body}");
@@ -175,7 +177,8 @@ async fn harvester_lists_fetches_and_acknowledges_with_a_ca_signed_certificate()
     let (_, body) = call(addr, me(), "GET", "/v1/reports").await.unwrap();
     let list: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(list["items"][0]["acknowledged"].is_string(), "{body}");
-    // Only the harvester's own acknowledgement counted (b was "acknowledged" by nobody).
+    // Only the harvester's own acknowledgement counted (b was "acknowledged" by the stranger
+    // alone).
     assert!(list["items"][1].get("acknowledged").is_none(), "{body}");
 
     let (status, _) = call(

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use kdoctor_apiserver::server::{AuthMode, ServerOptions, start};
 use kdoctor_store::{Store, StoreConfig};
 
 use crate::fake_kube;
-use crate::support::{fill, scratch};
+use crate::support::{curl, fill, scratch};
 
 fn configmap(front_proxy: &Ca) -> BTreeMap<String, String> {
     BTreeMap::from([
@@ -39,24 +38,6 @@ fn configmap(front_proxy: &Ca) -> BTreeMap<String, String> {
             "[\"X-Remote-Extra-\"]".to_string(),
         ),
     ])
-}
-
-/// `curl` with an optional client certificate and headers; returns (HTTP code, body).
-fn curl(url: &str, ca: &Path, cert: Option<(&Path, &Path)>, headers: &[&str]) -> (u16, String) {
-    let mut command = Command::new("curl");
-    command
-        .args(["-s", "-o", "-", "-w", "\n%{http_code}", "--cacert"])
-        .arg(ca);
-    if let Some((c, k)) = cert {
-        command.arg("--cert").arg(c).arg("--key").arg(k);
-    }
-    for h in headers {
-        command.args(["-H", h]);
-    }
-    let out = command.arg(url).output().expect("curl runs (install curl)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
 fn write_pem(dir: &Path, name: &str, pem: &Pem) -> (std::path::PathBuf, std::path::PathBuf) {

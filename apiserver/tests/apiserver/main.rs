@@ -10,6 +10,7 @@ mod frontproxy;
 mod hostile;
 mod kube_client;
 mod kubectl;
+mod real_rbac;
 mod replicas;
 mod reports;
 mod support;

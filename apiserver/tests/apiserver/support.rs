@@ -1,7 +1,8 @@
 //! A router over a scratch store, a stand-in for the Kubernetes reviews, and request helpers.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -321,4 +322,42 @@ pub async fn get_gzip(router: &Router, uri: &str) -> Vec<u8> {
     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut decoded)
         .expect("gzip");
     decoded
+}
+
+/// `curl` GET with an optional client certificate and headers; returns (HTTP code, body).
+pub fn curl(url: &str, ca: &Path, cert: Option<(&Path, &Path)>, headers: &[&str]) -> (u16, String) {
+    curl_method("GET", url, ca, cert, headers)
+}
+
+/// `curl -X METHOD` with an optional client certificate and headers; returns (HTTP code, body).
+pub fn curl_method(
+    method: &str,
+    url: &str,
+    ca: &Path,
+    cert: Option<(&Path, &Path)>,
+    headers: &[&str],
+) -> (u16, String) {
+    let mut command = Command::new("curl");
+    command
+        .args([
+            "-s",
+            "-X",
+            method,
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "--cacert",
+        ])
+        .arg(ca);
+    if let Some((c, k)) = cert {
+        command.arg("--cert").arg(c).arg("--key").arg(k);
+    }
+    for h in headers {
+        command.args(["-H", h]);
+    }
+    let out = command.arg(url).output().expect("curl runs (install curl)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
 }

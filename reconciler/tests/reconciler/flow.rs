@@ -150,15 +150,21 @@ async fn a_net_reach_task_on_the_default_agent_runs_its_round_and_every_node_rep
     assert_eq!(stored.task_uid.as_deref(), tasks[0].uid.as_str().into());
 }
 
+/// The stand-in agents do not probe: they write the report of the task's own kind that they are
+/// told to (real agents probing these kinds: real_agents.rs). So this test aims at no target at
+/// all and checks what the controller does with such reports: it plans each kind's round on the
+/// default agent, harvests one report per node in the kind's shape, and takes the round's result
+/// from them (node-2 reports a failed round, so both rounds fail naming node-2 alone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn app_http_healthy_and_netdns_tasks_run_on_the_default_agent() {
+async fn app_http_healthy_and_netdns_rounds_take_their_result_from_the_default_agents_reports() {
     use kdoctor_api::task::{AppHttpHealthy, Netdns};
     let cluster = Cluster::start(ClusterConfig::default()).await;
+    cluster.agents.fail("node-2");
     let http = serde_json::json!({
         "apiVersion": "kdoctor.io/v1beta1", "kind": "AppHttpHealthy",
         "metadata": {"name": "web"},
         "spec": {
-            "target": {"host": "http://127.0.0.1:9/", "method": "GET"},
+            "target": {"host": "http://web.invalid/", "method": "GET"},
             "request": {"durationInSecond": 1, "qps": 2, "perRequestTimeoutInMS": 500},
             "schedule": {"schedule": "0 1", "roundTimeoutMinute": 1, "roundNumber": 1},
         }
@@ -199,8 +205,22 @@ async fn app_http_healthy_and_netdns_tasks_run_on_the_default_agent() {
         };
         assert_eq!(
             status.last_round_status,
-            Some(LastRoundStatus::Succeed),
+            Some(LastRoundStatus::Fail),
             "{kind}: {status:?}"
+        );
+        let record = &status.history.as_ref().expect("history")[0];
+        assert_eq!(
+            (
+                record.failure_reason.as_deref(),
+                record.failed_agent_node_list.clone(),
+                record.not_report_agent_node_list.clone(),
+            ),
+            (
+                Some("some agents failed"),
+                vec!["node-2".to_string()],
+                vec![]
+            ),
+            "{kind}"
         );
         let task = &cluster.store.find(kind, name)[0];
         assert_eq!(
@@ -208,5 +228,20 @@ async fn app_http_healthy_and_netdns_tasks_run_on_the_default_agent() {
             3,
             "{kind}"
         );
+        for node in ["node-1", "node-2", "node-3"] {
+            let report = cluster
+                .store
+                .report(task.id, 1, node)
+                .expect("read")
+                .unwrap_or_else(|| panic!("{kind}: no report of {node}"));
+            let shaped = match kind {
+                TaskKind::AppHttpHealthy => report.task_app_http_healthy.is_some(),
+                _ => report.task_net_dns.is_some(),
+            };
+            assert!(
+                shaped && report.task_net_reach.is_none(),
+                "{kind}: the report of {node} is not in the kind's shape"
+            );
+        }
     }
 }

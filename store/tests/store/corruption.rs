@@ -5,8 +5,9 @@
 //! resourceVersion not behind), or refuses with a message that says what to do; after
 //! `Store::repair`, it opens and its resourceVersions never go back below what was acknowledged.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use kdoctor_api::fixtures::net_reach_report;
@@ -84,8 +85,28 @@ fn log_file(dir: &Path) -> std::path::PathBuf {
         .expect("a log file")
 }
 
-/// Checks the reopened store: whole, or refused with advice; then repaired and moving forward.
+/// Every file under `dir` with its bytes (but the lock, which records its last holder).
+fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(at) = todo.pop() {
+        for entry in std::fs::read_dir(&at).expect("read dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.file_name().is_some_and(|n| n != "LOCK") {
+                files.insert(path.clone(), std::fs::read(&path).expect("read file"));
+            }
+        }
+    }
+    files
+}
+
+/// Checks the reopened store: whole, or refused with advice; then repaired and moving forward
+/// (or, where sled itself refuses its files, left exactly as it was by the refusal and by the
+/// attempt to repair it, which refuses too).
 fn judge(dir: &Path, acked: u64, how: &str) {
+    let before = contents(dir);
     match Store::open(StoreConfig::new(dir)) {
         Ok(store) => {
             assert!(
@@ -121,7 +142,17 @@ fn judge(dir: &Path, acked: u64, how: &str) {
                 "{how}: the refusal must say what to do: {message}"
             );
             if matches!(e, StoreError::Open { .. }) {
-                // sled itself refuses the files: nothing to repair in place.
+                // sled itself refuses the files: nothing to repair in place, and nothing may
+                // be changed on the way (a backup or a replica's snapshot restores them).
+                let repair = Store::repair(&StoreConfig::new(dir));
+                assert!(
+                    matches!(repair, Err(StoreError::Open { .. })),
+                    "{how}: repairing what sled refuses: {repair:?}"
+                );
+                assert!(
+                    contents(dir) == before,
+                    "{how}: a refused store's files were changed"
+                );
                 return;
             }
             let repair = Store::repair(&StoreConfig::new(dir)).expect("repairs");
@@ -182,6 +213,22 @@ fn damaged_logs_are_whole_or_refused_never_silently_behind() {
             .expect("seek");
         file.write_all(&[0u8; 8192]).expect("zeroes");
     }));
+    // sled's own configuration damaged: sled refuses the files (the branch of `judge` where
+    // nothing can be repaired in place and nothing may be changed).
+    let dir = scratch("corrupt-sled-conf");
+    let acked = write_and_kill(&dir);
+    let conf = dir.join("db").join("conf");
+    assert!(conf.is_file(), "sled keeps its configuration in db/conf");
+    std::fs::write(&conf, [0xa5u8; 64]).expect("garbage");
+    assert!(
+        matches!(
+            Store::open(StoreConfig::new(&dir)),
+            Err(StoreError::Open { .. })
+        ),
+        "sled should refuse a damaged configuration"
+    );
+    judge(&dir, acked, "corrupt-sled-conf");
+    let _ = std::fs::remove_dir_all(&dir);
     // The mark itself damaged: refused until repaired.
     let dir = scratch("corrupt-mark");
     let acked = write_and_kill(&dir);
