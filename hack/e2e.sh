@@ -88,7 +88,15 @@ plugin() { "$BIN/kdoctor" kubectl "$@"; }
 
 step "installing kdoctor from $FROM"
 if [ "$FROM" = manifests ]; then
-  k apply -k manifests/
+  # kube-apiserver's warnings (an unrecognized schema format, a deprecated field) reach every
+  # user who applies the install: none is allowed.
+  applied=0
+  k apply -k manifests/ 2>"$CLUSTER_DIR/apply.err" || applied=$?
+  cat "$CLUSTER_DIR/apply.err" >&2
+  [ "$applied" -eq 0 ] || fail "kubectl apply -k manifests/ failed (exit $applied)"
+  if grep -q 'Warning:' "$CLUSTER_DIR/apply.err"; then
+    fail "kube-apiserver warned while installing manifests/: $(grep 'Warning:' "$CLUSTER_DIR/apply.err" | sort -u | tr '\n' ' ')"
+  fi
 else
   sets=()
   [ "$IPV6" = 1 ] && sets+=(--set feature.enableIPv6=true)

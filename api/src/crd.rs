@@ -4,7 +4,8 @@
 //! added here once: printer columns, the spec-level CEL rules and the carrier-name rule.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceColumnDefinition, CustomResourceDefinition, JSONSchemaProps, ValidationRule,
+    CustomResourceColumnDefinition, CustomResourceDefinition, JSONSchemaProps,
+    JSONSchemaPropsOrArray, JSONSchemaPropsOrBool, ValidationRule,
 };
 use kube::CustomResourceExt;
 
@@ -26,6 +27,7 @@ pub fn crd(kind: TaskKind) -> CustomResourceDefinition {
             .as_mut()
             .and_then(|s| s.open_api_v3_schema.as_mut())
         {
+            kubernetes_formats(root);
             add_rules(root, [carrier_name(kind)]);
             if let Some(spec) = root.properties.as_mut().and_then(|p| p.get_mut("spec")) {
                 add_rules(spec, spec_rules());
@@ -128,6 +130,44 @@ fn carrier_name(kind: TaskKind) -> ValidationRule {
         &carrier_name_message(kind),
         Some(".spec.agentSpec"),
     )
+}
+
+/// Integer formats as Kubernetes knows them: schemars names Rust's unsigned types (`uint32`),
+/// which kube-apiserver v1.37 warns about on every apply ("unrecognized format"). An unsigned
+/// field becomes the signed format that holds it, never below 0.
+fn kubernetes_formats(schema: &mut JSONSchemaProps) {
+    let wider = match schema.format.as_deref() {
+        Some("uint8" | "uint16") => Some("int32"),
+        Some("uint32" | "uint64" | "uint") => Some("int64"),
+        _ => None,
+    };
+    if let Some(format) = wider {
+        schema.format = Some(format.to_string());
+        if schema.minimum.is_none_or(|m| m < 0.0) {
+            schema.minimum = Some(0.0);
+        }
+    }
+    for child in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        kubernetes_formats(child);
+    }
+    for list in [&mut schema.all_of, &mut schema.any_of, &mut schema.one_of] {
+        for child in list.iter_mut().flatten() {
+            kubernetes_formats(child);
+        }
+    }
+    match schema.items.as_mut() {
+        Some(JSONSchemaPropsOrArray::Schema(child)) => kubernetes_formats(child),
+        Some(JSONSchemaPropsOrArray::Schemas(children)) => {
+            children.iter_mut().for_each(kubernetes_formats)
+        }
+        None => {}
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(child)) = schema.additional_properties.as_mut() {
+        kubernetes_formats(child);
+    }
+    if let Some(child) = schema.not.as_mut() {
+        kubernetes_formats(child);
+    }
 }
 
 fn add_rules(schema: &mut JSONSchemaProps, rules: impl IntoIterator<Item = ValidationRule>) {

@@ -51,6 +51,9 @@ pub struct Launch {
     pub groups: Vec<u32>,
     /// allowPrivilegeEscalation: false sets no_new_privs.
     pub no_new_privs: bool,
+    /// The capabilities the container keeps (capabilities.rs): the bounding set; also the
+    /// permitted and effective sets of a process that stays uid 0.
+    pub capabilities: Vec<u32>,
     /// Working directory inside the container.
     pub workdir: String,
     /// The program's path inside the container, then its arguments.
@@ -414,6 +417,9 @@ fn pivot(root: &Path) -> Result<(), InitError> {
 }
 
 fn credentials(l: &Launch) -> Result<(), InitError> {
+    // While still root: a capability out of the bounding set can never come back, not even
+    // through a setuid binary.
+    step("capability bounding set", bound(&l.capabilities))?;
     let groups: Vec<libc::gid_t> = l.groups.clone();
     // SAFETY: a valid array of the given length.
     step(
@@ -424,6 +430,9 @@ fn credentials(l: &Launch) -> Result<(), InitError> {
     step("setgid", check(unsafe { libc::setgid(l.gid) }))?;
     // Leaving uid 0 clears every capability, as a container runtime leaves a non-root process.
     step("setuid", check(unsafe { libc::setuid(l.uid) }))?;
+    if l.uid == 0 {
+        step("capabilities", keep_only(&l.capabilities))?;
+    }
     if l.no_new_privs {
         // SAFETY: prctl with constant arguments.
         step(
@@ -432,6 +441,57 @@ fn credentials(l: &Launch) -> Result<(), InitError> {
         )?;
     }
     Ok(())
+}
+
+/// Drops every capability not in `kept` from the bounding set.
+pub fn bound(kept: &[u32]) -> io::Result<()> {
+    // Numbers past the kernel's last capability answer EINVAL: the end of the list.
+    for cap in 0..64u32 {
+        if kept.contains(&cap) {
+            continue;
+        }
+        // SAFETY: prctl with plain integer arguments.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                break;
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Makes `kept` the permitted and effective capabilities of this (uid 0) process, none
+/// inheritable.
+pub fn keep_only(kept: &[u32]) -> io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut data = [Data::default(); 2];
+    for &cap in kept.iter().filter(|&&c| c < 64) {
+        let word = &mut data[(cap / 32) as usize];
+        word.effective |= 1 << (cap % 32);
+        word.permitted |= 1 << (cap % 32);
+    }
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    // SAFETY: capset with a version-3 header and its two data words, as capset(2) says.
+    check(unsafe {
+        libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) as libc::c_int
+    })
 }
 
 #[cfg(test)]
@@ -451,6 +511,62 @@ mod tests {
         );
     }
 
+    const CAPS_CHILD: &str = "KUBE_SIM_CAPABILITIES_CHILD";
+
+    /// In the child (the env var set): keeps NET_BIND_SERVICE alone, as pod-init does for a
+    /// uid-0 container that drops ALL and adds it, then prints its capability sets. In the
+    /// parent: nothing.
+    #[test]
+    fn capabilities_child_keeps_one_and_prints_its_sets() {
+        if std::env::var(CAPS_CHILD).is_err() {
+            return;
+        }
+        bound(&[10]).expect("bounding set");
+        keep_only(&[10]).expect("capset");
+        // Capabilities are a thread's (pod-init execs from the thread that set them).
+        let status = std::fs::read_to_string("/proc/thread-self/status").expect("status");
+        for line in status.lines().filter(|l| l.starts_with("Cap")) {
+            println!("SETS {line}");
+        }
+    }
+
+    #[test]
+    fn a_root_container_keeps_exactly_its_capabilities() {
+        if std::env::var(CAPS_CHILD).is_ok() {
+            return;
+        }
+        // SAFETY: getuid has no preconditions.
+        if unsafe { libc::getuid() } != 0 {
+            crate::testcluster::missing(
+                "pod-init's capability sets",
+                "cutting the bounding set needs root (hack/test.sh runs as root)",
+            );
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "kubelet::launch::tests::capabilities_child_keeps_one_and_prints_its_sets",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CAPS_CHILD, "1")
+            .output()
+            .expect("child runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let sets: std::collections::BTreeMap<&str, &str> = text
+            .lines()
+            .filter_map(|l| l.split_once("SETS ").map(|(_, s)| s))
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k, v.trim()))
+            .collect();
+        let bit = "0000000000000400"; // 1 << 10
+        assert_eq!(sets.get("CapBnd"), Some(&bit), "{text}");
+        assert_eq!(sets.get("CapPrm"), Some(&bit), "{text}");
+        assert_eq!(sets.get("CapEff"), Some(&bit), "{text}");
+        assert_eq!(sets.get("CapInh"), Some(&"0000000000000000"), "{text}");
+    }
+
     #[test]
     fn launch_round_trips_as_json() {
         let l = Launch {
@@ -468,6 +584,7 @@ mod tests {
             gid: 65532,
             groups: vec![65532],
             no_new_privs: true,
+            capabilities: vec![10],
             workdir: "/".into(),
             argv: vec!["/usr/bin/kdoctor".into(), "agent".into()],
             env: vec![("A".into(), "b".into())],

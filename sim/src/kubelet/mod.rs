@@ -8,6 +8,7 @@
 //! for claims. Services are kube-proxy's (the real one, run beside it).
 
 pub mod address;
+pub mod capabilities;
 pub mod container;
 pub mod dispatch;
 pub mod dns;

@@ -753,6 +753,10 @@ impl Worker {
                 "container has runAsNonRoot and image will run as root".into(),
             ));
         }
+        let capabilities = super::capabilities::kept(&sc)
+            .map_err(|e| ("CreateContainerConfigError".to_string(), e))?
+            .into_iter()
+            .collect();
         let mut groups: Vec<u32> = vec![gid];
         if let Some(g) = pod_sc
             .get("fsGroup")
@@ -928,6 +932,7 @@ impl Worker {
             groups,
             no_new_privs: sc.get("allowPrivilegeEscalation").and_then(Value::as_bool)
                 == Some(false),
+            capabilities,
             workdir: s(c, "/workingDir").to_string(),
             argv,
             env,
