@@ -5,14 +5,15 @@
 # as the kubelet of its nodes (pods of kdoctor's image run as real processes, each in a network
 # namespace of its own). docs/development.md#test-cluster describes it.
 #
-#   hack/cluster.sh up [--nodes N] [--process-nodes M] [--ipv4-only] [--no-build] [--real-node]
+#   hack/cluster.sh up [--nodes N] [--process-nodes M] [--ipv4-only] [--no-build] [--real-nodes R]
 #                                   start it (builds what is missing first); writes an admin
 #                                   kubeconfig to .cluster/kubeconfig (server on the host's
 #                                   loopback) and returns once /readyz answers and every node is
 #                                   Ready. Nodes node-1..M run real processes (default: all).
 #                                   --no-build: use what is built (tests, inside cargo test).
-#                                   --real-node: one more node, real-1, run by the real kubelet
-#                                   with containerd and runc (hack/kube/real-node.sh)
+#                                   --real-nodes R: R more nodes, real-1..R, each run by a real
+#                                   kubelet with containerd and runc in a network namespace of
+#                                   its own (hack/kube/real-node.sh); --real-node: one
 #   hack/cluster.sh down            stop everything and remove what `up` made
 #   hack/cluster.sh install-chart [--set KEY=VALUE]...
 #                                   render charts/kdoctor with Helm's engine and apply it
@@ -61,7 +62,7 @@ start() {
   mkdir -p "$DIR/logs" "$DIR/pids" "$DIR/cmd"
   printf '%s\0' "$@" >"$DIR/cmd/$name"
   echo "$netns" >"$DIR/cmd/$name.netns"
-  if [ "$name" = kube-sim ] || [ "$name" = containerd ] || [ "$name" = kubelet ]; then
+  if [ "$name" = kube-sim ] || [[ "$name" == containerd-* ]] || [[ "$name" == kubelet-* ]]; then
     setsid nsenter --net="/var/run/netns/$netns" -- "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
   else
     setsid ip netns exec "$netns" "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
@@ -146,7 +147,7 @@ node_packages() {
 }
 
 cmd_up() {
-  local nodes=3 process_nodes="" ipv6=1 no_build="" real_node=""
+  local nodes=3 process_nodes="" ipv6=1 no_build="" real_nodes=0
   while [ $# -gt 0 ]; do
     case "$1" in
       --no-build) no_build=1; shift ;;
@@ -155,12 +156,15 @@ cmd_up() {
       --process-nodes) process_nodes="$2"; shift 2 ;;
       --process-nodes=*) process_nodes="${1#*=}"; shift ;;
       --ipv4-only) ipv6=0; shift ;;
-      --real-node) real_node=1; shift ;;
+      --real-node) real_nodes=1; shift ;;
+      --real-nodes) real_nodes="$2"; shift 2 ;;
+      --real-nodes=*) real_nodes="${1#*=}"; shift ;;
       *) die "up: unknown argument $1 (see the top of hack/cluster.sh)" ;;
     esac
   done
   [ "$(id -u)" = 0 ] || die "up needs root (network namespaces, mounts)"
   process_nodes="${process_nodes:-$nodes}"
+  case "$real_nodes" in [0-9]) ;; *) die "--real-nodes $real_nodes: 0 to 9 (their addresses sit below node-1's)" ;; esac
   if running kube-apiserver; then
     log "already up ($DIR/kubeconfig); 'hack/cluster.sh down' first to start anew"
     return 0
@@ -176,10 +180,10 @@ cmd_up() {
     for b in "$sim" "$kdoctor"; do
       [ -x "$b" ] || die "--no-build: $b is not built (cargo build -p kube-sim -p kdoctor)"
     done
-    [ -z "$real_node" ] || [ -s "$ROOT/target/image/kdoctor.oci.tar" ] || die "--no-build: the image is not built (hack/image/build.sh)"
+    [ "$real_nodes" -eq 0 ] || [ -s "$ROOT/target/image/kdoctor.oci.tar" ] || die "--no-build: the image is not built (hack/image/build.sh)"
   else
     node_packages
-    [ -z "$real_node" ] || real_node_deps
+    [ "$real_nodes" -eq 0 ] || real_node_deps
     KUBE_BIN="$("$ROOT/hack/kube/build.sh")"
     log "building kube-sim and kdoctor"
     (cd "$ROOT" && cargo build -q --locked -p kube-sim -p kdoctor)
@@ -227,8 +231,10 @@ cmd_up() {
   echo "$ipv6" >"$DIR/ipv6"
 
   log "certificates"
+  local real_certs=() i
+  for i in $(seq "$real_nodes"); do real_certs+=(--node "$(real_node_name "$i")" "$(real_node_ip4 "$i")"); done
   "$ROOT/hack/kube/pki.sh" "$DIR/pki" \
-    "IP:$APISERVER4,IP:127.0.0.1,IP:198.18.32.1${dual:+,IP:$APISERVER6,IP:fd6b:6474:0:20::1},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" ${real_node:+--node $REAL_NODE $REAL_NODE_IP4}
+    "IP:$APISERVER4,IP:127.0.0.1,IP:198.18.32.1${dual:+,IP:$APISERVER6,IP:fd6b:6474:0:20::1},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" "${real_certs[@]}"
   local pki="$DIR/pki" server="https://$APISERVER4:6443"
   kubeconfig "$DIR/admin.inner.kubeconfig" kubernetes-admin "$pki/admin.crt" "$pki/admin.key" "$server"
   kubeconfig "$DIR/controller-manager.kubeconfig" system:kube-controller-manager "$pki/controller-manager.crt" "$pki/controller-manager.key" "$server"
@@ -333,9 +339,9 @@ EOF
   wait_for "kube-proxy /healthz" kube-proxy 60 in_ns curl -fsS http://127.0.0.1:10256/healthz
   fi
 
-  if [ -n "$real_node" ]; then
-    real_node_up
-    wait_for "$((nodes + 1)) Ready nodes (with $REAL_NODE)" kubelet 120 nodes_ready "$((nodes + 1))"
+  if [ "$real_nodes" -gt 0 ]; then
+    for i in $(seq "$real_nodes"); do real_node_up "$i"; done
+    wait_for "$((nodes + real_nodes)) Ready nodes (with real-1..$real_nodes)" "kubelet-real-$real_nodes" 120 nodes_ready "$((nodes + real_nodes))"
   fi
 
   local kubectl="$KUBE_BIN/kubectl"
@@ -372,8 +378,8 @@ unmount_under() { # dir
 }
 
 cmd_down() {
-  # The kubelet first: it stops the pods' processes and removes their namespaces.
-  real_node_down
+  # The kubelets first: they stop the pods' processes and remove their namespaces.
+  real_nodes_down
   local order=(kube-sim kube-proxy kube-scheduler kube-controller-manager forward kube-apiserver etcd)
   for name in "${order[@]}"; do stop "$name"; done
   # Whatever still runs in the cluster's namespace or a pod's (a killed kube-sim leaves pods).

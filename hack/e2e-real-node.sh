@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The image on a real node, end to end: a real control plane with kube-sim's nodes and one node
-# run by the real kubelet with containerd and runc (hack/cluster.sh up --real-node), kdoctor
+# The image on real nodes, end to end: a real control plane with kube-sim's nodes and two nodes,
+# each run by a real kubelet with containerd and runc in a network namespace of its own
+# (hack/cluster.sh up --real-nodes 2), kdoctor
 # installed from the Helm chart (Helm's engine, the real kubectl) with the image that
 # hack/image/build.sh made, and the controller pinned to the real node by a value. Each check
 # is an assertion; the script exits non-zero at the first that does not hold:
-#   - the default agent's pod on real-1 runs in a containerd container, Ready, its readiness and
+#   - the default agent's pod on each real node runs in a containerd container, Ready, its readiness and
 #     liveness probes answered (the kubelet's own probe metrics), and the kernel enforces the chart's securityContext on its process (user 65532, no
 #     capabilities, no privilege escalation, seccomp, read-only root) and its memory and CPU
 #     limits (the container's cgroup);
@@ -13,8 +14,10 @@
 #   - the controller runs there too, and kube-aggregator marks the APIService Available;
 #   - `kubectl logs` reads both containers through the kubelet's API, and the diagnostics of
 #     docs/troubleshooting.md work (controller logs, its metrics through kubectl port-forward);
-#   - a NetReach round: its report, served through the aggregation layer, names real-1 among
-#     the reporters, real-1 reached every target, and every node reached real-1's agent.
+#   - a NetReach round: its report, served through the aggregation layer, names both real nodes
+#     among the reporters, each reached every target (pods, ClusterIP, NodePort, LoadBalancer,
+#     Ingress), and every node reached each real node's agent: real-1's and real-2's pods reach
+#     each other across their nodes' namespaces.
 #
 #   hack/e2e-real-node.sh        (E2E_KEEP=1 keeps the cluster, as hack/e2e.sh)
 set -euo pipefail
@@ -23,6 +26,7 @@ cd "$ROOT"
 export CLUSTER_DIR="${E2E_DIR:-$ROOT/.cluster-e2e}"
 export CLUSTER_NETNS="${E2E_NETNS:-kdoctor-e2e}"
 NODE=real-1
+REAL_NODES=(real-1 real-2)
 
 step() { printf '\n== %s\n' "$*"; }
 fail() {
@@ -42,7 +46,7 @@ wait_until() {
 cleanup() {
   local code=$?
   if [ "$code" -ne 0 ] && [ -d "$CLUSTER_DIR/logs" ]; then
-    for log in kubelet containerd; do
+    for log in kubelet-real-1 containerd-real-1 kubelet-real-2 containerd-real-2; do
       echo "--- $log (last 20 lines)" >&2
       tail -n 20 "$CLUSTER_DIR/logs/$log.log" >&2 || true
     done
@@ -56,29 +60,30 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "a real control plane, two kube-sim nodes and $NODE (kubelet, containerd, runc)"
+step "a real control plane, two kube-sim nodes and ${REAL_NODES[*]} (kubelet, containerd, runc)"
 hack/image/build.sh >/dev/null
-hack/cluster.sh up --nodes 2 --ipv4-only --real-node
+hack/cluster.sh up --nodes 2 --ipv4-only --real-nodes "${#REAL_NODES[@]}"
 export KUBECONFIG="$CLUSTER_DIR/kubeconfig"
 KUBECTL="$(cat "$CLUSTER_DIR/kube-bin")/kubectl"
 k() { "$KUBECTL" "$@"; }
-runtime="$(k get node "$NODE" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')"
-case "$runtime" in containerd://*) echo "$NODE: $runtime" ;; *) fail "$NODE runs '$runtime', not containerd" ;; esac
+for node in "${REAL_NODES[@]}"; do
+  runtime="$(k get node "$node" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')"
+  case "$runtime" in containerd://*) echo "$node: $runtime" ;; *) fail "$node runs '$runtime', not containerd" ;; esac
+done
 
 step "installing the chart, the controller pinned to $NODE"
 hack/cluster.sh install-chart --set "kdoctorController.nodeSelector.kubernetes\.io/hostname=$NODE"
 k -n kdoctor rollout status daemonset/kdoctor-agent --timeout=120s
 k -n kdoctor rollout status statefulset/kdoctor-controller --timeout=120s
 
-# The pod of COMPONENT on the real node, and its container's process on this host.
-# The first pod of the component on $NODE (the controller's two replicas are both pinned there).
-pod_on_node() {
+# The first pod of COMPONENT on NODE (the controller's replicas are all pinned to real-1), and
+# a container's process on this host, from NODE's containerd.
+pod_on_node() { # component node
   k -n kdoctor get pods -l "app.kubernetes.io/component=$1" \
-    -o jsonpath="{range .items[?(@.spec.nodeName==\"$NODE\")]}{.metadata.name}{\" \"}{end}" | awk '{ print $1 }'
+    -o jsonpath="{range .items[?(@.spec.nodeName==\"$2\")]}{.metadata.name}{\" \"}{end}" | awk '{ print $1 }'
 }
-container_pid() {
-  local id="$1"
-  ctr -a "$CLUSTER_DIR/real-node/containerd.sock" -n k8s.io tasks ls | awk -v id="$id" '$1 == id { print $2 }'
+container_pid() { # node id
+  ctr -a "$CLUSTER_DIR/real-nodes/$1/containerd.sock" -n k8s.io tasks ls | awk -v id="$2" '$1 == id { print $2 }'
 }
 
 # Bytes of a Kubernetes memory quantity (Ki, Mi, Gi or none).
@@ -91,21 +96,23 @@ millicores() {
 }
 # Successful probes of TYPE the kubelet ran for POD, from its own metrics (through the API
 # server's node proxy).
-probes() {
-  k get --raw "/api/v1/nodes/$NODE/proxy/metrics/probes" |
+probes() { # pod type node
+  k get --raw "/api/v1/nodes/$3/proxy/metrics/probes" |
     awk -v pod="$1" -v type="$2" 'index($0, "pod=\"" pod "\"") && index($0, "probe_type=\"" type "\"") && index($0, "result=\"successful\"") { n += $NF } END { print n + 0 }'
 }
-probed() { [ "$(probes "$1" "$2")" -gt 0 ]; }
+probed() { [ "$(probes "$1" "$2" "$3")" -gt 0 ]; }
 
-for component in agent controller; do
-  step "the $component's pod on $NODE: a containerd container, Ready, confined as the chart says"
-  pod="$(pod_on_node "$component")"
-  [ -n "$pod" ] || fail "no $component pod on $NODE: $(k -n kdoctor get pods -o wide)"
+AGENT_PODS=()
+for where in agent:real-1 controller:real-1 agent:real-2; do
+  component="${where%%:*}" node="${where#*:}"
+  step "the $component's pod on $node: a containerd container, Ready, confined as the chart says"
+  pod="$(pod_on_node "$component" "$node")"
+  [ -n "$pod" ] || fail "no $component pod on $node: $(k -n kdoctor get pods -o wide)"
   k -n kdoctor wait "pod/$pod" --for=condition=Ready --timeout=90s >/dev/null
   state="$(k -n kdoctor get pod "$pod" -o jsonpath='{.status.phase} {.status.containerStatuses[0].containerID}')"
   case "$state" in "Running containerd://"*) ;; *) fail "$pod: expected Running in a containerd container, got '$state'" ;; esac
   id="${state#Running containerd://}"
-  pid="$(container_pid "$id")"
+  pid="$(container_pid "$node" "$id")"
   [ -n "$pid" ] || fail "$pod: containerd has no task $id"
   status="/proc/$pid/status"
   uid="$(awk '/^Uid:/ { print $3 }' "$status")"
@@ -134,14 +141,14 @@ for component in agent controller; do
   echo "$pod: pid $pid, uid $uid, CapEff $capeff, NoNewPrivs $nonewprivs, root ($root_opts), memory.limit_in_bytes $limit, cpu.cfs_quota_us $quota/$period"
   # The first liveness probe comes a period (10 s) after the startup probe passed.
   for type in Readiness Liveness; do
-    wait_until 40 "$pod: the kubelet reports no successful $type probe" probed "$pod" "$type"
+    wait_until 40 "$pod: the kubelet reports no successful $type probe" probed "$pod" "$type" "$node"
   done
   logs="$(k -n kdoctor logs "$pod" --tail=200)"
   [ -n "$logs" ] || fail "kubectl logs $pod printed nothing"
   echo "kubectl logs $pod: $(wc -l <<<"$logs") lines"
   if [ "$component" = agent ]; then
-    AGENT_POD="$pod"
-    AGENT_PID="$pid"
+    AGENT_PODS+=("$pod")
+    [ "$node" != "$NODE" ] || { AGENT_POD="$pod"; AGENT_PID="$pid"; }
   fi
 done
 
@@ -157,7 +164,7 @@ sysctl="$(nsenter -t "$AGENT_PID" -n cat /proc/sys/net/ipv4/ip_unprivileged_port
 step "the APIService, served by the controller on $NODE, is Available"
 k wait apiservice/v1beta1.system.kdoctor.io --for=condition=Available --timeout=90s
 
-step "a NetReach round: real-1 reports, and is reached"
+step "a NetReach round: both real nodes report, reach every target and are reached from every node"
 k apply -f examples/netreach.yaml
 finished() { [ "$(k get netreach task -o jsonpath='{.status.finish}')" = true ]; }
 wait_until 180 "the NetReach round did not finish" finished
@@ -166,11 +173,20 @@ result="$(k get netreach task -o jsonpath='{.status.lastRoundStatus}')"
 rows="$(k get kdoctorreport netreach-task -o jsonpath='{range .report.latestRoundReport[*]}{.nodeName}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestSucceedRate}{end}{"\n"}{end}')"
 echo "$rows" | cut -c1-200
 nodes="$(awk '{ print $1 }' <<<"$rows" | sort | tr '\n' ' ')"
-[ "$nodes" = "node-1 node-2 real-1 " ] || fail "the report's nodes are '$nodes', expected node-1 node-2 real-1"
+[ "$nodes" = "node-1 node-2 real-1 real-2 " ] || fail "the report's nodes are '$nodes', expected node-1 node-2 real-1 real-2"
 failed="$(tr ' ' '\n' <<<"$rows" | grep '=' | grep -v '=1$' || true)"
 [ -z "$failed" ] || fail "targets not reached every time: $failed"
-reached="$(grep -c "AgentPodV4IP_${AGENT_POD}_" <<<"$rows")"
-[ "$reached" = 3 ] || fail "expected every node to probe $AGENT_POD's pod IP, $reached did"
+for pod in "${AGENT_PODS[@]}"; do
+  # Every node's row has this pod's IP at a success rate of 1 (checked above): 4 rows.
+  reached="$(grep -c "AgentPodV4IP_${pod}_" <<<"$rows")"
+  [ "$reached" = 4 ] || fail "expected every node to probe $pod's pod IP, $reached did"
+done
+# Across real nodes: real-1's row reached real-2's agent and the other way round.
+for pair in "real-1 ${AGENT_PODS[1]}" "real-2 ${AGENT_PODS[0]}"; do
+  grep -q "^${pair% *} .*AgentPodV4IP_${pair#* }_[^ ]*=1\( \|$\)" <<<"$rows" ||
+    fail "${pair% *} did not reach ${pair#* } on the other real node"
+done
+echo "real-1 and real-2 reached each other's agents; every node reached both"
 
 step "diagnostics as docs/troubleshooting.md gives them, through the real kubelet"
 # Captured before grep: `grep -q` stops at the first match, and kubectl, killed by SIGPIPE on
@@ -188,4 +204,4 @@ grep -q '^kdoctor_controller_' <<<"$metrics" || fail "kubectl port-forward state
 echo "controller logs, agent logs and metrics through kubectl port-forward: ok"
 
 echo
-echo "e2e-real-node: passed — the image ran on a real kubelet ($runtime), Kubernetes $(k version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
+echo "e2e-real-node: passed — the image ran on two real kubelets ($runtime), Kubernetes $(k version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"

@@ -1,16 +1,30 @@
-# One real node beside kube-sim's (hack/cluster.sh up --real-node sources this file): the
-# kubelet of the pinned release with containerd 1.6 (its CRI plugin, runc, cgroupfs) and the CNI
+# Real nodes beside kube-sim's (hack/cluster.sh up --real-nodes N sources this file), real-1 …
+# real-N, each the kubelet of the pinned release with containerd 1.6 (its CRI plugin, runc, cgroupfs) and the CNI
 # plugins kube-sim's nodes use (ptp + host-local, addresses from the node's pod CIDR; ptp, not a
 # bridge, so every packet of a pod passes the node's kube-proxy rules), and its own kube-proxy,
 # running the images hack/image/build.sh made (kdoctor and pause, imported into containerd:
-# nothing is pulled). Unlike kube-sim's nodes, which share the cluster's network namespace, it
-# has a namespace of its own, wired to the cluster's by a veth. Its daemons share the host's
-# mount namespace, so the volumes the kubelet mounts are the ones containerd gives containers.
+# nothing is pulled). Unlike kube-sim's nodes, which share the cluster's network namespace, each
+# has a namespace of its own, wired to the cluster's by a veth: traffic between two real nodes'
+# pods leaves one node's namespace and enters the other's, routed by the cluster's. Each has its
+# own containerd, kubelet (its own cgroup root, so that neither takes the other's pods for
+# orphans) and kube-proxy; their daemons share the host's mount namespace, so the volumes a
+# kubelet mounts are the ones its containerd gives containers.
 #
 # Uses hack/cluster.sh's DIR, NS, KUBE_BIN, ROOT and its start/wait_for/kubeconfig/log/die.
 
-REAL_NODE=real-1
-REAL_NODE_IP4=198.18.0.9
+# Real node I (1…9): its name, address (below kube-sim's node-1, 198.18.0.11), folder and
+# network namespace.
+real_node_name() { echo "real-$1"; }
+real_node_ip4() { echo "198.18.0.$((10 - $1))"; }
+real_node_dir() { echo "$DIR/real-nodes/real-$1"; }
+real_node_netns() { echo "$NS-real-$1"; }
+# The real nodes a cluster has (from their folders), by index.
+real_node_indexes() {
+  local d
+  for d in "$DIR"/real-nodes/real-*; do
+    [ -d "$d" ] && echo "${d##*/real-}"
+  done | sort -n
+}
 
 # Debian's containerd and runc, and the two images.
 real_node_deps() {
@@ -26,17 +40,19 @@ real_node_deps() {
     || "$ROOT/hack/image/build.sh" >&2
 }
 
-# The node's own network namespace, wired to the cluster's by a veth: its address lives there
-# (the cluster's namespace routes it, and later the node's pod CIDR, over the veth), and its
-# default route leads back into the cluster's namespace.
-real_node_network() {
-  local node_ns="$NS-$REAL_NODE"
+# The node's own network namespace, wired to the cluster's by a veth (rnI there, eth0 in the
+# node's): its address lives there (the cluster's namespace routes it, and later the node's pod
+# CIDR, over the veth), and its default route leads back into the cluster's namespace.
+real_node_network() { # index
+  local node_ns ip
+  node_ns="$(real_node_netns "$1")"
+  ip="$(real_node_ip4 "$1")"
   ip netns add "$node_ns"
   ip netns exec "$node_ns" ip link set lo up
-  in_ns ip link add rn0 type veth peer name eth0 netns "$node_ns"
-  in_ns ip link set rn0 up
-  in_ns ip route add "$REAL_NODE_IP4/32" dev rn0
-  ip netns exec "$node_ns" ip addr add "$REAL_NODE_IP4/32" dev eth0
+  in_ns ip link add "rn$1" type veth peer name eth0 netns "$node_ns"
+  in_ns ip link set "rn$1" up
+  in_ns ip route add "$ip/32" dev "rn$1"
+  ip netns exec "$node_ns" ip addr add "$ip/32" dev eth0
   ip netns exec "$node_ns" ip link set eth0 up
   # The control plane's address answers for the gateway (the cluster's end replies to ARP for
   # any of its addresses).
@@ -45,19 +61,33 @@ real_node_network() {
 }
 
 # After the Node registered: its pod CIDR, allocated by kube-controller-manager, is routed to it.
-real_node_pod_route() {
+real_node_pod_route() { # index
   local cidr
   cidr="$("$KUBE_BIN/kubectl" --kubeconfig "$DIR/admin.inner.kubeconfig" --server "https://127.0.0.1:$(cat "$DIR/apiserver.port")" \
-    get node "$REAL_NODE" -o jsonpath='{.spec.podCIDR}' 2>/dev/null)"
-  [ -n "$cidr" ] && in_ns ip route replace "$cidr" via "$REAL_NODE_IP4" dev rn0
+    get node "$(real_node_name "$1")" -o jsonpath='{.spec.podCIDR}' 2>/dev/null)"
+  [ -n "$cidr" ] && in_ns ip route replace "$cidr" via "$(real_node_ip4 "$1")" dev "rn$1"
 }
 
-real_node_up() {
-  local rn="$DIR/real-node" pki="$DIR/pki" node_ns="$NS-$REAL_NODE"
-  mkdir -p "$rn"/{containerd,cni,kubelet,pods-logs}
-  real_node_network
+# The kubelet's cgroup root, in every mounted cgroup v1 hierarchy (the kubelet requires it to
+# exist); echoes its name.
+real_node_cgroup_root() { # index
+  local h
+  for h in /sys/fs/cgroup/*/; do
+    [ -e "$h/cgroup.procs" ] && mkdir -p "$h/kdoctor-real-$1"
+  done
+  echo "/kdoctor-real-$1"
+}
 
-  log "real node $REAL_NODE: containerd"
+real_node_up() { # index
+  local i="$1" rn pki="$DIR/pki" node_ns name ip cgroup_root
+  rn="$(real_node_dir "$i")"
+  node_ns="$(real_node_netns "$i")"
+  name="$(real_node_name "$i")"
+  ip="$(real_node_ip4 "$i")"
+  mkdir -p "$rn"/{containerd,cni,kubelet,pods-logs}
+  real_node_network "$i"
+
+  log "real node $name: containerd"
   # The CRI plugin writes the CNI configuration from this template once the kubelet tells it the
   # node's pod CIDR (kube-controller-manager allocates it when the Node registers).
   cat >"$rn/cni-template.json" <<EOF
@@ -102,28 +132,29 @@ EOF
     # an OOM score below 0, so runc fails to create a pod sandbox (the kubelet asks -998) or a
     # Guaranteed container (-997). runc is reached through a wrapper that raises negative scores
     # to 0; everything else is Debian's runc as it is.
-    log "real node $REAL_NODE: negative OOM scores are not allowed here; runc raises them to 0"
+    log "real node $name: negative OOM scores are not allowed here; runc raises them to 0"
     cp "$ROOT/hack/kube/runc-oom-floor.sh" "$rn/runc"
     chmod 0755 "$rn/runc"
     sed -i "s|^        SystemdCgroup = false|        SystemdCgroup = false\n        BinaryName = \"$rn/runc\"|" "$rn/containerd.toml"
   fi
-  START_NETNS="$node_ns" start containerd containerd --config "$rn/containerd.toml"
-  wait_for "containerd" containerd 30 ctr -a "$rn/containerd.sock" version
+  START_NETNS="$node_ns" start "containerd-$name" containerd --config "$rn/containerd.toml"
+  wait_for "containerd of $name" "containerd-$name" 30 ctr -a "$rn/containerd.sock" version
   local image
   for image in pause kdoctor; do
     ctr -a "$rn/containerd.sock" -n k8s.io images import "$ROOT/target/image/$image.oci.tar" >/dev/null \
       || die "cannot import target/image/$image.oci.tar into containerd"
   done
 
-  log "real node $REAL_NODE: kubelet"
+  log "real node $name: kubelet"
   # Its identity (system:node:real-1, judged by the Node authorizer and NodeRestriction) and
   # serving certificate: made with the cluster's by hack/kube/pki.sh --node.
-  kubeconfig "$rn/kubelet.kubeconfig" "system:node:$REAL_NODE" "$pki/kubelet-$REAL_NODE.crt" "$pki/kubelet-$REAL_NODE.key" "https://$APISERVER4:6443"
+  kubeconfig "$rn/kubelet.kubeconfig" "system:node:$name" "$pki/kubelet-$name.crt" "$pki/kubelet-$name.key" "https://$APISERVER4:6443"
   printf 'nameserver 198.18.32.10\n' >"$rn/resolv.conf"
+  cgroup_root="$(real_node_cgroup_root "$i")"
   cat >"$rn/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: $REAL_NODE_IP4
+address: $ip
 port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -133,10 +164,11 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: $pki/ca.crt}
 authorization: {mode: Webhook}
-tlsCertFile: $pki/kubelet-$REAL_NODE-serving.crt
-tlsPrivateKeyFile: $pki/kubelet-$REAL_NODE-serving.key
+tlsCertFile: $pki/kubelet-$name-serving.crt
+tlsPrivateKeyFile: $pki/kubelet-$name-serving.key
 containerRuntimeEndpoint: unix://$rn/containerd.sock
 cgroupDriver: cgroupfs
+cgroupRoot: $cgroup_root
 # This machine's kernel mounts cgroup v1 (Kubernetes 1.34 still runs there, with a warning).
 failCgroupV1: false
 failSwapOn: false
@@ -150,25 +182,27 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 EOF
-  START_NETNS="$node_ns" start kubelet "$KUBE_BIN/kubelet" --config="$rn/kubelet.yaml" --kubeconfig="$rn/kubelet.kubeconfig" \
-    --root-dir="$rn/kubelet" --hostname-override="$REAL_NODE" --node-ip="$REAL_NODE_IP4" --v=1
-  wait_for "the kubelet's /healthz" kubelet 60 ip netns exec "$node_ns" curl -fsS http://127.0.0.1:10248/healthz
-  wait_for "$REAL_NODE's pod CIDR" kubelet 60 real_node_pod_route
+  START_NETNS="$node_ns" start "kubelet-$name" "$KUBE_BIN/kubelet" --config="$rn/kubelet.yaml" --kubeconfig="$rn/kubelet.kubeconfig" \
+    --root-dir="$rn/kubelet" --hostname-override="$name" --node-ip="$ip" --v=1
+  wait_for "$name's kubelet /healthz" "kubelet-$name" 60 ip netns exec "$node_ns" curl -fsS http://127.0.0.1:10248/healthz
+  wait_for "$name's pod CIDR" "kubelet-$name" 60 real_node_pod_route "$i"
 
-  log "real node $REAL_NODE: kube-proxy"
-  sed -e "s|^hostnameOverride: .*|hostnameOverride: $REAL_NODE|" "$DIR/kube-proxy.yaml" >"$rn/kube-proxy.yaml"
-  START_NETNS="$node_ns" start "kube-proxy-$REAL_NODE" "$KUBE_BIN/kube-proxy" --config="$rn/kube-proxy.yaml" --v=1
-  wait_for "$REAL_NODE's kube-proxy /healthz" "kube-proxy-$REAL_NODE" 60 ip netns exec "$node_ns" curl -fsS http://127.0.0.1:10256/healthz
+  log "real node $name: kube-proxy"
+  sed -e "s|^hostnameOverride: .*|hostnameOverride: $name|" "$DIR/kube-proxy.yaml" >"$rn/kube-proxy.yaml"
+  START_NETNS="$node_ns" start "kube-proxy-$name" "$KUBE_BIN/kube-proxy" --config="$rn/kube-proxy.yaml" --v=1
+  wait_for "$name's kube-proxy /healthz" "kube-proxy-$name" 60 ip netns exec "$node_ns" curl -fsS http://127.0.0.1:10256/healthz
 }
 
 # The kubelet first (it stops the pods), then containerd, then what they leave: containers'
-# shims and mounts under the node's folder.
-real_node_down() {
-  stop "kube-proxy-$REAL_NODE"
-  stop kubelet
-  local netns=() id path
-  if [ -S "$DIR/real-node/containerd.sock" ]; then
-    local ctr=(ctr -a "$DIR/real-node/containerd.sock" -n k8s.io)
+# shims and mounts under the node's folder, its cgroup root.
+real_node_down() { # index
+  local i="$1" rn name netns=() id path h
+  rn="$(real_node_dir "$i")"
+  name="$(real_node_name "$i")"
+  stop "kube-proxy-$name"
+  stop "kubelet-$name"
+  if [ -S "$rn/containerd.sock" ]; then
+    local ctr=(ctr -a "$rn/containerd.sock" -n k8s.io)
     # The pods' network namespaces, which containerd made under /var/run/netns (cni-*): the
     # kubelet is gone, so no one will ask containerd to remove the sandboxes.
     for id in $("${ctr[@]}" containers ls -q 2>/dev/null); do
@@ -179,14 +213,25 @@ print(next((n.get("path", "") for n in spec.get("linux", {}).get("namespaces", [
     done
     "${ctr[@]}" tasks ls -q 2>/dev/null | while read -r id; do "${ctr[@]}" tasks kill -s SIGKILL "$id" 2>/dev/null || true; done
   fi
-  stop containerd
+  stop "containerd-$name"
   for path in $(printf '%s\n' "${netns[@]}" | sort -u); do
     umount "$path" 2>/dev/null || true
     rm -f "$path"
   done
-  pkill -KILL -f "containerd-shim-runc-v2 .*-address $DIR/real-node/" 2>/dev/null || true
+  pkill -KILL -f "containerd-shim-runc-v2 .*-address $rn/" 2>/dev/null || true
   # (grep finds nothing on a cluster without a real node: not an error under pipefail.)
-  { grep -o " $DIR/real-node/[^ ]*" /proc/mounts 2>/dev/null || true; } | sort -r |
+  { grep -o " $rn/[^ ]*" /proc/mounts 2>/dev/null || true; } | sort -r |
     while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  # Its cgroups, deepest first (the processes in them are gone).
+  for h in /sys/fs/cgroup/*/kdoctor-real-"$i"; do
+    [ -d "$h" ] && find "$h" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+  return 0
+}
+
+# Every real node of the cluster.
+real_nodes_down() {
+  local i
+  for i in $(real_node_indexes); do real_node_down "$i"; done
   return 0
 }
