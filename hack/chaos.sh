@@ -83,7 +83,9 @@ except OSError:
 # a read begun from 2 s before it to 10 s after it: the answer the replica was giving broken
 # off, or kube-apiserver's own 503 for it while it was still in the endpoints (until the
 # leader, or a new one, takes it out). Twice a second, with a third to a half of the reads
-# routed to it, for the 0.4-2 s a killed process takes to be back: at most four per fault.
+# routed to it, for the 0.4-2 s a killed process takes to be back, or until an election that
+# must first pass over a replica that had been cut off ends and the new leader drops it from
+# the endpoints (chaos-behind: up to 5 seen, about 7 s): at most six per fault.
 explained = [t for t, kind in f["failures"]
              if kind in ("cut", "unreachable") and any(x - 2 <= t <= x + 10 for x in faults)]
 others = len(f["failures"]) - len(explained)
@@ -96,7 +98,7 @@ PY
   read -r reads failed backwards events duplicates disorder relists resumes slowest explained faults <<<"$figures"
   observed_line="reads $reads (failed $failed, slowest ${slowest}s; $explained just after the replica went), resourceVersion backwards $backwards; watch events $events (duplicated $duplicates, out of order $disorder, relists $relists, resumed $resumes times)"
   [ "$failed" -eq 0 ] || fail "$1: $failed of $reads reads through the aggregation layer failed ($observed_line)"
-  [ "$explained" -le $((4 * faults)) ] || fail "$1: $explained reads failed right after $faults replica(s) went, more than that explains ($observed_line)"
+  [ "$explained" -le $((6 * faults)) ] || fail "$1: $explained reads failed right after $faults replica(s) went, more than that explains ($observed_line)"
   [ "$backwards" -eq 0 ] || fail "$1: a client saw resourceVersions go backwards ($observed_line)"
   [ "$duplicates" -eq 0 ] && [ "$disorder" -eq 0 ] && [ "$relists" -eq 0 ] ||
     fail "$1: the watch did not see each change once, in order ($observed_line)"
