@@ -75,6 +75,9 @@ pub enum TestClusterError {
     /// The kubeconfig it wrote.
     #[error("the test cluster's kubeconfig: {0}")]
     Kubeconfig(String),
+    /// A ServiceAccount's token from TokenRequest.
+    #[error("a ServiceAccount token for {0}")]
+    Token(String),
 }
 
 /// A running test cluster.
@@ -257,13 +260,58 @@ impl TestCluster {
     }
 }
 
-async fn client_from(path: &Path) -> Result<Client, TestClusterError> {
+/// A client of the cluster as a kubeconfig says (from a thread in the cluster's namespace, the
+/// inner one).
+pub async fn client_from(path: &Path) -> Result<Client, TestClusterError> {
+    client_of(path, None).await
+}
+
+/// A client of the cluster a kubeconfig names (its server and CA) that authenticates with
+/// `token` instead of the kubeconfig's user: a ServiceAccount's, say.
+pub async fn client_with_token(path: &Path, token: String) -> Result<Client, TestClusterError> {
+    client_of(path, Some(token)).await
+}
+
+async fn client_of(path: &Path, token: Option<String>) -> Result<Client, TestClusterError> {
     let kc = kube::config::Kubeconfig::read_from(path)
         .map_err(|e| TestClusterError::Kubeconfig(e.to_string()))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .map_err(|e| TestClusterError::Kubeconfig(e.to_string()))?;
+    if let Some(token) = token {
+        config.auth_info = kube::config::AuthInfo {
+            token: Some(token.into()),
+            ..Default::default()
+        };
+    }
     Client::try_from(config).map_err(|e| TestClusterError::Kubeconfig(e.to_string()))
+}
+
+/// A token of the ServiceAccount `namespace/name`, valid for `seconds`, from TokenRequest (not
+/// bound to a pod: what a test or a benchmark acts as).
+pub async fn service_account_token(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    seconds: i64,
+) -> Result<String, TestClusterError> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(seconds),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let issued = kube::Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(name, &kube::api::PostParams::default(), &request)
+        .await
+        .map_err(|e| TestClusterError::Token(format!("{namespace}/{name}: {e}")))?;
+    issued
+        .status
+        .map(|s| s.token)
+        .ok_or_else(|| TestClusterError::Token(format!("{namespace}/{name}: no token issued")))
 }
 
 impl Drop for TestCluster {

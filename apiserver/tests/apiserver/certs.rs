@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kdoctor_apiserver::certs::bootstrap::{
     CertSettings, apiservice_object, ca_secret_object, ensure,
@@ -14,24 +14,8 @@ use kdoctor_apiserver::certs::renewal::{Renewal, renewal, serving_names};
 use kdoctor_apiserver::pki::Ca;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use kube_sim::testcluster::{TestCluster, TestClusterOptions};
 
-/// A control plane of its own (no nodes: only the API is used).
-async fn cluster() -> (TestCluster, kube::Client) {
-    let sim = TestCluster::start(&TestClusterOptions {
-        nodes: 0,
-        ..TestClusterOptions::default()
-    })
-    .expect("a test cluster (hack/test.sh builds what it needs)");
-    let client = sim.client().await.expect("client");
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "kdoctor"}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("namespace");
-    (sim, client)
-}
+use crate::support::control_plane;
 
 fn settings() -> CertSettings {
     CertSettings {
@@ -66,7 +50,7 @@ async fn register_apiservice(client: &kube::Client) {
 
 #[tokio::test]
 async fn a_fresh_install_gets_a_ca_a_serving_certificate_and_a_ca_bundle_once() {
-    let (_sim, client) = cluster().await;
+    let (_sim, client) = control_plane().await;
     register_apiservice(&client).await;
     let s = settings();
     let first = ensure(&client, &s).await.expect("bootstrap");
@@ -122,7 +106,7 @@ async fn a_fresh_install_gets_a_ca_a_serving_certificate_and_a_ca_bundle_once() 
 
 #[tokio::test]
 async fn a_provided_ca_is_used_and_an_unusable_one_is_named() {
-    let (_sim, client) = cluster().await;
+    let (_sim, client) = control_plane().await;
     let provided = Ca::generate("operator-ca").unwrap();
     let secret: Secret =
         serde_json::from_value(ca_secret_object(&provided, "kdoctor", "kdoctor-ca")).unwrap();
@@ -198,7 +182,7 @@ async fn a_provided_ca_is_used_and_an_unusable_one_is_named() {
 async fn an_apiservice_created_or_blanked_later_gets_the_ca_at_once() {
     use kdoctor_apiserver::certs::bootstrap::keep_ca_bundle;
     use kube::api::{Patch, PatchParams};
-    let (_sim, client) = cluster().await;
+    let (_sim, client) = control_plane().await;
     let issued = ensure(&client, &settings()).await.expect("bootstrap");
     let keeper = tokio::spawn(keep_ca_bundle(
         client.clone(),

@@ -9,16 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kdoctor_apiserver::server::{AuthMode, ServerOptions, start};
 use kdoctor_store::{Store, StoreConfig};
 use kube::Api;
-use kube::api::PostParams;
-use kube_sim::testcluster::{TestCluster, TestClusterOptions};
+use kube_sim::testcluster::{TestCluster, client_with_token, service_account_token};
 
-use crate::support::{curl_method, fill, scratch};
+use crate::support::{control_plane, curl_method, fill, scratch};
 
 /// People and their bindings, beside the install's own RBAC: alice `view`, bob `edit`, the group
 /// `readers` `view`, dave `view` by a RoleBinding in `team` only (nothing on a cluster-scoped
@@ -78,33 +75,6 @@ fn kubectl_apply(sim: &TestCluster, files: &[PathBuf]) {
         "kubectl apply: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-async fn token_of(admin: &kube::Client, namespace: &str, name: &str) -> String {
-    let request: TokenRequest =
-        serde_json::from_value(serde_json::json!({"spec": {"expirationSeconds": 3600}}))
-            .expect("token request");
-    Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
-        .create_token_request(name, &PostParams::default(), &request)
-        .await
-        .expect("a token")
-        .status
-        .expect("issued")
-        .token
-}
-
-/// A client of the cluster (through the host's forwarded port) with `token` instead of the
-/// admin's certificate.
-async fn client_with_token(sim: &TestCluster, token: String) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(sim.kubeconfig()).expect("kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("config");
-    config.auth_info = kube::config::AuthInfo {
-        token: Some(token.into()),
-        ..Default::default()
-    };
-    kube::Client::try_from(config).expect("client")
 }
 
 /// The built-in ClusterRole `name` once kube-controller-manager has aggregated kdoctor's rules
@@ -183,18 +153,7 @@ const REPORTS: &str = "/apis/system.kdoctor.io/v1beta1/kdoctorreports";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn people_get_from_reports_what_the_clusters_rbac_grants_them() {
-    let sim = TestCluster::start(&TestClusterOptions {
-        nodes: 0,
-        ..TestClusterOptions::default()
-    })
-    .expect("a test cluster (hack/test.sh builds what it needs)");
-    let admin = sim.client().await.expect("admin client");
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "kdoctor"}})).unwrap();
-    Api::<Namespace>::all(admin.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("namespace");
+    let (sim, admin) = control_plane().await;
     let dir = scratch("real-rbac");
     std::fs::create_dir_all(&dir).expect("dir");
     let people = dir.join("people.yaml");
@@ -213,10 +172,13 @@ async fn people_get_from_reports_what_the_clusters_rbac_grants_them() {
 
     // The server as the controller runs it: its own ServiceAccount's token.
     let server_client = client_with_token(
-        &sim,
-        token_of(&admin, "kdoctor", "kdoctor-controller").await,
+        &sim.kubeconfig(),
+        service_account_token(&admin, "kdoctor", "kdoctor-controller", 3600)
+            .await
+            .expect("the controller's token"),
     )
-    .await;
+    .await
+    .expect("the controller's client");
     let store = Arc::new(Store::open(StoreConfig::new(dir.join("store"))).expect("store"));
     fill(&store);
     let server = start(ServerOptions {
@@ -305,7 +267,9 @@ async fn people_get_from_reports_what_the_clusters_rbac_grants_them() {
     assert_eq!(code, 404, "the deleted round is gone");
 
     // A ServiceAccount's token, reviewed by the cluster's TokenReview: its binding applies.
-    let reader = token_of(&admin, "team", "reader").await;
+    let reader = service_account_token(&admin, "team", "reader", 3600)
+        .await
+        .expect("team/reader's token");
     let (code, body) = caller.with_token("GET", REPORTS, &reader).await;
     assert_eq!(code, 200, "team/reader's token (view): {body}");
     let (code, body) = caller.with_token("DELETE", &one, &reader).await;

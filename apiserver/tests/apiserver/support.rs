@@ -361,3 +361,22 @@ pub fn curl_method(
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
+
+/// A real control plane of its own with the install's namespace `kdoctor` (no nodes: only the
+/// API is used), and its admin client.
+pub async fn control_plane() -> (kube_sim::testcluster::TestCluster, kube::Client) {
+    let sim =
+        kube_sim::testcluster::TestCluster::start(&kube_sim::testcluster::TestClusterOptions {
+            nodes: 0,
+            ..Default::default()
+        })
+        .expect("a test cluster (hack/test.sh builds what it needs)");
+    let client = sim.client().await.expect("client");
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "kdoctor"}})).unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    (sim, client)
+}

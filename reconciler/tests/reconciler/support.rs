@@ -717,9 +717,10 @@ impl Cluster {
         // Clients for the runtime in the cluster's namespace, made there.
         let inner = {
             let kubeconfig = kube.inner_kubeconfig();
-            net.spawn(async move { client_from(&kubeconfig, None).await })
+            net.spawn(async move { kube_sim::testcluster::client_from(&kubeconfig).await })
                 .await
                 .expect("inner client task")
+                .expect("inner client")
         };
         let controller_client =
             service_account_client(&net, &client, &kube, "kdoctor-controller").await;
@@ -1150,21 +1151,6 @@ impl Cluster {
     }
 }
 
-/// A client from a kubeconfig, with `token` instead of its credentials when given.
-async fn client_from(kubeconfig: &Path, token: Option<String>) -> Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("kube config");
-    if let Some(token) = token {
-        config.auth_info = kube::config::AuthInfo {
-            token: Some(token.into()),
-            ..Default::default()
-        };
-    }
-    Client::try_from(config).expect("client")
-}
-
 /// A client of the ServiceAccount `name` of the install's namespace (a token from
 /// TokenRequest), made on `net` for use there.
 async fn service_account_client(
@@ -1173,18 +1159,14 @@ async fn service_account_client(
     kube: &TestCluster,
     name: &str,
 ) -> Client {
-    let request: k8s_openapi::api::authentication::v1::TokenRequest =
-        serde_json::from_value(serde_json::json!({"spec": {"expirationSeconds": 86400}}))
-            .expect("token request");
-    let issued = Api::<ServiceAccount>::namespaced(admin.clone(), NAMESPACE)
-        .create_token_request(name, &PostParams::default(), &request)
+    let token = kube_sim::testcluster::service_account_token(admin, NAMESPACE, name, 86400)
         .await
         .expect("a token for the ServiceAccount");
-    let token = issued.status.expect("token").token;
     let kubeconfig = kube.inner_kubeconfig();
-    net.spawn(async move { client_from(&kubeconfig, Some(token)).await })
+    net.spawn(async move { kube_sim::testcluster::client_with_token(&kubeconfig, token).await })
         .await
         .expect("client task")
+        .expect("client")
 }
 
 impl Drop for Cluster {

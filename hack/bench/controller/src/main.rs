@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kdoctor_agent::agent::{RunningAgent, start};
@@ -28,7 +29,6 @@ use kdoctor_agent::report_client::{ReportClient, identity_from_pem};
 use kdoctor_agent::spool::Spool;
 use kdoctor_api::task::{NetReach, RoundStatus, TaskKind};
 use kdoctor_apiserver::pki::Ca;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube_sim::testcluster::{TestCluster, TestClusterOptions};
 
@@ -155,7 +155,11 @@ impl Cluster {
             .arg(root.join("manifests/apiserver-rbac.yaml"))
             .output()
             .expect("kubectl");
-        assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+        assert!(
+            applied.status.success(),
+            "{}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
         let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
         for crd in kdoctor_api::crd::crds() {
             crds.create(&PostParams::default(), &crd)
@@ -224,16 +228,9 @@ impl Cluster {
 
     /// A token of the install's ServiceAccount `name`.
     async fn token(&self, name: &str) -> String {
-        let request: k8s_openapi::api::authentication::v1::TokenRequest =
-            serde_json::from_value(serde_json::json!({"spec": {"expirationSeconds": 86400}}))
-                .expect("token request");
-        Api::<ServiceAccount>::namespaced(self.admin.clone(), NAMESPACE)
-            .create_token_request(name, &PostParams::default(), &request)
+        kube_sim::testcluster::service_account_token(&self.admin, NAMESPACE, name, 86400)
             .await
             .expect("token")
-            .status
-            .expect("token")
-            .token
     }
 
     /// `kdoctor controller` as a process with the controller ServiceAccount's identity.
@@ -635,7 +632,9 @@ where
         ipv6: false,
     })
     .expect("a test cluster (built by hack/test.sh or hack/cluster.sh up first; as root)");
-    let runtime = kube.runtime(2).expect("a runtime in the cluster's namespace");
+    let runtime = kube
+        .runtime(2)
+        .expect("a runtime in the cluster's namespace");
     runtime
         .block_on(runtime.spawn(f(kube)))
         .expect("the benchmark part");
