@@ -9,7 +9,9 @@
 #                                   start it (builds what is missing first); writes an admin
 #                                   kubeconfig to .cluster/kubeconfig (server on the host's
 #                                   loopback) and returns once /readyz answers and every node is
-#                                   Ready. Nodes node-1..M run real processes (default: all).
+#                                   Ready. Nodes node-1..M run real processes (default: all);
+#                                   --nodes 0: no kube-sim node (the cluster's namespace still
+#                                   has its DNS, load balancers, ingress and a kube-proxy).
 #                                   --no-build: use what is built (tests, inside cargo test).
 #                                   --real-nodes R: R more nodes, real-1..R, each run by a real
 #                                   kubelet with containerd and runc in a network namespace of
@@ -321,14 +323,18 @@ EOF
     --work-dir="$DIR/kubelet" --netns-prefix="$NS-"
   wait_for "$nodes Ready nodes" kube-sim 120 nodes_ready "$nodes"
 
-  if [ "$nodes" -gt 0 ]; then
-  log "kube-proxy (iptables mode, for the namespace all nodes share)"
+  # Also without kube-sim nodes: the cluster's namespace then stands for a host outside the
+  # nodes (the ingress controller's, the API server's) that reaches Services through its own
+  # rules, as a load balancer's host does; its name is no Node's.
+  local proxy_host=node-1
+  [ "$nodes" -gt 0 ] || proxy_host=cluster-gateway
+  log "kube-proxy (iptables mode, for the namespace kube-sim's nodes share)"
   cat >"$DIR/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $DIR/kube-proxy.kubeconfig}
 mode: iptables
-hostnameOverride: node-1
+hostnameOverride: $proxy_host
 clusterCIDR: $POD_NET4${dual:+,$POD_NET6}
 bindAddress: 0.0.0.0
 healthzBindAddress: 127.0.0.1:10256
@@ -336,13 +342,15 @@ metricsBindAddress: 127.0.0.1:10249
 conntrack: {maxPerCore: 0, min: 0}
 EOF
   start kube-proxy "$KUBE_BIN/kube-proxy" --config="$DIR/kube-proxy.yaml" --v=1
-  wait_for "kube-proxy /healthz" kube-proxy 60 in_ns curl -fsS http://127.0.0.1:10256/healthz
-  fi
+  # Under a name that is no Node's, kube-proxy first waits 30 s for that Node, and its /healthz
+  # stays unhealthy: then /livez (its rules synced) is waited for once the real nodes are up.
+  [ "$nodes" -eq 0 ] || wait_for "kube-proxy /healthz" kube-proxy 60 in_ns curl -fsS http://127.0.0.1:10256/healthz
 
   if [ "$real_nodes" -gt 0 ]; then
     for i in $(seq "$real_nodes"); do real_node_up "$i"; done
     wait_for "$((nodes + real_nodes)) Ready nodes (with real-1..$real_nodes)" "kubelet-real-$real_nodes" 120 nodes_ready "$((nodes + real_nodes))"
   fi
+  [ "$nodes" -gt 0 ] || wait_for "kube-proxy /livez" kube-proxy 60 in_ns curl -fsS http://127.0.0.1:10256/livez
 
   local kubectl="$KUBE_BIN/kubectl"
   "$kubectl" --kubeconfig "$DIR/kubeconfig" get nodes -o wide >&2

@@ -1,23 +1,37 @@
 #!/usr/bin/env bash
-# The image on real nodes, end to end: a real control plane with kube-sim's nodes and two nodes,
-# each run by a real kubelet with containerd and runc in a network namespace of its own
-# (hack/cluster.sh up --real-nodes 2), kdoctor
-# installed from the Helm chart (Helm's engine, the real kubectl) with the image that
-# hack/image/build.sh made, and the controller pinned to the real node by a value. Each check
-# is an assertion; the script exits non-zero at the first that does not hold:
-#   - the default agent's pod on each real node runs in a containerd container, Ready, its readiness and
-#     liveness probes answered (the kubelet's own probe metrics), and the kernel enforces the chart's securityContext on its process (user 65532, no
-#     capabilities, no privilege escalation, seccomp, read-only root) and its memory and CPU
-#     limits (the container's cgroup);
-#   - it listens on the ports the chart declares, and its network namespace has the sysctl the
-#     chart sets (unprivileged ports from 80);
-#   - the controller runs there too, and kube-aggregator marks the APIService Available;
-#   - `kubectl logs` reads both containers through the kubelet's API, and the diagnostics of
-#     docs/troubleshooting.md work (controller logs, its metrics through kubectl port-forward);
-#   - a NetReach round: its report, served through the aggregation layer, names both real nodes
-#     among the reporters, each reached every target (pods, ClusterIP, NodePort, LoadBalancer,
-#     Ingress), and every node reached each real node's agent: real-1's and real-2's pods reach
-#     each other across their nodes' namespaces.
+# Installs on real nodes, end to end. A real control plane whose only nodes are three real ones
+# (hack/cluster.sh up --nodes 0 --real-nodes 3), dual-stack where the machine allows IPv6 in
+# network namespaces: each a real kubelet with containerd and runc in a network namespace of its
+# own, with its own kube-proxy; pod traffic between nodes leaves one node's namespace and is
+# routed into the other's by the cluster's namespace, which stands for the network (kube-sim
+# there serves the cluster DNS, load-balancer addresses and the ingress controller, and is the
+# kubelet of no node). kdoctor is installed twice with the image hack/image/build.sh made — from
+# the Helm chart (Helm's engine, the real kubectl; feature.enableIPv6 on a dual-stack cluster),
+# then, once that is removed, from manifests/ (IPv4, as they ship) — and every kdoctor pod of
+# both runs on a real kubelet. Each check is an assertion; the script exits non-zero at the
+# first that does not hold. Without IPv6 here, the IPv6 half says MISSING (hack/test.sh counts
+# the run as skipped).
+#   For each install:
+#   - every kdoctor pod (an agent per node, three controller replicas) runs in a containerd
+#     container on a real node, Ready, its readiness and liveness probes answered (the kubelet's
+#     own probe metrics), and the kernel enforces the securityContext on its process (user
+#     65532, no capabilities, no privilege escalation, the agent's seccomp, read-only root) and
+#     its memory and CPU limits (the container's cgroup); `kubectl logs` reads it;
+#   - kube-aggregator marks the APIService Available;
+#   - a NetReach round: its report, served through the aggregation layer, has a row from each
+#     real node, each reached every target (pods, ClusterIP, NodePort, LoadBalancer, Ingress;
+#     over IPv4 and, on the chart's dual-stack install, IPv6), and each agent's pod IP was
+#     reached from every node: six pairs across node boundaries per family.
+#   On the chart's install besides:
+#   - the agent listens on the ports the chart declares, with the chart's sysctl;
+#   - a cut between the agents of real-1 and real-2 (their pod addresses of each family dropped
+#     in the network's forwarding, both ways) shows in the next round's report as exactly those two
+#     pairs failing, every other pair reached, and the round failed;
+#   - `externalTrafficPolicy: Local` on the agents' Service: from outside the nodes, each node's
+#     NodePort is answered by that node's agent only, which sees the caller's own address (under
+#     Cluster, before: agents of other nodes answer too, and see the node's address); a round
+#     under Local reaches every target;
+#   - the diagnostics of docs/troubleshooting.md (controller logs, metrics by port-forward).
 #
 #   hack/e2e-real-node.sh        (E2E_KEEP=1 keeps the cluster, as hack/e2e.sh)
 set -euo pipefail
@@ -25,8 +39,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 export CLUSTER_DIR="${E2E_DIR:-$ROOT/.cluster-e2e}"
 export CLUSTER_NETNS="${E2E_NETNS:-kdoctor-e2e}"
-NODE=real-1
-REAL_NODES=(real-1 real-2)
+REAL_NODES=(real-1 real-2 real-3)
 
 step() { printf '\n== %s\n' "$*"; }
 fail() {
@@ -44,11 +57,13 @@ wait_until() {
   done
 }
 cleanup() {
-  local code=$?
+  local code=$? node
   if [ "$code" -ne 0 ] && [ -d "$CLUSTER_DIR/logs" ]; then
-    for log in kubelet-real-1 containerd-real-1 kubelet-real-2 containerd-real-2; do
-      echo "--- $log (last 20 lines)" >&2
-      tail -n 20 "$CLUSTER_DIR/logs/$log.log" >&2 || true
+    for node in "${REAL_NODES[@]}"; do
+      for log in "kubelet-$node" "containerd-$node"; do
+        echo "--- $log (last 20 lines)" >&2
+        tail -n 20 "$CLUSTER_DIR/logs/$log.log" >&2 || true
+      done
     done
   fi
   if [ -n "${E2E_KEEP:-}" ]; then
@@ -60,32 +75,35 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "a real control plane, two kube-sim nodes and ${REAL_NODES[*]} (kubelet, containerd, runc)"
+step "a real control plane and ${REAL_NODES[*]} (kubelet, containerd, runc), no other node"
 hack/image/build.sh >/dev/null
-hack/cluster.sh up --nodes 2 --ipv4-only --real-nodes "${#REAL_NODES[@]}"
+hack/cluster.sh up --nodes 0 --real-nodes "${#REAL_NODES[@]}"
 export KUBECONFIG="$CLUSTER_DIR/kubeconfig"
+# Dual stack where the machine allows IPv6 in network namespaces; otherwise the IPv6 half is
+# reported as not run (MISSING, counted as skipped by hack/test.sh).
+FAMILIES="4 6" MISSING=""
+if [ "$(cat "$CLUSTER_DIR/ipv6")" != 1 ]; then
+  FAMILIES=4
+  MISSING="MISSING: the IPv6 half of this e2e did not run: IPv6 is unavailable in network namespaces on this machine (hack/cluster.sh's log above says why)"
+  echo "$MISSING" >&2
+fi
 KUBECTL="$(cat "$CLUSTER_DIR/kube-bin")/kubectl"
 k() { "$KUBECTL" "$@"; }
+nodes="$(k get nodes -o jsonpath='{range .items[*]}{.metadata.name}{" "}{end}')"
+[ "$nodes" = "${REAL_NODES[*]} " ] || fail "the cluster's nodes are '$nodes', expected ${REAL_NODES[*]}"
 for node in "${REAL_NODES[@]}"; do
   runtime="$(k get node "$node" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')"
-  case "$runtime" in containerd://*) echo "$node: $runtime" ;; *) fail "$node runs '$runtime', not containerd" ;; esac
+  case "$runtime" in containerd://*) ;; *) fail "$node runs '$runtime', not containerd" ;; esac
+  cidrs="$(k get node "$node" -o jsonpath='{.spec.podCIDRs[*]}')"
+  [ "$(wc -w <<<"$cidrs")" = "$(wc -w <<<"$FAMILIES")" ] || fail "$node has pod CIDRs '$cidrs', expected one for each IP family of $FAMILIES"
+  echo "$node: $runtime, pod CIDRs $cidrs"
 done
+in_net() { ip netns exec "$CLUSTER_NETNS" "$@"; }
 
-step "installing the chart, the controller pinned to $NODE"
-hack/cluster.sh install-chart --set "kdoctorController.nodeSelector.kubernetes\.io/hostname=$NODE"
-k -n kdoctor rollout status daemonset/kdoctor-agent --timeout=120s
-k -n kdoctor rollout status statefulset/kdoctor-controller --timeout=120s
-
-# The first pod of COMPONENT on NODE (the controller's replicas are all pinned to real-1), and
-# a container's process on this host, from NODE's containerd.
-pod_on_node() { # component node
-  k -n kdoctor get pods -l "app.kubernetes.io/component=$1" \
-    -o jsonpath="{range .items[?(@.spec.nodeName==\"$2\")]}{.metadata.name}{\" \"}{end}" | awk '{ print $1 }'
-}
+# A container's process on this host, from its node's containerd.
 container_pid() { # node id
   ctr -a "$CLUSTER_DIR/real-nodes/$1/containerd.sock" -n k8s.io tasks ls | awk -v id="$2" '$1 == id { print $2 }'
 }
-
 # Bytes of a Kubernetes memory quantity (Ki, Mi, Gi or none).
 bytes() {
   python3 -c 'import sys; q = sys.argv[1]; m = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}; print(int(q[:-2]) * m[q[-2:]] if q[-2:] in m else int(q))' "$1"
@@ -102,99 +120,219 @@ probes() { # pod type node
 }
 probed() { [ "$(probes "$1" "$2" "$3")" -gt 0 ]; }
 
-AGENT_PODS=()
-for where in agent:real-1 controller:real-1 agent:real-2; do
-  component="${where%%:*}" node="${where#*:}"
-  step "the $component's pod on $node: a containerd container, Ready, confined as the chart says"
-  pod="$(pod_on_node "$component" "$node")"
-  [ -n "$pod" ] || fail "no $component pod on $node: $(k -n kdoctor get pods -o wide)"
-  k -n kdoctor wait "pod/$pod" --for=condition=Ready --timeout=90s >/dev/null
-  state="$(k -n kdoctor get pod "$pod" -o jsonpath='{.status.phase} {.status.containerStatuses[0].containerID}')"
-  case "$state" in "Running containerd://"*) ;; *) fail "$pod: expected Running in a containerd container, got '$state'" ;; esac
-  id="${state#Running containerd://}"
-  pid="$(container_pid "$node" "$id")"
-  [ -n "$pid" ] || fail "$pod: containerd has no task $id"
-  status="/proc/$pid/status"
-  uid="$(awk '/^Uid:/ { print $3 }' "$status")"
-  capeff="$(awk '/^CapEff:/ { print $2 }' "$status")"
-  nonewprivs="$(awk '/^NoNewPrivs:/ { print $2 }' "$status")"
-  [ "$uid" = 65532 ] || fail "$pod runs as uid $uid, not 65532"
-  [ "$capeff" = 0000000000000000 ] || fail "$pod has capabilities $capeff (the chart drops ALL)"
-  [ "$nonewprivs" = 1 ] || fail "$pod may gain privileges (allowPrivilegeEscalation: false)"
-  if [ "$component" = agent ]; then
-    seccomp="$(awk '/^Seccomp:/ { print $2 }' "$status")"
-    [ "$seccomp" = 2 ] || fail "$pod: seccomp mode $seccomp, not filtering (RuntimeDefault)"
-  fi
-  root_opts="$(awk '$5 == "/" { print $6 }' "/proc/$pid/mountinfo" | tail -n1)"
-  case ",$root_opts," in *,ro,*) ;; *) fail "$pod: its root filesystem is mounted '$root_opts', not read-only" ;; esac
-  memcg="$(awk -F: '$2 == "memory" { print $3 }' "/proc/$pid/cgroup")"
-  limit="$(cat "/sys/fs/cgroup/memory$memcg/memory.limit_in_bytes")"
-  declared="$(k -n kdoctor get pod "$pod" -o jsonpath='{.spec.containers[0].resources.limits.memory}')"
-  [ "$limit" = "$(bytes "$declared")" ] || fail "$pod: memory.limit_in_bytes $limit, the pod declares $declared"
-  cpucg="$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ { print $3 }' "/proc/$pid/cgroup")"
-  cpudir=/sys/fs/cgroup/cpu,cpuacct
-  [ -d "$cpudir" ] || cpudir=/sys/fs/cgroup/cpu
-  quota="$(cat "$cpudir$cpucg/cpu.cfs_quota_us")"
-  period="$(cat "$cpudir$cpucg/cpu.cfs_period_us")"
-  cpu="$(k -n kdoctor get pod "$pod" -o jsonpath='{.spec.containers[0].resources.limits.cpu}')"
-  [ "$((quota * 1000 / period))" = "$(millicores "$cpu")" ] || fail "$pod: CFS quota $quota/$period, the pod declares cpu $cpu"
-  echo "$pod: pid $pid, uid $uid, CapEff $capeff, NoNewPrivs $nonewprivs, root ($root_opts), memory.limit_in_bytes $limit, cpu.cfs_quota_us $quota/$period"
-  # The first liveness probe comes a period (10 s) after the startup probe passed.
-  for type in Readiness Liveness; do
-    wait_until 40 "$pod: the kubelet reports no successful $type probe" probed "$pod" "$type" "$node"
-  done
-  logs="$(k -n kdoctor logs "$pod" --tail=200)"
-  [ -n "$logs" ] || fail "kubectl logs $pod printed nothing"
-  echo "kubectl logs $pod: $(wc -l <<<"$logs") lines"
-  if [ "$component" = agent ]; then
-    AGENT_PODS+=("$pod")
-    [ "$node" != "$NODE" ] || { AGENT_POD="$pod"; AGENT_PID="$pid"; }
-  fi
-done
+# Every pod of the install (name, component, node), each checked: a containerd container on a
+# real node, Ready, confined as declared, probed by its kubelet, its logs readable. Fills
+# AGENT_NODE (agent pod -> node) and AGENT_PID (node -> the agent's process).
+declare -A AGENT_NODE AGENT_PID
+check_pods() {
+  local pod component node state id pid status uid capeff nonewprivs seccomp root_opts memcg limit declared
+  local cpucg cpudir quota period cpu type logs agents=0 controllers=0
+  AGENT_NODE=() AGENT_PID=()
+  while read -r pod component node; do
+    case " ${REAL_NODES[*]} " in *" $node "*) ;; *) fail "$pod ($component) is on '$node', not a real node" ;; esac
+    k -n kdoctor wait "pod/$pod" --for=condition=Ready --timeout=90s >/dev/null
+    state="$(k -n kdoctor get pod "$pod" -o jsonpath='{.status.phase} {.status.containerStatuses[0].containerID}')"
+    case "$state" in "Running containerd://"*) ;; *) fail "$pod: expected Running in a containerd container, got '$state'" ;; esac
+    id="${state#Running containerd://}"
+    pid="$(container_pid "$node" "$id")"
+    [ -n "$pid" ] || fail "$pod: containerd of $node has no task $id"
+    status="/proc/$pid/status"
+    uid="$(awk '/^Uid:/ { print $3 }' "$status")"
+    capeff="$(awk '/^CapEff:/ { print $2 }' "$status")"
+    nonewprivs="$(awk '/^NoNewPrivs:/ { print $2 }' "$status")"
+    [ "$uid" = 65532 ] || fail "$pod runs as uid $uid, not 65532"
+    [ "$capeff" = 0000000000000000 ] || fail "$pod has capabilities $capeff (the install drops ALL)"
+    [ "$nonewprivs" = 1 ] || fail "$pod may gain privileges (allowPrivilegeEscalation: false)"
+    if [ "$component" = agent ]; then
+      seccomp="$(awk '/^Seccomp:/ { print $2 }' "$status")"
+      [ "$seccomp" = 2 ] || fail "$pod: seccomp mode $seccomp, not filtering (RuntimeDefault)"
+    fi
+    root_opts="$(awk '$5 == "/" { print $6 }' "/proc/$pid/mountinfo" | tail -n1)"
+    case ",$root_opts," in *,ro,*) ;; *) fail "$pod: its root filesystem is mounted '$root_opts', not read-only" ;; esac
+    memcg="$(awk -F: '$2 == "memory" { print $3 }' "/proc/$pid/cgroup")"
+    limit="$(cat "/sys/fs/cgroup/memory$memcg/memory.limit_in_bytes")"
+    declared="$(k -n kdoctor get pod "$pod" -o jsonpath='{.spec.containers[0].resources.limits.memory}')"
+    [ "$limit" = "$(bytes "$declared")" ] || fail "$pod: memory.limit_in_bytes $limit, the pod declares $declared"
+    cpucg="$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ { print $3 }' "/proc/$pid/cgroup")"
+    cpudir=/sys/fs/cgroup/cpu,cpuacct
+    [ -d "$cpudir" ] || cpudir=/sys/fs/cgroup/cpu
+    quota="$(cat "$cpudir$cpucg/cpu.cfs_quota_us")"
+    period="$(cat "$cpudir$cpucg/cpu.cfs_period_us")"
+    cpu="$(k -n kdoctor get pod "$pod" -o jsonpath='{.spec.containers[0].resources.limits.cpu}')"
+    [ "$((quota * 1000 / period))" = "$(millicores "$cpu")" ] || fail "$pod: CFS quota $quota/$period, the pod declares cpu $cpu"
+    echo "$pod on $node: pid $pid, uid $uid, CapEff $capeff, NoNewPrivs $nonewprivs, root ($root_opts), memory.limit_in_bytes $limit, cpu.cfs_quota_us $quota/$period"
+    # The first liveness probe comes a period (10 s) after the startup probe passed.
+    for type in Readiness Liveness; do
+      wait_until 40 "$pod: the kubelet reports no successful $type probe" probed "$pod" "$type" "$node"
+    done
+    logs="$(k -n kdoctor logs "$pod" --tail=200)"
+    [ -n "$logs" ] || fail "kubectl logs $pod printed nothing"
+    case "$component" in
+      agent)
+        agents=$((agents + 1))
+        AGENT_NODE[$pod]="$node"
+        AGENT_PID[$node]="$pid"
+        ;;
+      controller) controllers=$((controllers + 1)) ;;
+    esac
+  done < <(k -n kdoctor get pods -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.metadata.labels.app\.kubernetes\.io/component}{" "}{.spec.nodeName}{"\n"}{end}')
+  [ "$agents" = "${#REAL_NODES[@]}" ] || fail "$agents agent pods, expected one on each of ${REAL_NODES[*]}"
+  [ "${#AGENT_PID[@]}" = "${#REAL_NODES[@]}" ] || fail "the agents are not one per node: ${!AGENT_PID[*]}"
+  [ "$controllers" = 3 ] || fail "$controllers controller pods, expected the 3 replicas"
+}
 
-step "the agent on $NODE listens where the chart says, with the chart's sysctl"
-listening="$(nsenter -t "$AGENT_PID" -n ss -Hltn | awk '{ print $4 }' | sed 's/.*://' | sort -nu | tr '\n' ' ')"
-for port in $(k -n kdoctor get pod "$AGENT_POD" -o jsonpath='{range .spec.containers[0].ports[*]}{.containerPort}{" "}{end}'); do
-  case " $listening" in *" $port "*) ;; *) fail "$AGENT_POD does not listen on port $port (listening: $listening)" ;; esac
+# One NetReach round of examples/netreach.yaml as the task NAME, over IPv6 too when ROUND_IPV6
+# is 1, once it finished: sets ROWS to its report's rows (the node, then target=successRate for
+# each target) and ROUND_RESULT.
+ROUND_RESULT="" ROWS="" ROUND_IPV6=0
+finished() { [ "$(k get netreach "$1" -o jsonpath='{.status.finish}')" = true ]; }
+round() { # name
+  local v6=()
+  [ "$ROUND_IPV6" = 0 ] || v6=(-e 's/^    ipv4: true$/    ipv4: true\n    ipv6: true/')
+  sed -e "s/^  name: task$/  name: $1/" "${v6[@]}" examples/netreach.yaml | k apply -f - >/dev/null
+  wait_until 180 "the NetReach $1 round did not finish" finished "$1"
+  ROUND_RESULT="$(k get netreach "$1" -o jsonpath='{.status.lastRoundStatus}')"
+  ROWS="$(k get kdoctorreport "netreach-$1" -o jsonpath='{range .report.latestRoundReport[*]}{.nodeName}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestSucceedRate}{end}{"\n"}{end}')"
+}
+# The success rate of the pod target POD over IP FAMILY (4, 6) in NODE's row of ROWS.
+pod_rate() { # rows node pod family
+  awk -v node="$2" -v pod="AgentPodV$4IP_$3_" '$1 == node { for (i = 2; i <= NF; i++) if (index($i, pod) == 1) { sub(/.*=/, "", $i); print $i } }' <<<"$1"
+}
+# Checks ROWS: a row per real node, and each agent's pod reached from every node at rate 1
+# over each family the round probed, except the pairs between CUT_A and CUT_B (both ways), which
+# must be 0; with no cut, every other target at rate 1 too.
+check_rows() { # rows [cut_a cut_b]
+  local rows="$1" cut_a="${2:-}" cut_b="${3:-}" nodes from pod to rate want family families=4 pairs=0
+  [ "$ROUND_IPV6" = 0 ] || families="4 6"
+  echo "$rows" | cut -c1-200
+  nodes="$(awk '{ print $1 }' <<<"$rows" | sort | tr '\n' ' ')"
+  [ "$nodes" = "${REAL_NODES[*]} " ] || fail "the report's nodes are '$nodes', expected ${REAL_NODES[*]}"
+  for from in "${REAL_NODES[@]}"; do
+    for pod in "${!AGENT_NODE[@]}"; do
+      to="${AGENT_NODE[$pod]}"
+      want=1
+      if [ -n "$cut_a" ] && { [ "$from $to" = "$cut_a $cut_b" ] || [ "$from $to" = "$cut_b $cut_a" ]; }; then want=0; fi
+      for family in $families; do
+        rate="$(pod_rate "$rows" "$from" "$pod" "$family")"
+        [ -n "$rate" ] || fail "$from's row has no target for $pod's IPv$family pod IP"
+        awk -v r="$rate" -v w="$want" 'BEGIN { exit !(r + 0 == w + 0) }' ||
+          fail "$from reached $pod (on $to) over IPv$family at rate $rate, expected $want"
+        [ "$from" = "$to" ] || pairs=$((pairs + 1))
+      done
+    done
+  done
+  if [ -z "$cut_a" ]; then
+    local failed
+    failed="$(tr ' ' '\n' <<<"$rows" | grep '=' | grep -v '=1$' || true)"
+    [ -z "$failed" ] || fail "targets not reached every time: $failed"
+  fi
+  echo "every node's row checked: $pairs pairs across node boundaries (IPv${families// / and IPv})"
+}
+
+# Checks an install: every pod, the APIService, and a round (task NAME) across the real nodes.
+check_install() { # what task
+  step "$1: every kdoctor pod on a real kubelet, Ready, confined as declared"
+  check_pods
+  step "$1: the APIService, served by the controller on the real nodes, is Available"
+  k wait apiservice/v1beta1.system.kdoctor.io --for=condition=Available --timeout=90s
+  step "$1: a NetReach round: each real node reports, reaches every target and each node's agent"
+  round "$2"
+  [ "$ROUND_RESULT" = succeed ] || fail "the round ended '$ROUND_RESULT'"
+  check_rows "$ROWS"
+}
+
+step "installing the chart (IP families: $FAMILIES)"
+if [ "$FAMILIES" = "4 6" ]; then
+  hack/cluster.sh install-chart --set feature.enableIPv6=true
+  ROUND_IPV6=1
+else
+  hack/cluster.sh install-chart
+fi
+k -n kdoctor rollout status daemonset/kdoctor-agent --timeout=120s
+k -n kdoctor rollout status statefulset/kdoctor-controller --timeout=180s
+check_install "the chart" task
+
+step "the agent on real-1 listens where the chart says, with the chart's sysctl"
+agent_pid="${AGENT_PID[real-1]}"
+for pod in "${!AGENT_NODE[@]}"; do [ "${AGENT_NODE[$pod]}" = real-1 ] && agent_pod="$pod"; done
+listening="$(nsenter -t "$agent_pid" -n ss -Hltn | awk '{ print $4 }' | sed 's/.*://' | sort -nu | tr '\n' ' ')"
+for port in $(k -n kdoctor get pod "$agent_pod" -o jsonpath='{range .spec.containers[0].ports[*]}{.containerPort}{" "}{end}'); do
+  case " $listening" in *" $port "*) ;; *) fail "$agent_pod does not listen on port $port (listening: $listening)" ;; esac
 done
 echo "listening: $listening"
-sysctl="$(nsenter -t "$AGENT_PID" -n cat /proc/sys/net/ipv4/ip_unprivileged_port_start)"
+sysctl="$(nsenter -t "$agent_pid" -n cat /proc/sys/net/ipv4/ip_unprivileged_port_start)"
 [ "$sysctl" = 80 ] || fail "net.ipv4.ip_unprivileged_port_start is $sysctl in the agent's namespace, the chart sets 80"
 
-step "the APIService, served by the controller on $NODE, is Available"
-k wait apiservice/v1beta1.system.kdoctor.io --for=condition=Available --timeout=90s
+step "a cut between real-1's and real-2's agents shows as exactly those pairs failing"
+# The agent's pod addresses on NODE, one per family.
+agent_ips() { k -n kdoctor get pods -l app.kubernetes.io/component=agent -o jsonpath="{range .items[?(@.spec.nodeName==\"$1\")]}{range .status.podIPs[*]}{.ip}{\" \"}{end}{end}"; }
+read -r -a ips1 <<<"$(agent_ips real-1)"
+read -r -a ips2 <<<"$(agent_ips real-2)"
+[ "${#ips1[@]}" = "$(wc -w <<<"$FAMILIES")" ] && [ "${#ips2[@]}" = "${#ips1[@]}" ] ||
+  fail "the agents on real-1 and real-2 have pod IPs '${ips1[*]}' and '${ips2[*]}', expected one per family of $FAMILIES"
+cut_apart() { # -I or -D
+  local i tables
+  for i in "${!ips1[@]}"; do
+    case "${ips1[$i]}" in *:*) tables=ip6tables ;; *) tables=iptables ;; esac
+    in_net "$tables" "$1" FORWARD -s "${ips1[$i]}" -d "${ips2[$i]}" -j DROP
+    in_net "$tables" "$1" FORWARD -s "${ips2[$i]}" -d "${ips1[$i]}" -j DROP
+  done
+}
+cut_apart -I
+round cut
+cut_apart -D
+[ "$ROUND_RESULT" = fail ] || fail "the round with real-1 and real-2 cut apart ended '$ROUND_RESULT', not fail"
+check_rows "$ROWS" real-1 real-2
+echo "the report names the cut pairs (real-1 <-> real-2) and only them"
 
-step "a NetReach round: both real nodes report, reach every target and are reached from every node"
-k apply -f examples/netreach.yaml
-finished() { [ "$(k get netreach task -o jsonpath='{.status.finish}')" = true ]; }
-wait_until 180 "the NetReach round did not finish" finished
-result="$(k get netreach task -o jsonpath='{.status.lastRoundStatus}')"
-[ "$result" = succeed ] || fail "the round ended '$result'"
-rows="$(k get kdoctorreport netreach-task -o jsonpath='{range .report.latestRoundReport[*]}{.nodeName}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestSucceedRate}{end}{"\n"}{end}')"
-echo "$rows" | cut -c1-200
-nodes="$(awk '{ print $1 }' <<<"$rows" | sort | tr '\n' ' ')"
-[ "$nodes" = "node-1 node-2 real-1 real-2 " ] || fail "the report's nodes are '$nodes', expected node-1 node-2 real-1 real-2"
-failed="$(tr ' ' '\n' <<<"$rows" | grep '=' | grep -v '=1$' || true)"
-[ -z "$failed" ] || fail "targets not reached every time: $failed"
-for pod in "${AGENT_PODS[@]}"; do
-  # Every node's row has this pod's IP at a success rate of 1 (checked above): 4 rows.
-  reached="$(grep -c "AgentPodV4IP_${pod}_" <<<"$rows")"
-  [ "$reached" = 4 ] || fail "expected every node to probe $pod's pod IP, $reached did"
+step "externalTrafficPolicy: Local: each node's NodePort answered by its own agent, the caller's address kept"
+node_port="$(k -n kdoctor get service kdoctor-agent-ipv4 -o jsonpath='{.spec.ports[?(@.name=="http")].nodePort}')"
+[ -n "$node_port" ] || fail "the Service kdoctor-agent-ipv4 has no http nodePort"
+node_ip() { # node: its IPv4 InternalIP
+  k get node "$1" -o jsonpath='{range .status.addresses[?(@.type=="InternalIP")]}{.address}{"\n"}{end}' | grep -v : | head -n1
+}
+# Who answered 30 fresh connections to NODE's NodePort from the network (the cluster's
+# namespace, outside every node), and the caller's address each saw: "server client" lines,
+# sorted and counted.
+answers() { # node
+  local ip i
+  ip="$(node_ip "$1")"
+  for i in $(seq 30); do
+    in_net curl -fsS --max-time 5 "http://$ip:$node_port/" | python3 -c '
+import json, sys
+body = json.load(sys.stdin)
+client = body["clientIp"]  # "[::ffff:198.18.0.1]:41234" or "198.18.0.1:41234"
+host = client[1:client.index("]")] if client.startswith("[") else client.rsplit(":", 1)[0]
+print(body["serverName"], host.removeprefix("::ffff:"))'
+  done | sort | uniq -c
+}
+# All 30 answered by AGENT, which saw the caller's own address.
+local_only() { # node agent
+  [ "$(answers "$1" | awk '{ print $1, $2, $3 }')" = "30 $2 $gateway" ]
+}
+gateway="$(in_net ip -4 route get "$(node_ip real-1)" | sed -n 's/.* src \([0-9.]*\).*/\1/p')"
+before="$(answers real-1)"
+printf "Cluster, real-1's NodePort (count, agent, the address it saw):\n%s\n" "$before"
+[ "$(awk '{ print $2 }' <<<"$before" | sort -u | wc -l)" -gt 1 ] || fail "under Cluster one agent answered all 30 connections to real-1's NodePort: $before"
+! grep -q " $gateway$" <<<"$before" || fail "under Cluster an agent saw the caller's address $gateway (kube-proxy masquerades it): $before"
+k -n kdoctor patch service kdoctor-agent-ipv4 -p '{"spec":{"externalTrafficPolicy":"Local"}}' >/dev/null
+for node in "${REAL_NODES[@]}"; do
+  for pod in "${!AGENT_NODE[@]}"; do [ "${AGENT_NODE[$pod]}" = "$node" ] && own="$pod"; done
+  # kube-proxy of each node takes the change in its next sync.
+  wait_until 30 "under Local, $node's NodePort is not answered by $own alone, seeing $gateway" local_only "$node" "$own"
+  echo "Local, $node's NodePort: 30 of 30 by $own, which saw $gateway"
 done
-# Across real nodes: real-1's row reached real-2's agent and the other way round.
-for pair in "real-1 ${AGENT_PODS[1]}" "real-2 ${AGENT_PODS[0]}"; do
-  grep -q "^${pair% *} .*AgentPodV4IP_${pair#* }_[^ ]*=1\( \|$\)" <<<"$rows" ||
-    fail "${pair% *} did not reach ${pair#* } on the other real node"
-done
-echo "real-1 and real-2 reached each other's agents; every node reached both"
+round local
+[ "$ROUND_RESULT" = succeed ] || fail "the round under externalTrafficPolicy Local ended '$ROUND_RESULT'"
+check_rows "$ROWS"
 
 step "diagnostics as docs/troubleshooting.md gives them, through the real kubelet"
 # Captured before grep: `grep -q` stops at the first match, and kubectl, killed by SIGPIPE on
 # its next write, would fail the pipeline.
 logs="$(k -n kdoctor logs statefulset/kdoctor-controller)"
 grep -q '^{"timestamp"' <<<"$logs" || fail "kubectl logs statefulset/kdoctor-controller: no JSON log lines"
-logs="$(k -n kdoctor logs "$AGENT_POD")"
-grep -q 'round started' <<<"$logs" || fail "kubectl logs $AGENT_POD: no 'round started' line after the round"
+logs="$(k -n kdoctor logs "$agent_pod")"
+grep -q 'round started' <<<"$logs" || fail "kubectl logs $agent_pod: no 'round started' line after the round"
 k -n kdoctor port-forward statefulset/kdoctor-controller 15721:5721 >/dev/null 2>&1 &
 forward=$!
 wait_until 10 "kubectl port-forward statefulset/kdoctor-controller 5721 answered nothing" curl -fsS -o /dev/null http://127.0.0.1:15721/metrics
@@ -203,5 +341,19 @@ kill "$forward" 2>/dev/null || true
 grep -q '^kdoctor_controller_' <<<"$metrics" || fail "kubectl port-forward statefulset/kdoctor-controller 5721: no kdoctor_controller_ metrics"
 echo "controller logs, agent logs and metrics through kubectl port-forward: ok"
 
+step "removing the chart's install (its objects, the namespace and the tasks)"
+k delete netreach --all --wait=true >/dev/null
+k delete -f "$CLUSTER_DIR/install/chart.yaml" --ignore-not-found --wait=true >/dev/null
+k delete namespace kdoctor --ignore-not-found --wait=true --timeout=180s >/dev/null
+k delete -f charts/kdoctor/crds/ --ignore-not-found --wait=true >/dev/null
+
+step "installing from manifests/ (kubectl apply -k; IPv4, as they ship)"
+k apply -k manifests/ >/dev/null
+ROUND_IPV6=0
+k -n kdoctor rollout status daemonset/kdoctor-agent --timeout=120s
+k -n kdoctor rollout status statefulset/kdoctor-controller --timeout=180s
+check_install "manifests/" task
+
 echo
-echo "e2e-real-node: passed — the image ran on two real kubelets ($runtime), Kubernetes $(k version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
+[ -z "$MISSING" ] || echo "$MISSING" >&2
+echo "e2e-real-node: passed — the chart (IPv${FAMILIES// / and IPv}) and manifests/ on three real kubelets ($runtime), Kubernetes $(k version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"

@@ -16,6 +16,13 @@
 # network namespace.
 real_node_name() { echo "real-$1"; }
 real_node_ip4() { echo "198.18.0.$((10 - $1))"; }
+real_node_ip6() { echo "fd6b:6474::$((10 - $1))"; }
+# Whether the cluster is dual-stack (hack/cluster.sh wrote it: IPv6 may be unavailable here).
+real_node_dual() { [ "$(cat "$DIR/ipv6" 2>/dev/null)" = 1 ]; }
+# The node's addresses, as the kubelet's --node-ip takes them.
+real_node_ips() { # index
+  if real_node_dual; then echo "$(real_node_ip4 "$1"),$(real_node_ip6 "$1")"; else real_node_ip4 "$1"; fi
+}
 real_node_dir() { echo "$DIR/real-nodes/real-$1"; }
 real_node_netns() { echo "$NS-real-$1"; }
 # The real nodes a cluster has (from their folders), by index.
@@ -58,14 +65,33 @@ real_node_network() { # index
   # any of its addresses).
   ip netns exec "$node_ns" ip route add default via "$APISERVER4" dev eth0 onlink
   ip netns exec "$node_ns" sysctl -qw net.ipv4.ip_forward=1
+  if real_node_dual; then
+    # IPv6 answers neighbour solicitations only for an interface's own addresses: each end of
+    # the veth gets a fixed link-local address, the gateway of the other end's routes.
+    ip netns exec "$node_ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.default.disable_ipv6=0 \
+      net.ipv6.conf.eth0.disable_ipv6=0 net.ipv6.conf.all.forwarding=1
+    in_ns sysctl -qw "net.ipv6.conf.rn$1.disable_ipv6=0"
+    in_ns ip -6 addr add fe80::1/64 dev "rn$1" nodad
+    ip netns exec "$node_ns" ip -6 addr add fe80::2/64 dev eth0 nodad
+    ip netns exec "$node_ns" ip -6 addr add "$(real_node_ip6 "$1")/128" dev eth0 nodad
+    in_ns ip -6 route add "$(real_node_ip6 "$1")/128" via fe80::2 dev "rn$1"
+    ip netns exec "$node_ns" ip -6 route add default via fe80::1 dev eth0
+  fi
 }
 
-# After the Node registered: its pod CIDR, allocated by kube-controller-manager, is routed to it.
+# After the Node registered: its pod CIDRs (one per family), allocated by
+# kube-controller-manager, are routed to it.
 real_node_pod_route() { # index
-  local cidr
-  cidr="$("$KUBE_BIN/kubectl" --kubeconfig "$DIR/admin.inner.kubeconfig" --server "https://127.0.0.1:$(cat "$DIR/apiserver.port")" \
-    get node "$(real_node_name "$1")" -o jsonpath='{.spec.podCIDR}' 2>/dev/null)"
-  [ -n "$cidr" ] && in_ns ip route replace "$cidr" via "$(real_node_ip4 "$1")" dev "rn$1"
+  local cidrs cidr
+  cidrs="$("$KUBE_BIN/kubectl" --kubeconfig "$DIR/admin.inner.kubeconfig" --server "https://127.0.0.1:$(cat "$DIR/apiserver.port")" \
+    get node "$(real_node_name "$1")" -o jsonpath='{.spec.podCIDRs[*]}' 2>/dev/null)"
+  [ -n "$cidrs" ] || return 1
+  for cidr in $cidrs; do
+    case "$cidr" in
+      *:*) in_ns ip -6 route replace "$cidr" via fe80::2 dev "rn$1" ;;
+      *) in_ns ip route replace "$cidr" via "$(real_node_ip4 "$1")" dev "rn$1" ;;
+    esac
+  done
 }
 
 # The kubelet's cgroup root, in every mounted cgroup v1 hierarchy (the kubelet requires it to
@@ -183,7 +209,7 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 EOF
   START_NETNS="$node_ns" start "kubelet-$name" "$KUBE_BIN/kubelet" --config="$rn/kubelet.yaml" --kubeconfig="$rn/kubelet.kubeconfig" \
-    --root-dir="$rn/kubelet" --hostname-override="$name" --node-ip="$ip" --v=1
+    --root-dir="$rn/kubelet" --hostname-override="$name" --node-ip="$(real_node_ips "$i")" --v=1
   wait_for "$name's kubelet /healthz" "kubelet-$name" 60 ip netns exec "$node_ns" curl -fsS http://127.0.0.1:10248/healthz
   wait_for "$name's pod CIDR" "kubelet-$name" 60 real_node_pod_route "$i"
 
