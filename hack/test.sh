@@ -104,11 +104,12 @@ e2e() {
 [ -n "$e2e_blocked" ] || echo "== end to end, on a real control plane" >&2
 # Each run is bounded (timeout signals its whole process group, and the run's own clean-up
 # tears its cluster down): a hung step ends as a failure with its cluster's logs, not at CI's
-# limit with none. About 25, 8, 6 and 8 minutes when healthy.
+# limit with none. About 25, 8, 4, 8 and 4 minutes when healthy.
 e2e "hack/e2e.sh (manifests, chaos suite)" /tmp/kdoctor-e2e-manifests.log timeout -k 180 2700 hack/e2e.sh
 e2e "hack/e2e.sh (chart, dual stack)" /tmp/kdoctor-e2e-chart.log env E2E_FROM=chart E2E_IPV6=1 timeout -k 180 1200 hack/e2e.sh
 e2e "hack/e2e-real-node.sh (chart and manifests on three real kubelets)" /tmp/kdoctor-e2e-real-node.log timeout -k 180 1200 hack/e2e-real-node.sh
 e2e "hack/e2e.sh (manifests, Kubernetes $NEWEST_KUBE)" "/tmp/kdoctor-e2e-$NEWEST_KUBE.log" env KUBE_VERSION="$NEWEST_KUBE" E2E_CHAOS=0 timeout -k 180 1200 hack/e2e.sh
+e2e "hack/e2e-real-node.sh (Kubernetes $NEWEST_KUBE)" "/tmp/kdoctor-e2e-real-node-$NEWEST_KUBE.log" env KUBE_VERSION="$NEWEST_KUBE" timeout -k 180 1200 hack/e2e-real-node.sh
 
 for s in "${skipped[@]}"; do echo "SKIPPED: $s" >&2; done
 for f in "${failed[@]}"; do echo "FAILED: $f" >&2; done
