@@ -27,6 +27,8 @@
 #   - a cut between the agents of real-1 and real-2 (their pod addresses of each family dropped
 #     in the network's forwarding, both ways) shows in the next round's report as exactly those two
 #     pairs failing, every other pair reached, and the round failed;
+#   - from real-1's agent pod, the agents' ClusterIP (each family) and the Ingress are answered
+#     by the agents of more than one node: the Services cross node boundaries;
 #   - `externalTrafficPolicy: Local` on the agents' Service: from outside the nodes, each node's
 #     NodePort is answered by that node's agent only, which sees the caller's own address (under
 #     Cluster, before: agents of other nodes answer too, and see the node's address); a round
@@ -285,20 +287,13 @@ cut_apart -D
 check_rows "$ROWS" real-1 real-2
 echo "the report names the cut pairs (real-1 <-> real-2) and only them"
 
-step "externalTrafficPolicy: Local: each node's NodePort answered by its own agent, the caller's address kept"
-node_port="$(k -n kdoctor get service kdoctor-agent-ipv4 -o jsonpath='{.spec.ports[?(@.name=="http")].nodePort}')"
-[ -n "$node_port" ] || fail "the Service kdoctor-agent-ipv4 has no http nodePort"
-node_ip() { # node: its IPv4 InternalIP
-  k get node "$1" -o jsonpath='{range .status.addresses[?(@.type=="InternalIP")]}{.address}{"\n"}{end}' | grep -v : | head -n1
-}
-# Who answered 30 fresh connections to NODE's NodePort from the network (the cluster's
-# namespace, outside every node), and the caller's address each saw: "server client" lines,
-# sorted and counted.
-answers() { # node
-  local ip i
-  ip="$(node_ip "$1")"
+# Who answered 30 fresh connections to URL, made by CMD... (curl in a namespace), and the
+# caller's address each saw: "count server client" lines.
+answers() { # url cmd...
+  local url="$1" i
+  shift
   for i in $(seq 30); do
-    in_net curl -fsS --max-time 5 "http://$ip:$node_port/" | python3 -c '
+    "$@" curl -fsS --max-time 5 "$url" | python3 -c '
 import json, sys
 body = json.load(sys.stdin)
 client = body["clientIp"]  # "[::ffff:198.18.0.1]:41234" or "198.18.0.1:41234"
@@ -306,12 +301,40 @@ host = client[1:client.index("]")] if client.startswith("[") else client.rsplit(
 print(body["serverName"], host.removeprefix("::ffff:"))'
   done | sort | uniq -c
 }
+# The node of each agent that answered (from answers' lines), sorted, once each.
+answering_nodes() { # answers
+  local pod
+  for pod in $(awk '{ print $2 }' <<<"$1"); do echo "${AGENT_NODE[$pod]:-unknown:$pod}"; done | sort -u | tr '\n' ' '
+}
+
+step "the Services and the Ingress, from real-1's agent pod, are answered by the agents of other nodes"
+http_port() { k -n kdoctor get service "$1" -o jsonpath='{.spec.ports[?(@.name=="http")].port}'; }
+urls=("http://$(k -n kdoctor get service kdoctor-agent-ipv4 -o jsonpath='{.spec.clusterIP}'):$(http_port kdoctor-agent-ipv4)/")
+[ "$ROUND_IPV6" = 0 ] || urls+=("http://[$(k -n kdoctor get service kdoctor-agent-ipv6 -o jsonpath='{.spec.clusterIP}')]:$(http_port kdoctor-agent-ipv6)/")
+urls+=("http://$(k -n kdoctor get ingress kdoctor-agent -o jsonpath='{.status.loadBalancer.ingress[0].ip}')/kdoctoragent")
+for url in "${urls[@]}"; do
+  got="$(answers "$url" nsenter -t "$agent_pid" -n)"
+  reached="$(answering_nodes "$got")"
+  echo "$url from real-1's agent: answered by the agents of $reached"
+  [ "$(awk '{ n += $1 } END { print n + 0 }' <<<"$got")" = 30 ] || fail "$url from real-1's agent: not every connection answered: $got"
+  [ "$(wc -w <<<"$reached")" -gt 1 ] || fail "$url from real-1's agent: every connection answered on $reached alone: $got"
+done
+
+step "externalTrafficPolicy: Local: each node's NodePort answered by its own agent, the caller's address kept"
+node_port="$(k -n kdoctor get service kdoctor-agent-ipv4 -o jsonpath='{.spec.ports[?(@.name=="http")].nodePort}')"
+[ -n "$node_port" ] || fail "the Service kdoctor-agent-ipv4 has no http nodePort"
+node_ip() { # node: its IPv4 InternalIP
+  k get node "$1" -o jsonpath='{range .status.addresses[?(@.type=="InternalIP")]}{.address}{"\n"}{end}' | grep -v : | head -n1
+}
+# Answers to 30 connections to NODE's NodePort from the network (the cluster's namespace,
+# outside every node).
+node_port_answers() { answers "http://$(node_ip "$1"):$node_port/" in_net; }
 # All 30 answered by AGENT, which saw the caller's own address.
 local_only() { # node agent
-  [ "$(answers "$1" | awk '{ print $1, $2, $3 }')" = "30 $2 $gateway" ]
+  [ "$(node_port_answers "$1" | awk '{ print $1, $2, $3 }')" = "30 $2 $gateway" ]
 }
 gateway="$(in_net ip -4 route get "$(node_ip real-1)" | sed -n 's/.* src \([0-9.]*\).*/\1/p')"
-before="$(answers real-1)"
+before="$(node_port_answers real-1)"
 printf "Cluster, real-1's NodePort (count, agent, the address it saw):\n%s\n" "$before"
 [ "$(awk '{ print $2 }' <<<"$before" | sort -u | wc -l)" -gt 1 ] || fail "under Cluster one agent answered all 30 connections to real-1's NodePort: $before"
 ! grep -q " $gateway$" <<<"$before" || fail "under Cluster an agent saw the caller's address $gateway (kube-proxy masquerades it): $before"
