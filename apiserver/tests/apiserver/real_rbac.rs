@@ -19,7 +19,8 @@ use crate::support::{control_plane, curl_method, fill, scratch};
 
 /// People and their bindings, beside the install's own RBAC: alice `view`, bob `edit`, the group
 /// `readers` `view`, dave `view` by a RoleBinding in `team` only (nothing on a cluster-scoped
-/// kind), the ServiceAccount team/reader `view`; carol nothing.
+/// kind), the ServiceAccount team/reader `view`, frank `get` on the report `netreach-task` alone
+/// (resourceNames); carol nothing.
 const PEOPLE: &str = r#"
 apiVersion: v1
 kind: Namespace
@@ -58,6 +59,21 @@ kind: RoleBinding
 metadata: {name: dave-view, namespace: team}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}
 subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: dave}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: one-report-reader}
+rules:
+- apiGroups: [system.kdoctor.io]
+  resources: [kdoctorreports]
+  resourceNames: [netreach-task]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: frank-one-report}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: one-report-reader}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: frank}]
 "#;
 
 fn kubectl_apply(sim: &TestCluster, files: &[PathBuf]) {
@@ -151,6 +167,23 @@ impl Caller {
 
 const REPORTS: &str = "/apis/system.kdoctor.io/v1beta1/kdoctorreports";
 
+/// kube-apiserver's message when USER (authenticated, nothing bound) deletes the built-in
+/// cluster-scoped ClusterRole `view`: the admin impersonates the user.
+async fn kube_apiserver_refusal(admin: &kube::Client, user: &str) -> String {
+    let request = http::Request::delete("/apis/rbac.authorization.k8s.io/v1/clusterroles/view")
+        .header("Impersonate-User", user)
+        .header("Impersonate-Group", "system:authenticated")
+        .body(Vec::new())
+        .expect("request");
+    match admin.request_text(request).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403, "{status:?}");
+            status.message
+        }
+        other => panic!("{user} deleting clusterroles/view: expected 403, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn people_get_from_reports_what_the_clusters_rbac_grants_them() {
     let (sim, admin) = control_plane().await;
@@ -215,8 +248,9 @@ async fn people_get_from_reports_what_the_clusters_rbac_grants_them() {
     let round = format!("{REPORTS}/netreach-task.round-1");
     let watch = format!("{REPORTS}?watch=1&timeoutSeconds=1");
     let authenticated = ["system:authenticated"];
+    let masters = ["system:masters", "system:authenticated"];
     // (who, groups, method, path, the code RBAC gives)
-    let cases: [(&str, &[&str], &str, &str, u16); 12] = [
+    let cases: [(&str, &[&str], &str, &str, u16); 17] = [
         ("alice", &authenticated, "GET", &one, 200),
         ("alice", &authenticated, "GET", &watch, 200),
         ("alice", &authenticated, "DELETE", &round, 403),
@@ -247,6 +281,12 @@ async fn people_get_from_reports_what_the_clusters_rbac_grants_them() {
         ("dave", &authenticated, "GET", REPORTS, 403),
         ("dave", &authenticated, "GET", &one, 403),
         ("bob", &authenticated, "GET", &one, 200),
+        // The review names the object: get on one name is not get on another, nor a list.
+        ("frank", &authenticated, "GET", &one, 200),
+        ("frank", &authenticated, "GET", &round, 403),
+        ("frank", &authenticated, "GET", REPORTS, 403),
+        ("frank", &authenticated, "DELETE", &one, 403),
+        ("root", &masters, "GET", REPORTS, 200),
     ];
     for (who, groups, method, path, want) in cases {
         let (code, body) = caller.as_user(method, path, who, groups).await;
@@ -258,6 +298,29 @@ async fn people_get_from_reports_what_the_clusters_rbac_grants_them() {
             );
         }
     }
+    // A refusal reads as kube-apiserver's own for a built-in kind refused to the same user.
+    let (_, ours) = caller
+        .as_user("DELETE", &one, "carol", &authenticated)
+        .await;
+    let ours: serde_json::Value = serde_json::from_str(&ours).expect("a Status");
+    let theirs = kube_apiserver_refusal(&admin, "carol").await;
+    assert_eq!(
+        ours["message"].as_str().unwrap_or_default(),
+        theirs
+            .replace(
+                "clusterroles.rbac.authorization.k8s.io \"view\"",
+                "kdoctorreports.system.kdoctor.io \"netreach-task\""
+            )
+            .replace("resource \"clusterroles\"", "resource \"kdoctorreports\"")
+            .replace(
+                "API group \"rbac.authorization.k8s.io\"",
+                "API group \"system.kdoctor.io\""
+            ),
+        "the refusal's message, beside kube-apiserver's for clusterroles: {theirs}"
+    );
+    assert_eq!(ours["reason"], "Forbidden", "{ours}");
+    assert_eq!(ours["code"], 403, "{ours}");
+
     // The editor deletes a round; it is then gone for everyone.
     let (code, body) = caller
         .as_user("DELETE", &round, "bob", &authenticated)
