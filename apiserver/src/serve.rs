@@ -158,7 +158,7 @@ async fn connection(
         .peer_certificates()
         .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
         .unwrap_or_default();
-    let certs = PeerCertificates(Arc::new(certs));
+    let certs = PeerCertificates::new(certs);
     let service =
         hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             request.extensions_mut().insert(certs.clone());

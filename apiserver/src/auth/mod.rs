@@ -16,7 +16,6 @@ use std::sync::{Arc, RwLock};
 use axum::extract::Request;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use rustls::pki_types::CertificateDer;
 
 use self::config::AuthnConfig;
 use self::review::{Attributes, Decision, Reviews, TtlCache};
@@ -27,9 +26,7 @@ use crate::state::AppState;
 use crate::status::ApiError;
 use crate::{GROUP, GROUP_RESOURCE, PLURAL};
 
-/// The client certificate chain of the connection a request came on (leaf first).
-#[derive(Clone, Debug, Default)]
-pub struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
+pub use self::x509::PeerCertificates;
 
 /// Paths served without authentication (exact matches, as the Go server).
 pub const ALWAYS_ALLOWED: [&str; 3] = ["/healthz", "/livez", "/readyz"];
@@ -98,16 +95,17 @@ impl Auth {
         request: &mut Request,
     ) -> Result<Option<User>, ApiError> {
         let config = self.config();
-        let chain = request
+        let peer = request
             .extensions()
             .get::<PeerCertificates>()
-            .map(|p| p.0.clone())
+            .cloned()
             .unwrap_or_default();
+        let chain = peer.chain();
         if let Some(front) = &config.requestheader {
             let result = if chain.is_empty() {
                 None
             } else {
-                Some(front.authenticate(&chain, request.headers()))
+                Some(front.authenticate(&peer, request.headers()))
             };
             let looks_proxied = front.names_a_user(request.headers());
             // Never let later code read identity headers that were not vouched for.
@@ -131,7 +129,7 @@ impl Auth {
             }
         }
         if let (Some(pool), false) = (&config.client_ca, chain.is_empty())
-            && pool.verify(&chain).is_ok()
+            && pool.verify_once(&peer).is_ok()
             && let Some((cn, groups)) = chain.first().and_then(subject)
         {
             return Ok(Some(User::new(cn, groups)));

@@ -3,11 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use axum::http::HeaderMap;
-use rustls::pki_types::CertificateDer;
-
 use super::user::User;
-use super::x509::{CaPool, subject};
+use super::x509::{CaPool, PeerCertificates, subject};
+use axum::http::HeaderMap;
 
 /// The requestheader settings of `extension-apiserver-authentication`.
 #[derive(Clone, Debug)]
@@ -56,15 +54,16 @@ impl RequestHeader {
             .any(|h| headers.get(h.as_str()).is_some())
     }
 
-    /// The user, if the certificate is a valid front-proxy certificate.
+    /// The user, if the connection's certificate is a valid front-proxy certificate.
     pub fn authenticate(
         &self,
-        chain: &[CertificateDer<'static>],
+        peer: &PeerCertificates,
         headers: &HeaderMap,
     ) -> Result<User, (Rejection, String)> {
         self.ca
-            .verify(chain)
+            .verify_once(peer)
             .map_err(|e| (Rejection::UnknownCa, e))?;
+        let chain = peer.chain();
         if !self.allowed_names.is_empty() {
             let cn = chain
                 .first()

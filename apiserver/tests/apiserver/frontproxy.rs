@@ -99,7 +99,7 @@ async fn call(
     if let Some(chain) = chain {
         request
             .extensions_mut()
-            .insert(PeerCertificates(Arc::new(chain)));
+            .insert(PeerCertificates::new(chain));
     }
     s.router
         .clone()

@@ -5,6 +5,14 @@
 //! a 2xx (oha: a 200) of the expected size; with `--fixed-rate`, latencies of both servers at
 //! the same open-loop rate (a closed-loop client loads the faster server harder, so its p99 is
 //! not like for like); memory while serving and with 1,000 open watches; start-up to ready.
+//!
+//! kdoctor's side is asked through each way a real client authenticates (`--auth`): as
+//! kube-apiserver's aggregator does (its front-proxy client certificate, the user and groups in
+//! X-Remote-User/X-Remote-Group, authorized by a SubjectAccessReview that the server caches),
+//! with a client certificate of the install's CA as a kubeconfig does (`kdoctor apiserver`'s,
+//! `kdoctor local`'s; authorized likewise), and with a bearer token of a system:masters user
+//! (TokenReview cached, no authorization). wrk presents no client certificate: the certificate
+//! paths are driven by oha alone.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,8 +24,10 @@ use kdoctor_api::fixtures::net_reach_report;
 use kdoctor_api::task::TaskKind;
 use kdoctor_apiserver::auth::Auth;
 use kdoctor_apiserver::auth::config::AuthnConfig;
+use kdoctor_apiserver::auth::requestheader::RequestHeader;
 use kdoctor_apiserver::auth::review::{Attributes, Decision, Reviews};
 use kdoctor_apiserver::auth::user::User;
+use kdoctor_apiserver::auth::x509::CaPool;
 use kdoctor_apiserver::pki::Ca;
 use kdoctor_apiserver::server::{AuthMode, CONNECTION_THREADS_CAP, ServerOptions, start};
 use kdoctor_store::{NewReport, Store, StoreConfig, TaskRecord};
@@ -25,8 +35,12 @@ use kdoctor_transport::malloc_arenas;
 use kdoctor_transport::runtime_threads::per_core;
 
 const TOKEN: &str = "bench";
+/// The user the certificate paths name (not system:masters: each is authorized by a review).
+const USER: &str = "bench-reader";
+const GROUP: &str = "bench-readers";
 
-/// The bench client's token names a system:masters user (no review per request).
+/// The bench client's token names a system:masters user (no review per request); every access
+/// review allows (each answer cached by the server, as kube-apiserver's would be).
 struct BenchReviews;
 
 impl Reviews for BenchReviews {
@@ -66,7 +80,77 @@ struct Options {
     /// Also run each oha cell at this fraction of nginx's closed-loop rate, both servers at the
     /// same fixed rate, `repeat` times, for latencies at equal load (0: not).
     fixed_rate: f64,
+    /// How kdoctor's side is asked.
+    auths: Vec<Identity>,
     dir: PathBuf,
+}
+
+/// How a client authenticates to kdoctor's side.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Identity {
+    /// As kube-apiserver's aggregator: its front-proxy certificate and the user in headers.
+    FrontProxy,
+    /// A client certificate of the install's CA (a kubeconfig's).
+    ClientCert,
+    /// A bearer token of a system:masters user.
+    Token,
+}
+
+impl Identity {
+    fn name(self) -> &'static str {
+        match self {
+            Identity::FrontProxy => "front-proxy",
+            Identity::ClientCert => "client-cert",
+            Identity::Token => "token",
+        }
+    }
+
+    fn parse(text: &str) -> Identity {
+        match text {
+            "front-proxy" => Identity::FrontProxy,
+            "client-cert" => Identity::ClientCert,
+            "token" => Identity::Token,
+            other => panic!("--auth front-proxy,client-cert,token, not {other}"),
+        }
+    }
+}
+
+/// What a client of each identity presents: headers, and a certificate and key (PEM files).
+struct Credentials {
+    token_header: String,
+    proxy_headers: [String; 2],
+    proxy_cert: (String, String),
+    user_cert: (String, String),
+}
+
+impl Credentials {
+    fn headers(&self, identity: Identity) -> Vec<&str> {
+        match identity {
+            Identity::FrontProxy => self.proxy_headers.iter().map(String::as_str).collect(),
+            Identity::ClientCert => vec![],
+            Identity::Token => vec![self.token_header.as_str()],
+        }
+    }
+
+    fn cert(&self, identity: Identity) -> Option<(&str, &str)> {
+        match identity {
+            Identity::FrontProxy => Some((&self.proxy_cert.0, &self.proxy_cert.1)),
+            Identity::ClientCert => Some((&self.user_cert.0, &self.user_cert.1)),
+            Identity::Token => None,
+        }
+    }
+
+    /// curl's arguments for `identity`.
+    fn curl_args(&self, identity: Identity) -> Vec<&str> {
+        let mut args = Vec::new();
+        for h in self.headers(identity) {
+            args.extend(["-H", h]);
+        }
+        if let Some((cert, key)) = self.cert(identity) {
+            args.extend(["--cert", cert, "--key", key]);
+        }
+        args
+    }
 }
 
 fn options() -> Options {
@@ -80,6 +164,7 @@ fn options() -> Options {
         threads: None,
         connections: vec![1, 16, 100],
         fixed_rate: 0.0,
+        auths: vec![Identity::FrontProxy, Identity::ClientCert, Identity::Token],
         dir: std::env::temp_dir().join("kdoctor-bench-apiserver"),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -107,6 +192,7 @@ fn options() -> Options {
                     .map(|n| n.parse().expect("--connections N,N,…"))
                     .collect()
             }
+            "--auth" => o.auths = value.split(',').map(Identity::parse).collect(),
             "--dir" => o.dir = PathBuf::from(value),
             other => panic!("unknown option {other}"),
         }
@@ -205,6 +291,8 @@ struct Cell<'a> {
     connections: u32,
     seconds: u64,
     headers: &'a [&'a str],
+    /// A client certificate and its key (PEM files) to present.
+    cert: Option<(&'a str, &'a str)>,
     body: usize,
 }
 
@@ -378,6 +466,7 @@ fn oha(oha: &Path, ca: &str, cell: &Cell, rate: Option<f64>) -> Result<Run, Stri
         connections,
         seconds,
         headers,
+        cert,
         body,
     } = *cell;
     let mut command = Command::new(oha);
@@ -400,6 +489,9 @@ fn oha(oha: &Path, ca: &str, cell: &Cell, rate: Option<f64>) -> Result<Run, Stri
     command.arg("--disable-compression");
     for h in headers {
         command.args(["-H", h]);
+    }
+    if let Some((cert, key)) = cert {
+        command.args(["--cert", cert, "--key", key]);
     }
     let out = command
         .arg(url)
@@ -547,12 +639,53 @@ fn main() {
     drop(store);
 
     // Start-up to ready: open the store (index rebuild), start serving, readyz answers 200.
+    // The install's CA (the server's, made first so that the server loads it) issues the
+    // user's certificate; a CA of its own issues the aggregator's front-proxy certificate.
+    let pki = o.dir.join("server").join("pki");
+    let install = Ca::load_or_create(&pki, "kdoctor-bench").expect("the install's CA");
+    let front_proxy = Ca::generate("front-proxy-ca").expect("front-proxy CA");
+    let pem_files = |name: &str, pem: &kdoctor_apiserver::pki::Pem| {
+        let (cert, key) = (
+            o.dir.join(format!("{name}.crt")),
+            o.dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&cert, &pem.cert).expect("cert");
+        std::fs::write(&key, &pem.key).expect("key");
+        (cert.display().to_string(), key.display().to_string())
+    };
+    let credentials = Credentials {
+        token_header: format!("Authorization: Bearer {TOKEN}"),
+        proxy_headers: [
+            format!("X-Remote-User: {USER}"),
+            format!("X-Remote-Group: {GROUP}"),
+        ],
+        proxy_cert: pem_files(
+            "front-proxy-client",
+            &front_proxy
+                .client("front-proxy-client", &[])
+                .expect("front-proxy client certificate"),
+        ),
+        user_cert: pem_files(
+            "user",
+            &install.client(USER, &[GROUP]).expect("user certificate"),
+        ),
+    };
+    let pool = |ca: &Ca| CaPool::from_pem(ca.pem.cert.as_bytes()).expect("CA pool");
+    let authn = AuthnConfig {
+        client_ca: Some(pool(&install)),
+        requestheader: Some(RequestHeader {
+            ca: pool(&front_proxy),
+            allowed_names: vec!["front-proxy-client".into()],
+            username_headers: vec!["X-Remote-User".into()],
+            group_headers: vec!["X-Remote-Group".into()],
+            extra_prefixes: vec!["X-Remote-Extra-".into()],
+            uid_headers: vec![],
+        }),
+    };
+
     let started = Instant::now();
     let store = Arc::new(Store::open(StoreConfig::new(&store_dir)).expect("store"));
-    let auth = Arc::new(Auth::delegated(
-        AuthnConfig::default(),
-        Arc::new(BenchReviews),
-    ));
+    let auth = Arc::new(Auth::delegated(authn, Arc::new(BenchReviews)));
     let mut options = ServerOptions {
         auth: AuthMode::Custom(auth),
         store: Some(store),
@@ -587,7 +720,7 @@ fn main() {
         "{}/apis/system.kdoctor.io/v1beta1/kdoctorreports",
         server.url()
     );
-    let auth_header = format!("Authorization: Bearer {TOKEN}");
+    let auth_header = credentials.token_header.clone();
     let gzip_header = "Accept-Encoding: gzip";
     let www = o.dir.join("www");
     std::fs::create_dir_all(&www).expect("www");
@@ -623,8 +756,7 @@ fn main() {
     }
 
     // nginx serves the same bytes with a certificate of the same CA.
-    let ca_pem = Ca::load_or_create(&o.dir.join("server").join("pki"), "unused").expect("ca");
-    let serving = ca_pem.serving(&["127.0.0.1".to_string()]).expect("cert");
+    let serving = install.serving(&["127.0.0.1".to_string()]).expect("cert");
     let (cert, key) = (o.dir.join("nginx.crt"), o.dir.join("nginx.key"));
     std::fs::write(&cert, &serving.cert).expect("cert");
     std::fs::write(&key, &serving.key).expect("key");
@@ -655,7 +787,8 @@ fn main() {
     );
     let rss_serving_before = rss_kib("VmRSS:");
 
-    let size_with = |url: &str, headers: &[&str]| -> usize {
+    // The size of the answer to curl's ARGS (headers as -H, a client certificate) for URL.
+    let size_with = |url: &str, headers: &[&str], identity: &[&str]| -> usize {
         let mut args = vec![
             "-o",
             "/dev/null",
@@ -667,6 +800,7 @@ fn main() {
         for h in headers {
             args.extend(["-H", h]);
         }
+        args.extend(identity);
         args.push(url);
         String::from_utf8_lossy(&curl(&args).stdout)
             .parse()
@@ -683,27 +817,38 @@ fn main() {
     let mut fixed = Vec::new();
     for (name, url, plain, gzipped) in objects.iter().filter(|(name, ..)| name.contains(&o.only)) {
         let nginx_url = format!("{nginx_base}/{name}.json");
-        for (encoding, extra, body) in [
+        for (encoding, extra, body, identity) in [
             ("plain", None, *plain),
             ("gzip", Some(gzip_header), *gzipped),
-        ] {
+        ]
+        .into_iter()
+        .flat_map(|(e, x, b)| o.auths.iter().map(move |i| (e, x, b, *i)))
+        {
             let theirs_headers: Vec<&str> = extra.into_iter().collect();
-            let ours_headers: Vec<&str> =
-                std::iter::once(auth_header.as_str()).chain(extra).collect();
+            let ours_headers: Vec<&str> = credentials
+                .headers(identity)
+                .into_iter()
+                .chain(extra)
+                .collect();
+            let cert = credentials.cert(identity);
             assert_eq!(
-                size_with(url, &ours_headers),
+                size_with(url, &theirs_headers, &credentials.curl_args(identity)),
                 body,
-                "{name} {encoding}: kdoctor's size"
+                "{name} {encoding}, {}: kdoctor's size",
+                identity.name()
             );
             assert_eq!(
-                size_with(&nginx_url, &theirs_headers),
+                size_with(&nginx_url, &theirs_headers, &[]),
                 body,
                 "{name} {encoding}: nginx's size differs from kdoctor's"
             );
-            for (client, connections) in o
+            // wrk presents no client certificate.
+            let clients = o
                 .clients
                 .iter()
-                .flat_map(|c| o.connections.iter().map(move |n| (*c, *n)))
+                .filter(|c| cert.is_none() || **c == Client::Oha);
+            for (client, connections) in
+                clients.flat_map(|c| o.connections.iter().map(move |n| (*c, *n)))
             {
                 let load = |server: Server, url: &str, headers: &[&str]| {
                     metered(server, || match client {
@@ -716,6 +861,7 @@ fn main() {
                                 connections,
                                 seconds: o.seconds,
                                 headers,
+                                cert: if url == nginx_url { None } else { cert },
                                 body,
                             },
                             None,
@@ -729,8 +875,9 @@ fn main() {
                     |ours, theirs| ours.rps / theirs.rps,
                 );
                 let label = format!(
-                    "{name} ({} KB) {encoding}, {connections} conn., {}",
+                    "{name} ({} KB) {encoding}, {}, {connections} conn., {}",
                     body / 1024,
+                    identity.name(),
                     client.name()
                 );
                 match runs.get(runs.len() / 2) {
@@ -769,6 +916,7 @@ fn main() {
                             connections,
                             seconds: o.seconds,
                             headers,
+                            cert: if url == nginx_url { None } else { cert },
                             body,
                         };
                         metered(server, || oha(&o.oha, &ca_arg, &cell, Some(rate)))
@@ -822,7 +970,7 @@ fn main() {
     }
     let table = "Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
     let list_url = format!("{base}?limit=500000");
-    let list_size = size_with(&list_url, &[&auth_header, table]);
+    let list_size = size_with(&list_url, &[&auth_header, table], &[]);
     // Streamed in chunks of 64 KiB (`resource::sink`): each chunk's header and trailer (hex
     // length, two CRLFs), and the last chunk's.
     let framing = 12 * (list_size / (64 * 1024) + 2);
