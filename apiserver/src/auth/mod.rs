@@ -268,3 +268,31 @@ where
         Err(e) => e.into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::Method;
+
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_object_and_ends_with_the_reviews_reason() {
+        let bob = User::new("bob", Vec::new());
+        let delete = RequestInfo::of(
+            &Method::DELETE,
+            "/apis/system.kdoctor.io/v1beta1/kdoctorreports/netreach-task",
+            None,
+        );
+        // RBAC gives no reason when no rule matches: kube-apiserver's own message.
+        assert_eq!(
+            forbidden(&bob, &delete, "").message,
+            "kdoctorreports.system.kdoctor.io \"netreach-task\" is forbidden: User \"bob\" cannot delete resource \"kdoctorreports\" in API group \"system.kdoctor.io\" at the cluster scope"
+        );
+        // Another authorizer (a webhook) may give one; it follows, as in the Go server.
+        let metrics = RequestInfo::of(&Method::GET, "/metrics", None);
+        assert_eq!(
+            forbidden(&bob, &metrics, "denied by policy X").message,
+            "forbidden: User \"bob\" cannot get path \"/metrics\": denied by policy X"
+        );
+    }
+}

@@ -207,7 +207,7 @@ async fn kubectl_prints_the_exact_not_found_and_forbidden_lines() {
     assert_eq!(forbidden.status.code(), Some(1));
     assert_eq!(
         text(&forbidden.stderr),
-        "Error from server (Forbidden): kdoctorreports.system.kdoctor.io \"netreach-task\" is forbidden: User \"bob\" cannot delete resource \"kdoctorreports\" in API group \"system.kdoctor.io\" at the cluster scope: no RBAC policy matched\n"
+        "Error from server (Forbidden): kdoctorreports.system.kdoctor.io \"netreach-task\" is forbidden: User \"bob\" cannot delete resource \"kdoctorreports\" in API group \"system.kdoctor.io\" at the cluster scope\n"
     );
     assert_eq!(
         text(&allowed.stdout),
