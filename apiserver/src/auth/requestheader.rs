@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use axum::http::HeaderMap;
+
 use super::user::User;
 use super::x509::{CaPool, PeerCertificates, subject};
-use axum::http::HeaderMap;
 
 /// The requestheader settings of `extension-apiserver-authentication`.
 #[derive(Clone, Debug)]

@@ -1,10 +1,11 @@
 //! Client certificates: a CA bundle that verifies them for client authentication, and the
 //! subject fields that name a user (CN = user, O = groups).
 //!
-//! A connection's chain is verified by a pool once, not on every request: the verdict is kept
-//! with the connection's chain (`PeerCertificates`), by pool, for `VERDICT_TTL`. A new pool (a CA reloaded
-//! from the ConfigMap) verifies again; so does the same pool after the TTL, so that a
-//! certificate that expires while its connection stays open stops being accepted.
+//! A connection's chain is verified by a pool once, not on every request (rustls verified it at
+//! the handshake, against the verifier of that moment): the verdict is kept with the chain
+//! (`PeerCertificates`), by pool, for `VERDICT_TTL`. A new pool (a CA reloaded from the
+//! ConfigMap) verifies again; so does the same pool after the TTL, so that a certificate that
+//! expires while its connection stays open stops being accepted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

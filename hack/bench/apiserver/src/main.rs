@@ -824,6 +824,7 @@ fn main() {
         .into_iter()
         .flat_map(|(e, x, b)| o.auths.iter().map(move |i| (e, x, b, *i)))
         {
+            // The encoding's header alone: nginx's request, and kdoctor's before its identity.
             let theirs_headers: Vec<&str> = extra.into_iter().collect();
             let ours_headers: Vec<&str> = credentials
                 .headers(identity)
@@ -850,7 +851,8 @@ fn main() {
             for (client, connections) in
                 clients.flat_map(|c| o.connections.iter().map(move |n| (*c, *n)))
             {
-                let load = |server: Server, url: &str, headers: &[&str]| {
+                // nginx asks for no client certificate: only kdoctor's side is given one.
+                let load = |server: Server, url: &str, headers: &[&str], cert| {
                     metered(server, || match client {
                         Client::Wrk => wrk(url, connections, o.seconds, headers, body),
                         Client::Oha => oha(
@@ -861,7 +863,7 @@ fn main() {
                                 connections,
                                 seconds: o.seconds,
                                 headers,
-                                cert: if url == nginx_url { None } else { cert },
+                                cert,
                                 body,
                             },
                             None,
@@ -870,8 +872,8 @@ fn main() {
                 };
                 let (runs, discarded) = paired(
                     o.repeat,
-                    || load(kdoctor_server, url, &ours_headers),
-                    || load(nginx_server, &nginx_url, &theirs_headers),
+                    || load(kdoctor_server, url, &ours_headers, cert),
+                    || load(nginx_server, &nginx_url, &theirs_headers, None),
                     |ours, theirs| ours.rps / theirs.rps,
                 );
                 let label = format!(
@@ -910,13 +912,13 @@ fn main() {
                     (client, o.fixed_rate > 0.0, runs.get(runs.len() / 2))
                 {
                     let rate = theirs.rps * o.fixed_rate;
-                    let at = |server: Server, url: &str, headers: &[&str]| {
+                    let at = |server: Server, url: &str, headers: &[&str], cert| {
                         let cell = Cell {
                             url,
                             connections,
                             seconds: o.seconds,
                             headers,
-                            cert: if url == nginx_url { None } else { cert },
+                            cert,
                             body,
                         };
                         metered(server, || oha(&o.oha, &ca_arg, &cell, Some(rate)))
@@ -925,8 +927,8 @@ fn main() {
                     // is shown, with how many runs had kdoctor's p99 at or below nginx's.
                     let (pairs, discarded) = paired(
                         o.repeat,
-                        || at(kdoctor_server, url, &ours_headers),
-                        || at(nginx_server, &nginx_url, &theirs_headers),
+                        || at(kdoctor_server, url, &ours_headers, cert),
+                        || at(nginx_server, &nginx_url, &theirs_headers, None),
                         |ours, theirs| ours.p99 / theirs.p99,
                     );
                     let at_or_below = pairs.iter().filter(|(ratio, ..)| *ratio <= 1.0).count();
