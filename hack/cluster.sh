@@ -5,7 +5,8 @@
 # as the kubelet of its nodes (pods of kdoctor's image run as real processes, each in a network
 # namespace of its own). docs/development.md#test-cluster describes it.
 #
-#   hack/cluster.sh up [--nodes N] [--process-nodes M] [--ipv4-only] [--no-build] [--real-nodes R]
+#   hack/cluster.sh up [--nodes N] [--process-nodes M] [--ipv4-only] [--no-build] [--real-nodes R] [--release]
+#                                   [--etcd-members 1|3] [--apiserver-profiling]
 #                                   start it (builds what is missing first); writes an admin
 #                                   kubeconfig to .cluster/kubeconfig (server on the host's
 #                                   loopback) and returns once /readyz answers and every node is
@@ -15,7 +16,12 @@
 #                                   --no-build: use what is built (tests, inside cargo test).
 #                                   --real-nodes R: R more nodes, real-1..R, each run by a real
 #                                   kubelet with containerd and runc in a network namespace of
-#                                   its own (hack/kube/real-node.sh); --real-node: one
+#                                   its own (hack/kube/real-node.sh); --real-node: one.
+#                                   --release: kube-sim's nodes run the optimised kdoctor
+#                                   (benchmarks; tests use the debug build). --etcd-members 3:
+#                                   etcd as production runs it, three members (a quorum read
+#                                   then crosses members, as kdoctor's replicated reads do).
+#                                   --apiserver-profiling: kube-apiserver serves /debug/pprof
 #   hack/cluster.sh down            stop everything and remove what `up` made
 #   hack/cluster.sh install-chart [--set KEY=VALUE]...
 #                                   render charts/kdoctor with Helm's engine and apply it
@@ -149,10 +155,13 @@ node_packages() {
 }
 
 cmd_up() {
-  local nodes=3 process_nodes="" ipv6=1 no_build="" real_nodes=0
+  local nodes=3 process_nodes="" ipv6=1 no_build="" real_nodes=0 profile=debug etcd_members=1 profiling=false
   while [ $# -gt 0 ]; do
     case "$1" in
       --no-build) no_build=1; shift ;;
+      --release) profile=release; shift ;;
+      --etcd-members) etcd_members="$2"; shift 2 ;;
+      --apiserver-profiling) profiling=true; shift ;;
       --nodes) nodes="$2"; shift 2 ;;
       --nodes=*) nodes="${1#*=}"; shift ;;
       --process-nodes) process_nodes="$2"; shift 2 ;;
@@ -167,6 +176,7 @@ cmd_up() {
   [ "$(id -u)" = 0 ] || die "up needs root (network namespaces, mounts)"
   process_nodes="${process_nodes:-$nodes}"
   case "$real_nodes" in [0-9]) ;; *) die "--real-nodes $real_nodes: 0 to 9 (their addresses sit below node-1's)" ;; esac
+  case "$etcd_members" in 1 | 3) ;; *) die "--etcd-members $etcd_members: 1 or 3" ;; esac
   if running kube-apiserver; then
     log "already up ($DIR/kubeconfig); 'hack/cluster.sh down' first to start anew"
     return 0
@@ -174,7 +184,7 @@ cmd_up() {
   local t0=$SECONDS
   local target="${CARGO_TARGET_DIR:-$ROOT/target}"
   case "$target" in /*) ;; *) target="$ROOT/$target" ;; esac
-  local sim="$target/debug/kube-sim" kdoctor="$target/debug/kdoctor"
+  local sim="$target/$profile/kube-sim" kdoctor="$target/$profile/kdoctor"
   if [ -n "$no_build" ]; then
     # Tests start clusters from inside `cargo test`, which holds the build directory: what
     # they need was built before them.
@@ -188,7 +198,9 @@ cmd_up() {
     [ "$real_nodes" -eq 0 ] || real_node_deps
     KUBE_BIN="$("$ROOT/hack/kube/build.sh")"
     log "building kube-sim and kdoctor"
-    (cd "$ROOT" && cargo build -q --locked -p kube-sim -p kdoctor)
+    local flags=()
+    [ "$profile" = debug ] || flags+=(--release)
+    (cd "$ROOT" && cargo build -q --locked "${flags[@]}" -p kube-sim -p kdoctor)
   fi
 
   # A leftover namespace of a run that was killed: start clean.
@@ -244,14 +256,32 @@ cmd_up() {
   kubeconfig "$DIR/kube-proxy.kubeconfig" system:kube-proxy "$pki/kube-proxy.crt" "$pki/kube-proxy.key" "$server"
   kubeconfig "$DIR/kube-sim.kubeconfig" kube-sim "$pki/kube-sim.crt" "$pki/kube-sim.key" "$server"
 
-  log "etcd"
-  # --unsafe-no-fsync: a throw-away test cluster; fsync on these disks would only slow every write.
-  start etcd "$KUBE_BIN/etcd" --name=kdc --data-dir="$DIR/etcd" \
-    --listen-client-urls=http://127.0.0.1:2379 --advertise-client-urls=http://127.0.0.1:2379 \
-    --listen-peer-urls=http://127.0.0.1:2380 --initial-advertise-peer-urls=http://127.0.0.1:2380 \
-    --initial-cluster=kdc=http://127.0.0.1:2380 --listen-metrics-urls=http://127.0.0.1:2381 \
-    --unsafe-no-fsync --log-level=warn
-  wait_for "etcd" etcd 60 in_ns curl -fsS http://127.0.0.1:2381/health
+  log "etcd ($etcd_members member(s))"
+  # Member i (1-based) listens on 2379+10(i-1) for clients, the next port for peers and the one
+  # after for metrics; member 1 is named as a single member always was.
+  local i name base initial="" clients=""
+  for i in $(seq "$etcd_members"); do
+    base=$((2379 + 10 * (i - 1)))
+    name=kdc; [ "$i" = 1 ] || name="kdc-$i"
+    initial="${initial:+$initial,}$name=http://127.0.0.1:$((base + 1))"
+    clients="${clients:+$clients,}http://127.0.0.1:$base"
+  done
+  for i in $(seq "$etcd_members"); do
+    base=$((2379 + 10 * (i - 1)))
+    name=kdc; [ "$i" = 1 ] || name="kdc-$i"
+    local daemon=etcd data="$DIR/etcd"
+    [ "$i" = 1 ] || { daemon="etcd-$i"; data="$DIR/etcd-$i"; }
+    # --unsafe-no-fsync: a throw-away test cluster; fsync on these disks would only slow every write.
+    start "$daemon" "$KUBE_BIN/etcd" --name="$name" --data-dir="$data" \
+      --listen-client-urls="http://127.0.0.1:$base" --advertise-client-urls="http://127.0.0.1:$base" \
+      --listen-peer-urls="http://127.0.0.1:$((base + 1))" --initial-advertise-peer-urls="http://127.0.0.1:$((base + 1))" \
+      --initial-cluster="$initial" --listen-metrics-urls="http://127.0.0.1:$((base + 2))" \
+      --unsafe-no-fsync --log-level=warn
+  done
+  for i in $(seq "$etcd_members"); do
+    local daemon=etcd; [ "$i" = 1 ] || daemon="etcd-$i"
+    wait_for "$daemon" "$daemon" 60 in_ns curl -fsS "http://127.0.0.1:$((2379 + 10 * (i - 1) + 2))/health"
+  done
 
   log "kube-apiserver"
   cat >"$DIR/audit-policy.yaml" <<'EOF'
@@ -264,7 +294,7 @@ rules:
 EOF
   start kube-apiserver "$KUBE_BIN/kube-apiserver" \
     --advertise-address="$APISERVER4" --bind-address=0.0.0.0 --secure-port=6443 \
-    --etcd-servers=http://127.0.0.1:2379 \
+    --etcd-servers="$clients" \
     --allow-privileged=true --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
     --client-ca-file="$pki/ca.crt" --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
     --kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" --kubelet-client-key="$pki/apiserver-kubelet-client.key" \
@@ -279,7 +309,7 @@ EOF
     --service-cluster-ip-range="$SERVICE_NET4${dual:+,$SERVICE_NET6}" \
     --audit-policy-file="$DIR/audit-policy.yaml" --audit-log-path="$DIR/logs/audit.log" \
     --audit-log-maxsize=200 --audit-log-maxbackup=2 \
-    --profiling=false --v=1
+    --profiling="$profiling" --v=1
   wait_for "kube-apiserver /readyz" kube-apiserver 120 \
     in_ns curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "$server/readyz"
 
@@ -388,7 +418,7 @@ unmount_under() { # dir
 cmd_down() {
   # The kubelets first: they stop the pods' processes and remove their namespaces.
   real_nodes_down
-  local order=(kube-sim kube-proxy kube-scheduler kube-controller-manager forward kube-apiserver etcd)
+  local order=(kube-sim kube-proxy kube-scheduler kube-controller-manager forward kube-apiserver etcd etcd-2 etcd-3)
   for name in "${order[@]}"; do stop "$name"; done
   # Whatever still runs in the cluster's namespace or a pod's (a killed kube-sim leaves pods).
   local ns

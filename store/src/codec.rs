@@ -73,7 +73,7 @@ pub struct Encoded {
 
 /// Compresses and frames `plain` for `key`.
 pub fn encode(key: &[u8], plain: &[u8], old: Option<&Frame>) -> Result<Encoded> {
-    let compressed = zstd::bulk::compress(plain, ZSTD_LEVEL).map_err(StoreError::Codec)?;
+    let compressed = crate::compression::compress(plain, ZSTD_LEVEL).map_err(StoreError::Codec)?;
     let stored_bytes = compressed.len() as u64;
     let mut inserts = Vec::new();
     let new_chunks = if compressed.len() < MAX_VALUE_BYTES {

@@ -10,6 +10,7 @@
 mod body;
 mod codec;
 mod command;
+mod compression;
 mod config;
 mod durable;
 mod error;

@@ -2,10 +2,10 @@
 //! times), decoded with every size bounded. A snapshot chunk carries its bytes raw after a
 //! small header, not as a JSON array of numbers.
 
-use std::io::Read;
-
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::compression::{self, Inflate};
 
 /// The largest message accepted, decompressed: a batch of entries of the largest reports an
 /// agent may send (64 MiB each, crate::harvest) fits several times.
@@ -86,21 +86,14 @@ pub enum WireError {
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     // Serializing the store's own types does not fail (no maps with non-string keys).
     let json = serde_json::to_vec(value).unwrap_or_default();
-    zstd::bulk::compress(&json, 1).unwrap_or_default()
+    compression::compress(&json, 1).unwrap_or_default()
 }
 
 fn inflate(bytes: &[u8], max: usize) -> Result<Vec<u8>, WireError> {
-    let decoder =
-        zstd::stream::read::Decoder::new(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
-    let mut plain = Vec::new();
-    decoder
-        .take(max as u64 + 1)
-        .read_to_end(&mut plain)
-        .map_err(|e| WireError::Malformed(e.to_string()))?;
-    if plain.len() > max {
-        return Err(WireError::TooLarge { max });
-    }
-    Ok(plain)
+    compression::decompress(bytes, max).map_err(|e| match e {
+        Inflate::TooLarge => WireError::TooLarge { max },
+        Inflate::Malformed(e) => WireError::Malformed(e.to_string()),
+    })
 }
 
 /// Decodes a message.

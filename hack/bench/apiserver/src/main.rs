@@ -34,6 +34,8 @@ use kdoctor_store::{NewReport, Store, StoreConfig, TaskRecord};
 use kdoctor_transport::malloc_arenas;
 use kdoctor_transport::runtime_threads::per_core;
 
+mod through_kube;
+
 const TOKEN: &str = "bench";
 /// The user the certificate paths name (not system:masters: each is authorized by a review).
 const USER: &str = "bench-reader";
@@ -618,6 +620,10 @@ fn answers_ok(ca: &str, url: &str) -> bool {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("through-kube") {
+        return through_kube::main(&args[1..]);
+    }
     let o = options();
     // As `kdoctor controller` does, before any thread starts (MALLOC_ARENA_MAX overrides).
     let threads = o
