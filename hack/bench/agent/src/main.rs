@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use kdoctor_agent::probe::http::{HttpProber, HttpRequestSpec};
 use kdoctor_agent::probe::{Plan, Progress, run};
 
+mod untuned;
+
 struct Options {
     kdoctor: PathBuf,
     oha: PathBuf,
@@ -20,6 +22,8 @@ struct Options {
     dns_ladder: Vec<u64>,
     dns_rates: Vec<u64>,
     stream_rates: Vec<u64>,
+    untuned_rates: Vec<u64>,
+    only_untuned: bool,
 }
 
 fn options() -> Options {
@@ -36,6 +40,8 @@ fn options() -> Options {
         ],
         dns_rates: vec![1_000, 5_000, 10_000, 20_000],
         stream_rates: vec![1_000, 5_000],
+        untuned_rates: vec![20_000, 40_000, 60_000, 80_000, 100_000],
+        only_untuned: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -55,6 +61,8 @@ fn options() -> Options {
             "--dns-ladder" => o.dns_ladder = rates(&value, "--dns-ladder a,b"),
             "--dns-rates" => o.dns_rates = rates(&value, "--dns-rates a,b"),
             "--stream-rates" => o.stream_rates = rates(&value, "--stream-rates a,b"),
+            "--untuned-rates" => o.untuned_rates = rates(&value, "--untuned-rates a,b"),
+            "--only" if value == "untuned-dns" => o.only_untuned = true,
             other => panic!("unknown option {other}"),
         }
         i += 2;
@@ -125,7 +133,9 @@ server {{ listen 127.0.0.1:{port} backlog=4096; root {d}/www; }} }}"
 }
 
 /// unbound with one thread: UDP and TCP on `port`, DNS over TLS on `tls_port` with a
-/// self-signed certificate for 127.0.0.1 (`cert`).
+/// self-signed certificate for 127.0.0.1 (`cert`). Tuned: 4 MiB socket buffers and 1,000 TCP
+/// connections; untuned: Debian's defaults (the kernel's default buffers, 10 connections), as a
+/// cluster's DNS server usually runs.
 struct Unbound {
     _server: Server,
     port: u16,
@@ -143,7 +153,7 @@ impl Unbound {
     }
 }
 
-fn unbound() -> Unbound {
+fn unbound(tuned: bool) -> Unbound {
     let dir = temp("unbound");
     let port = free_port();
     let tls_port = free_port();
@@ -152,11 +162,16 @@ fn unbound() -> Unbound {
     let cert = dir.join("cert.pem");
     std::fs::write(&cert, certified.cert.pem()).unwrap();
     std::fs::write(dir.join("key.pem"), certified.signing_key.serialize_pem()).unwrap();
+    let tuning = if tuned {
+        "incoming-num-tcp: 1000\n  so-rcvbuf: 4m\n  so-sndbuf: 4m\n  "
+    } else {
+        ""
+    };
     let conf = format!(
         "server:\n  use-syslog: no\n  chroot: \"\"\n  username: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/pid\"\n  \
          interface: 127.0.0.1@{port}\n  interface: 127.0.0.1@{tls_port}\n  tls-port: {tls_port}\n  \
          tls-service-key: \"{d}/key.pem\"\n  tls-service-pem: \"{d}/cert.pem\"\n  \
-         incoming-num-tcp: 1000\n  so-rcvbuf: 4m\n  so-sndbuf: 4m\n  access-control: 127.0.0.0/8 allow\n  module-config: \"iterator\"\n  \
+         {tuning}access-control: 127.0.0.0/8 allow\n  module-config: \"iterator\"\n  \
          num-threads: 1\n  ratelimit: 0\n  ip-ratelimit: 0\n  local-zone: \"test.\" static\n  \
          local-data: \"probe.test. 3600 IN A 127.0.0.1\"\nremote-control:\n  control-enable: no\n"
     );
@@ -211,7 +226,10 @@ fn go_duration_s(text: &str) -> Option<f64> {
 /// A kdoctor report's target metrics as a run.
 fn kdoctor_run(m: &serde_json::Value, secs: u64, cpu_s: f64, max_rss_kib: u64) -> Run {
     let ok = m["successCounts"].as_f64().unwrap_or(0.0);
-    let span = m["requestDuration"].as_str().and_then(go_duration_s).unwrap_or(secs as f64);
+    let span = m["requestDuration"]
+        .as_str()
+        .and_then(go_duration_s)
+        .unwrap_or(secs as f64);
     Run {
         requests: m["requestCounts"].as_f64().unwrap_or(0.0),
         ok,
@@ -287,7 +305,12 @@ fn kdoctor_http(o: &Options, url: &str, rate: u64, secs: u64) -> Run {
     .collect();
     let (out, cpu_s, max_rss_kib) = timed(&o.kdoctor, &args);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-    kdoctor_run(&v["taskAppHealthy"]["roundTaskDetail"][0]["requestTargetMetrics"], secs, cpu_s, max_rss_kib)
+    kdoctor_run(
+        &v["taskAppHealthy"]["roundTaskDetail"][0]["requestTargetMetrics"],
+        secs,
+        cpu_s,
+        max_rss_kib,
+    )
 }
 
 fn oha_http(o: &Options, url: &str, rate: u64, secs: u64) -> Run {
@@ -344,7 +367,10 @@ fn oha_http(o: &Options, url: &str, rate: u64, secs: u64) -> Run {
         ok,
         rate: ok / total.max(1e-9),
         p50_ms: p("p50"),
-        mean_ms: v["summary"]["average"].as_f64().map(|s| s * 1000.0).unwrap_or(f64::NAN),
+        mean_ms: v["summary"]["average"]
+            .as_f64()
+            .map(|s| s * 1000.0)
+            .unwrap_or(f64::NAN),
         p99_ms: p("p99"),
         cpu_s,
         max_rss_kib,
@@ -404,7 +430,12 @@ fn kdoctor_dns(o: &Options, ub: &Unbound, mode: Dns, rate: u64, secs: u64) -> Ru
     }
     let (out, cpu_s, max_rss_kib) = timed(&o.kdoctor, &args);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-    kdoctor_run(&v["taskNetDns"]["roundTaskDetail"][0]["requestTargetMetrics"], secs, cpu_s, max_rss_kib)
+    kdoctor_run(
+        &v["taskNetDns"]["roundTaskDetail"][0]["requestTargetMetrics"],
+        secs,
+        cpu_s,
+        max_rss_kib,
+    )
 }
 
 /// dnsperf at `rate`, or as fast as unbound answers (closed loop: each of its 10 clients keeps
@@ -591,6 +622,10 @@ fn side_by_side(k: &Run, d: &Run) -> String {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let o = options();
+    if o.only_untuned {
+        untuned::section(&o);
+        return;
+    }
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -604,7 +639,7 @@ async fn main() {
     let (best_k, runs_k) = highest(&o.ladder, |r| kdoctor_http(&o, &url, r, ladder_secs));
     let (best_o, runs_o) = highest(&o.ladder, |r| oha_http(&o, &url, r, ladder_secs));
 
-    let ub = unbound();
+    let ub = unbound(true);
     let data = std::env::temp_dir().join(format!("kdoctor-bench-dnsperf-{}", std::process::id()));
     std::fs::write(&data, "probe.test A\n").unwrap();
     let dns_fixed: Vec<(u64, Run, Run)> = o
@@ -619,8 +654,9 @@ async fn main() {
         })
         .collect();
     let closed = median_of_three(|| dnsperf(&ub, Dns::Udp, None, ladder_secs, &data));
-    let (best_kd, runs_kd) =
-        highest(&o.dns_ladder, |r| kdoctor_dns(&o, &ub, Dns::Udp, r, ladder_secs));
+    let (best_kd, runs_kd) = highest(&o.dns_ladder, |r| {
+        kdoctor_dns(&o, &ub, Dns::Udp, r, ladder_secs)
+    });
     let mut streams = Vec::new();
     for mode in [Dns::Tcp, Dns::Dot] {
         for &r in &o.stream_rates {
@@ -748,4 +784,6 @@ async fn main() {
         "| peak RSS probing 100 targets at 100 requests/s each for {secs} s (library, one process) | {:.1} MiB ({ok100} of {sent100} succeeded) |",
         hwm100 as f64 / 1024.0
     );
+    println!();
+    untuned::section(&o);
 }
