@@ -3,6 +3,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
+use kdoctor_transport::limits::ServeLimits;
 use tokio::task::JoinHandle;
 
 use crate::config::{AgentArgs, host_name};
@@ -150,6 +151,9 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
         tasks: Vec::new(),
     };
     let local = |l: &tokio::net::TcpListener| l.local_addr().ok();
+    // Each listener has its own connection cap: clients holding every slot of an echo target
+    // leave the health and report listeners theirs.
+    let limits = ServeLimits::default();
     for listener in bind_all("HTTP echo target", &args.bind, args.app_http_port).await? {
         running.http.extend(local(&listener));
         running.tasks.push(serve(
@@ -157,6 +161,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
             echo.clone().router(),
             None,
             metrics.clone(),
+            limits,
         ));
     }
     for listener in bind_all("HTTPS echo target", &args.bind, args.app_https_port).await? {
@@ -166,6 +171,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
             echo.clone().router(),
             Some(tls.clone()),
             metrics.clone(),
+            limits,
         ));
     }
     let health_routes = health_router(health.clone()).merge(metrics_router(metrics.clone()));
@@ -176,6 +182,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
             health_routes.clone(),
             None,
             metrics.clone(),
+            limits,
         ));
     }
     for listener in bind_all("metrics", &args.bind, args.metrics_port).await? {
@@ -185,6 +192,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
             metrics_router(metrics.clone()),
             None,
             metrics.clone(),
+            limits,
         ));
     }
     if let (Some(dir), Some(report_tls)) = (&args.report_dir, report_tls) {
@@ -197,6 +205,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
                 Some(report_tls.clone()),
                 // Harvests are not probe traffic: keep them out of the target counters.
                 Metrics::new(),
+                limits,
             ));
         }
         running
@@ -225,6 +234,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
                 None,
                 counters.clone(),
                 args.dns_upstream,
+                limits,
             ));
         }
         for listener in bind_all("DNS test server (TLS)", &args.bind, args.dns_tls_port).await? {
@@ -234,6 +244,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
                 Some(dot_tls.clone()),
                 counters.clone(),
                 args.dns_upstream,
+                limits,
             ));
         }
     }

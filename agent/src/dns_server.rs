@@ -11,8 +11,10 @@ use std::time::Duration;
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{RData, Record, RecordType};
+use kdoctor_transport::limits::ServeLimits;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
@@ -179,11 +181,13 @@ pub fn serve_udp(
     })
 }
 
-/// Serves length-prefixed queries (RFC 1035 §4.2.2) on one stream until it closes.
+/// Serves length-prefixed queries (RFC 1035 §4.2.2) on one stream until it closes, is idle for
+/// [`IDLE_TIMEOUT`], or takes longer than `query_timeout` to send a query it began.
 async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     counters: Counters,
     upstream: Option<SocketAddr>,
+    query_timeout: Duration,
 ) {
     loop {
         let mut len = [0u8; 2];
@@ -192,8 +196,9 @@ async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
             _ => return,
         }
         let mut query = vec![0u8; u16::from_be_bytes(len) as usize];
-        if stream.read_exact(&mut query).await.is_err() {
-            return;
+        match tokio::time::timeout(query_timeout, stream.read_exact(&mut query)).await {
+            Ok(Ok(_)) => {}
+            _ => return,
         }
         let Some(reply) = respond(&query, &counters, upstream).await else {
             continue;
@@ -209,16 +214,23 @@ async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Serves TCP (or, with `tls`, DNS over TLS) until aborted.
+/// Serves TCP (or, with `tls`, DNS over TLS) until aborted, within `limits`: at most
+/// `max_connections` at once, the handshake's deadline, and `header_timeout` for the rest of a
+/// query once its length arrived.
 pub fn serve_tcp(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     counters: Counters,
     upstream: Option<SocketAddr>,
+    limits: ServeLimits,
 ) -> JoinHandle<()> {
     let acceptor = tls.map(TlsAcceptor::from);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     tokio::spawn(async move {
         loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
             let Ok((stream, _)) = listener.accept().await else {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
@@ -226,19 +238,19 @@ pub fn serve_tcp(
             let counters = counters.clone();
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
+                let query_timeout = limits.header_timeout;
                 match acceptor {
-                    None => serve_stream(stream, counters, upstream).await,
+                    None => serve_stream(stream, counters, upstream, query_timeout).await,
                     Some(acceptor) => {
-                        let handshake = tokio::time::timeout(
-                            crate::server::TLS_HANDSHAKE_TIMEOUT,
-                            acceptor.accept(stream),
-                        )
-                        .await;
+                        let handshake =
+                            tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream))
+                                .await;
                         if let Ok(Ok(tls)) = handshake {
-                            serve_stream(tls, counters, upstream).await;
+                            serve_stream(tls, counters, upstream, query_timeout).await;
                         }
                     }
                 }
+                drop(slot);
             });
         }
     })

@@ -8,7 +8,6 @@ pub mod certs;
 pub mod conn_threads;
 pub mod consistency;
 pub mod discovery;
-pub mod first_bytes;
 pub mod health;
 pub mod metrics;
 pub mod negotiate;

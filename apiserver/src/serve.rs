@@ -16,52 +16,13 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
-use crate::auth::PeerCertificates;
-use crate::first_bytes::FirstBytes;
-use crate::parse_errors::StatusForParseErrors;
+use kdoctor_transport::first_bytes::FirstBytes;
 use kdoctor_transport::runtime_threads::RuntimeThreads;
 
-/// Bounds on what one client may hold.
-#[derive(Clone, Copy, Debug)]
-pub struct ServeLimits {
-    /// A TLS handshake not done in this time is dropped.
-    pub handshake_timeout: Duration,
-    /// Request headers (HTTP/1.1, including the wait for the next request on a kept-alive
-    /// connection) not read in this time close the connection.
-    pub header_timeout: Duration,
-    /// Open connections at most; further clients wait in the listen backlog.
-    pub max_connections: usize,
-}
+use crate::auth::PeerCertificates;
+use crate::parse_errors::StatusForParseErrors;
 
-impl Default for ServeLimits {
-    fn default() -> Self {
-        ServeLimits {
-            handshake_timeout: Duration::from_secs(10),
-            header_timeout: Duration::from_secs(30),
-            max_connections: default_max_connections(),
-        }
-    }
-}
-
-/// Half the soft file limit (the other half is the store's, the watches' and the clients'),
-/// between 16 and 10,000.
-pub fn default_max_connections() -> usize {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct passed.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
-    } else {
-        1024
-    };
-    (soft / 2).clamp(16, 10_000)
-}
-
-/// Request headers a client may send, as kube-apiserver (Go's `http.DefaultMaxHeaderBytes`):
-/// long label and field selectors fit, over HTTP/2 too (hyper's own default there is 16 KiB).
-pub const MAX_HEADER_BYTES: usize = 1 << 20;
+pub use kdoctor_transport::limits::{MAX_HEADER_BYTES, ServeLimits, default_max_connections};
 
 /// Header fields in one HTTP/1.1 request: hyper's default, which the server keeps (Go counts
 /// only bytes).

@@ -4,8 +4,11 @@
 //! harvester's certificate name, and the client the harvester pulls with. The agent serves the
 //! report API; the controller only speaks this contract, so it does not build the probers. Also
 //! the threads that connections are served and probed from (`runtime_threads`), and glibc's
-//! malloc arenas sized to them (`malloc_arenas`).
+//! malloc arenas sized to them (`malloc_arenas`), and what bounds every server's clients (`limits`,
+//! `first_bytes`).
 
+pub mod first_bytes;
+pub mod limits;
 pub mod malloc_arenas;
 pub mod report_api;
 pub mod report_client;

@@ -2,6 +2,7 @@
 //! servers, nginx, unbound, and hand-written misbehaving servers.
 
 mod accuracy;
+mod connections;
 mod dns_probe;
 mod echo;
 mod http_probe;

@@ -413,6 +413,7 @@ impl StandIns {
                 kdoctor_agent::report_api::router(spool.clone(), &tokens[pod]),
                 Some(tls.clone()),
                 kdoctor_agent::metrics::Metrics::new(),
+                kdoctor_transport::limits::ServeLimits::default(),
             ));
             spools.push((pod.clone(), node.clone(), spool));
         }

@@ -1,6 +1,7 @@
-//! A deadline for a connection's first bytes after the TLS handshake. hyper's HTTP/1 header
-//! timeout covers requests, but an HTTP/2 client (chosen by ALPN) that sends nothing, not even
-//! its preface, would otherwise hold its connection for ever.
+//! A deadline for a connection's first bytes (after the TLS handshake, if any). hyper's HTTP/1
+//! header timeout covers requests, but an HTTP/2 client (chosen by ALPN, or by its preface on a
+//! plain connection, which hyper reads with no deadline of its own) that sends nothing would
+//! otherwise hold its connection for ever.
 
 use std::io;
 use std::pin::Pin;
