@@ -11,10 +11,11 @@ use std::time::Duration;
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{RData, Record, RecordType};
+use kdoctor_transport::accept::{accept_loop, handshake};
 use kdoctor_transport::limits::ServeLimits;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
-use tokio::sync::Semaphore;
+
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
@@ -225,35 +226,26 @@ pub fn serve_tcp(
     limits: ServeLimits,
 ) -> JoinHandle<()> {
     let acceptor = tls.map(TlsAcceptor::from);
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    tokio::spawn(async move {
-        loop {
-            let Ok(slot) = slots.clone().acquire_owned().await else {
-                return;
-            };
-            let Ok((stream, _)) = listener.accept().await else {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            };
+    tokio::spawn(accept_loop(
+        listener,
+        limits,
+        "DNS test server",
+        move |stream, _| {
             let counters = counters.clone();
             let acceptor = acceptor.clone();
-            tokio::spawn(async move {
+            async move {
                 let query_timeout = limits.header_timeout;
                 match acceptor {
                     None => serve_stream(stream, counters, upstream, query_timeout).await,
                     Some(acceptor) => {
-                        let handshake =
-                            tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream))
-                                .await;
-                        if let Ok(Ok(tls)) = handshake {
+                        if let Ok(tls) = handshake(&acceptor, stream, &limits).await {
                             serve_stream(tls, counters, upstream, query_timeout).await;
                         }
                     }
                 }
-                drop(slot);
-            });
-        }
-    })
+            }
+        },
+    ))
 }
 
 #[cfg(test)]

@@ -5,8 +5,9 @@
 //! report API; the controller only speaks this contract, so it does not build the probers. Also
 //! the threads that connections are served and probed from (`runtime_threads`), and glibc's
 //! malloc arenas sized to them (`malloc_arenas`), and what bounds every server's clients (`limits`,
-//! `first_bytes`).
+//! `first_bytes`, `accept`).
 
+pub mod accept;
 pub mod first_bytes;
 pub mod limits;
 pub mod malloc_arenas;

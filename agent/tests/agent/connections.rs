@@ -79,7 +79,10 @@ async fn a_half_sent_request_header_is_dropped_at_the_deadline() {
 async fn a_client_that_sends_nothing_is_dropped_plain_and_over_tls() {
     let (addr, server) = echo_target(false).await;
     let took = closed_after(TcpStream::connect(addr).await.expect("connects")).await;
-    assert!(within_deadline(took), "a silent plain client lived {took:?}");
+    assert!(
+        within_deadline(took),
+        "a silent plain client lived {took:?}"
+    );
     server.abort();
 
     let (addr, server) = echo_target(true).await;
@@ -182,7 +185,10 @@ async fn a_dns_query_cut_short_over_tcp_is_dropped_at_the_deadline() {
     let server = serve_tcp(listener, None, Counters::default(), None, LIMITS);
     let mut stream = TcpStream::connect(addr).await.expect("connects");
     // A length of 40 bytes, then 10 of them.
-    stream.write_all(&40u16.to_be_bytes()).await.expect("writes");
+    stream
+        .write_all(&40u16.to_be_bytes())
+        .await
+        .expect("writes");
     stream.write_all(&[0u8; 10]).await.expect("writes");
     let took = closed_after(stream).await;
     assert!(
