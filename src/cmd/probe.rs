@@ -141,7 +141,7 @@ struct DnsArgs {
     #[arg(long, default_value = kdoctor_api::task::netdns::DEFAULT_DOMAIN)]
     domain: String,
     /// Transport.
-    #[arg(long, value_enum, default_value = "udp")]
+    #[arg(long, value_parser = dns_protocol(), default_value = "udp")]
     protocol: DnsProtocol,
     /// Record type (default: A for an IPv4 server, AAAA for an IPv6 one, as upstream).
     #[arg(long = "type", value_parser = ["A", "AAAA"])]
@@ -151,6 +151,21 @@ struct DnsArgs {
     tls_server_name: Option<String>,
     #[command(flatten)]
     load: LoadArgs,
+}
+
+/// `--protocol`: the task's own values, each with what it does.
+fn dns_protocol() -> impl clap::builder::TypedValueParser<Value = DnsProtocol> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(DnsProtocol::ALL.map(|p| {
+        PossibleValue::new(p.as_str()).help(match p {
+            DnsProtocol::Udp => {
+                "UDP, on connected sockets kept between queries (as upstream's pool)"
+            }
+            DnsProtocol::Tcp => "TCP, a new connection per query (as upstream)",
+            DnsProtocol::TcpTls => "DNS over TLS, a new connection per query",
+        })
+    }))
+    .try_map(|text| text.parse::<DnsProtocol>())
 }
 
 /// Runs `kdoctor probe`.
@@ -551,9 +566,40 @@ fn summary(outcome: &Outcome, target: &str, load: &Load) -> String {
 mod tests {
     use std::net::{IpAddr, Ipv4Addr};
 
+    use clap::Parser;
     use kdoctor_agent::config::AgentArgs;
 
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn dns_protocol_takes_the_task_s_values_and_names_them_when_refusing_another() {
+        for (text, expected) in [
+            ("udp", DnsProtocol::Udp),
+            ("tcp", DnsProtocol::Tcp),
+            ("tcp-tls", DnsProtocol::TcpTls),
+        ] {
+            let cli = Cli::try_parse_from(["probe", "dns", "10.0.0.1", "--protocol", text])
+                .expect("a task's protocol");
+            let Command::Dns(dns) = cli.args.command else {
+                panic!("parsed as another command");
+            };
+            assert_eq!(dns.protocol, expected);
+        }
+        let refused = Cli::try_parse_from(["probe", "dns", "10.0.0.1", "--protocol", "quic"])
+            .err()
+            .expect("quic is refused")
+            .to_string();
+        assert!(
+            refused.contains("quic") && refused.contains("tcp-tls"),
+            "{refused}"
+        );
+    }
 
     fn load_args() -> LoadArgs {
         LoadArgs {

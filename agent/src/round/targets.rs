@@ -10,7 +10,7 @@ use kdoctor_api::task::{
     AppHttpHealthySpec, NetHttpRequest, NetReachTarget, NetdnsRequest, NetdnsSpec,
 };
 
-use crate::probe::dns::{DnsProtocol, DnsRequestSpec, RecordType};
+use crate::probe::dns::{DnsRequestSpec, RecordType};
 use crate::probe::http::{HttpRequestSpec, Method};
 use crate::report::APP_HTTP_HEALTHY_TARGET_NAME;
 
@@ -74,16 +74,6 @@ pub struct DnsTarget {
     pub spec: DnsRequestSpec,
 }
 
-impl From<kdoctor_api::task::DnsProtocol> for DnsProtocol {
-    fn from(p: kdoctor_api::task::DnsProtocol) -> Self {
-        match p {
-            kdoctor_api::task::DnsProtocol::Udp => DnsProtocol::Udp,
-            kdoctor_api::task::DnsProtocol::Tcp => DnsProtocol::Tcp,
-            kdoctor_api::task::DnsProtocol::TcpTls => DnsProtocol::TcpTls,
-        }
-    }
-}
-
 fn dns_target(server: SocketAddr, request: &NetdnsRequest) -> DnsTarget {
     let record_type = if server.is_ipv4() {
         RecordType::A
@@ -96,7 +86,7 @@ fn dns_target(server: SocketAddr, request: &NetdnsRequest) -> DnsTarget {
             server,
             domain: request.domain.clone(),
             record_type,
-            protocol: request.protocol.into(),
+            protocol: request.protocol,
             tls_server_name: None,
         },
     }

@@ -153,13 +153,28 @@ pub enum DnsProtocol {
 }
 
 impl DnsProtocol {
-    /// The spec value.
+    /// Every protocol, in the order the spec's documentation lists them.
+    pub const ALL: [DnsProtocol; 3] = [DnsProtocol::Udp, DnsProtocol::Tcp, DnsProtocol::TcpTls];
+
+    /// The spec value (upstream's name).
     pub fn as_str(self) -> &'static str {
         match self {
             DnsProtocol::Udp => "udp",
             DnsProtocol::Tcp => "tcp",
             DnsProtocol::TcpTls => "tcp-tls",
         }
+    }
+}
+
+impl std::str::FromStr for DnsProtocol {
+    type Err = String;
+
+    /// A spec value, as the CLI takes it too.
+    fn from_str(text: &str) -> Result<DnsProtocol, String> {
+        DnsProtocol::ALL
+            .into_iter()
+            .find(|p| p.as_str() == text)
+            .ok_or_else(|| format!("{text:?} is not one of udp, tcp, tcp-tls"))
     }
 }
 

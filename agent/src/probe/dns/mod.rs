@@ -19,28 +19,10 @@ use super::Prober;
 use super::outcome::{Attempt, Code, ErrorClass, ProbeError};
 use question::Question;
 
-/// Transport of the queries (upstream's names: `udp`, `tcp`, `tcp-tls`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum DnsProtocol {
-    /// UDP, on connected sockets kept between queries (as upstream's pool).
-    Udp,
-    /// TCP, a new connection per query (as upstream).
-    Tcp,
-    /// DNS over TLS, a new connection per query.
-    #[value(name = "tcp-tls")]
-    TcpTls,
-}
-
-impl DnsProtocol {
-    /// Upstream's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DnsProtocol::Udp => "udp",
-            DnsProtocol::Tcp => "tcp",
-            DnsProtocol::TcpTls => "tcp-tls",
-        }
-    }
-}
+/// Transport of the queries: the task's own type (upstream's names: `udp`, UDP on connected
+/// sockets kept between queries as upstream's pool; `tcp` and `tcp-tls`, a new connection per
+/// query, as upstream).
+pub use kdoctor_api::task::DnsProtocol;
 
 /// What to ask which server.
 #[derive(Clone, Debug)]
