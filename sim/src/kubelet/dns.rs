@@ -14,99 +14,60 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use serde_json::json;
 
+use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA};
+use hickory_proto::rr::{RData, Record, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 
 /// The cluster domain.
 pub const CLUSTER_DOMAIN: &str = "cluster.local";
-/// Record type A.
-pub const TYPE_A: u16 = 1;
-/// Record type AAAA.
-pub const TYPE_AAAA: u16 = 28;
 const TTL: u32 = 5;
 
-/// Response codes used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rcode {
-    /// Found (possibly with no records of the asked type).
-    NoError = 0,
-    /// Malformed query.
-    FormErr = 1,
-    /// No such name in the cluster domain.
-    NxDomain = 3,
-    /// Not the cluster domain.
-    Refused = 5,
-}
+/// Answers a name: its response code (NoError, possibly with no records of the asked type;
+/// NXDomain outside the cluster's names; Refused outside the cluster domain) and addresses
+/// (both families).
+pub type Resolver<'a> = dyn Fn(&str) -> (ResponseCode, Vec<IpAddr>) + Send + Sync + 'a;
 
-/// The question of a query: (name, type, end offset of the question).
-fn parse_question(q: &[u8]) -> Option<(String, u16, usize)> {
-    if q.len() < 12 || u16::from_be_bytes([q[4], q[5]]) != 1 {
-        return None;
-    }
-    let mut i = 12;
-    let mut labels = Vec::new();
-    loop {
-        let len = *q.get(i)? as usize;
-        i += 1;
-        if len == 0 {
-            break;
-        }
-        if len > 63 {
-            return None;
-        }
-        labels.push(String::from_utf8_lossy(q.get(i..i + len)?).into_owned());
-        i += len;
-    }
-    let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
-    Some((labels.join("."), qtype, i + 4))
-}
-
-/// Answers a name: its response code and addresses (both families).
-pub type Resolver<'a> = dyn Fn(&str) -> (Rcode, Vec<IpAddr>) + Send + Sync + 'a;
-
-/// Builds the response to a query with `resolve` (None for input too short to answer at all).
+/// Builds the response to a query with `resolve` (hickory's wire format, as the agent's DNS
+/// server and prober): `None` for bytes too short to carry an ID, or that are not a query;
+/// FormErr for a query that does not parse.
 pub fn answer_with(resolve: &Resolver<'_>, q: &[u8]) -> Option<Vec<u8>> {
+    let id = u16::from_be_bytes([*q.first()?, *q.get(1)?]);
     if q.len() < 12 {
         return None;
     }
-    let rd = q[2] & 0x01;
-    let opcode = q[2] & 0x78;
-    let (rcode, qtype, records, qend) = match parse_question(q) {
-        Some((name, qtype, end)) if q.len() >= end => {
-            let (rcode, ips) = resolve(&name);
-            let records: Vec<IpAddr> = ips
-                .into_iter()
-                .filter(|ip| match ip {
-                    IpAddr::V4(_) => qtype == TYPE_A,
-                    IpAddr::V6(_) => qtype == TYPE_AAAA,
-                })
-                .collect();
-            (rcode, qtype, records, end)
-        }
-        _ => (Rcode::FormErr, 0, Vec::new(), 12),
+    let Ok(request) = Message::from_vec(q) else {
+        return Message::error_msg(id, OpCode::Query, ResponseCode::FormErr)
+            .to_vec()
+            .ok();
     };
-    let _ = qtype;
-    let mut r = Vec::with_capacity(qend + records.len() * 16);
-    r.extend_from_slice(&q[0..2]);
-    r.push(0x80 | opcode | 0x04 | rd);
-    r.push(rcode as u8);
-    r.extend_from_slice(&(if qend > 12 { 1u16 } else { 0 }).to_be_bytes());
-    r.extend_from_slice(&(records.len() as u16).to_be_bytes());
-    r.extend_from_slice(&[0, 0, 0, 0]);
-    r.extend_from_slice(&q[12..qend]);
-    for ip in records {
-        let (rtype, data) = match ip {
-            IpAddr::V4(v4) => (TYPE_A, v4.octets().to_vec()),
-            IpAddr::V6(v6) => (TYPE_AAAA, v6.octets().to_vec()),
-        };
-        r.extend_from_slice(&[0xC0, 0x0C]);
-        r.extend_from_slice(&rtype.to_be_bytes());
-        r.extend_from_slice(&1u16.to_be_bytes());
-        r.extend_from_slice(&TTL.to_be_bytes());
-        r.extend_from_slice(&(data.len() as u16).to_be_bytes());
-        r.extend_from_slice(&data);
+    if request.metadata.message_type != MessageType::Query {
+        return None;
     }
-    Some(r)
+    let op_code = request.metadata.op_code;
+    let Some(question) = request.queries.first().cloned() else {
+        return Message::error_msg(id, op_code, ResponseCode::FormErr)
+            .to_vec()
+            .ok();
+    };
+    let name = question.name().clone();
+    let (rcode, ips) = resolve(&name.to_ascii());
+    let mut message = Message::response(id, op_code);
+    message.metadata.recursion_desired = request.metadata.recursion_desired;
+    message.metadata.authoritative = true;
+    message.metadata.response_code = rcode;
+    let asked = question.query_type();
+    message.add_query(question);
+    for ip in ips {
+        let data = match ip {
+            IpAddr::V4(v4) if asked == RecordType::A => RData::A(A(v4)),
+            IpAddr::V6(v6) if asked == RecordType::AAAA => RData::AAAA(AAAA(v6)),
+            _ => continue,
+        };
+        message.add_answer(Record::from_rdata(name.clone(), TTL, data));
+    }
+    message.to_vec().ok()
 }
 
 /// The field manager of what kube-sim writes.
@@ -117,17 +78,17 @@ pub fn resolve(
     services: &Store<Service>,
     slices: &Store<EndpointSlice>,
     name: &str,
-) -> (Rcode, Vec<IpAddr>) {
+) -> (ResponseCode, Vec<IpAddr>) {
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     let Some(local) = name.strip_suffix(&format!(".{CLUSTER_DOMAIN}")) else {
-        return (Rcode::Refused, Vec::new());
+        return (ResponseCode::Refused, Vec::new());
     };
     let parts: Vec<&str> = local.split('.').collect();
     match parts.as_slice() {
         [svc, ns, "svc"] => {
             let key = kube::runtime::reflector::ObjectRef::new(svc).within(ns);
             let Some(s) = services.get(&key) else {
-                return (Rcode::NxDomain, Vec::new());
+                return (ResponseCode::NXDomain, Vec::new());
             };
             let spec = s.spec.clone().unwrap_or_default();
             match spec.cluster_ip.as_deref() {
@@ -151,10 +112,10 @@ pub fn resolve(
                         .collect();
                     ips.sort();
                     ips.dedup();
-                    (Rcode::NoError, ips)
+                    (ResponseCode::NoError, ips)
                 }
                 Some(_) => (
-                    Rcode::NoError,
+                    ResponseCode::NoError,
                     spec.cluster_ips
                         .unwrap_or_default()
                         .iter()
@@ -177,11 +138,11 @@ pub fn resolve(
                 })
                 .ok();
             match ip {
-                Some(ip) => (Rcode::NoError, vec![ip]),
-                None => (Rcode::NxDomain, Vec::new()),
+                Some(ip) => (ResponseCode::NoError, vec![ip]),
+                None => (ResponseCode::NXDomain, Vec::new()),
             }
         }
-        _ => (Rcode::NxDomain, Vec::new()),
+        _ => (ResponseCode::NXDomain, Vec::new()),
     }
 }
 
@@ -281,49 +242,6 @@ pub async fn serve_with(
     }
 }
 
-/// A DNS query for `name` (type A), for tests and tools.
-pub fn query(id: u16, name: &str) -> Vec<u8> {
-    query_type(id, name, TYPE_A)
-}
-
-/// A DNS query for `name` of record type `qtype`.
-pub fn query_type(id: u16, name: &str, qtype: u16) -> Vec<u8> {
-    let mut q = id.to_be_bytes().to_vec();
-    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
-    for label in name.trim_end_matches('.').split('.') {
-        q.push(label.len() as u8);
-        q.extend_from_slice(label.as_bytes());
-    }
-    q.push(0);
-    q.extend_from_slice(&qtype.to_be_bytes());
-    q.extend_from_slice(&1u16.to_be_bytes());
-    q
-}
-
-/// Reads a response: (rcode, A and AAAA records).
-pub fn parse_response(r: &[u8]) -> Option<(u8, Vec<IpAddr>)> {
-    if r.len() < 12 {
-        return None;
-    }
-    let rcode = r[3] & 0x0f;
-    let ancount = u16::from_be_bytes([r[6], r[7]]) as usize;
-    let (_, _, mut i) = parse_question(r)?;
-    let mut ips = Vec::new();
-    for _ in 0..ancount {
-        // Our answers use a 2-byte name pointer.
-        let rtype = u16::from_be_bytes([*r.get(i + 2)?, *r.get(i + 3)?]);
-        let rdlen = u16::from_be_bytes([*r.get(i + 10)?, *r.get(i + 11)?]) as usize;
-        let data = r.get(i + 12..i + 12 + rdlen)?;
-        if let (TYPE_A, Ok(v4)) = (rtype, <[u8; 4]>::try_from(data)) {
-            ips.push(Ipv4Addr::from(v4).into());
-        } else if let (TYPE_AAAA, Ok(v6)) = (rtype, <[u8; 16]>::try_from(data)) {
-            ips.push(Ipv6Addr::from(v6).into());
-        }
-        i += 12 + rdlen;
-    }
-    Some((rcode, ips))
-}
-
 /// Serves DNS on each of `server_ips` until shutdown.
 pub async fn serve(
     services: Store<Service>,
@@ -344,54 +262,89 @@ pub async fn serve(
 
 #[cfg(test)]
 mod tests {
+    use hickory_proto::op::Query;
+    use hickory_proto::rr::Name;
+
     use super::*;
 
-    fn fixed(name: &str) -> (Rcode, Vec<IpAddr>) {
-        match name {
+    fn fixed(name: &str) -> (ResponseCode, Vec<IpAddr>) {
+        match name.trim_end_matches('.') {
             "kube-dns.kube-system.svc.cluster.local" => (
-                Rcode::NoError,
+                ResponseCode::NoError,
                 vec![
                     "198.18.32.10".parse().expect("ip"),
                     "fd6b:6474:0:20::a".parse().expect("ip"),
                 ],
             ),
-            n if n.ends_with(".cluster.local") => (Rcode::NxDomain, Vec::new()),
-            _ => (Rcode::Refused, Vec::new()),
+            n if n.ends_with(".cluster.local") => (ResponseCode::NXDomain, Vec::new()),
+            _ => (ResponseCode::Refused, Vec::new()),
         }
+    }
+
+    fn query(id: u16, name: &str, record_type: RecordType) -> Vec<u8> {
+        let mut m = Message::query();
+        m.metadata.id = id;
+        m.add_query(Query::query(
+            Name::from_ascii(name).expect("name"),
+            record_type,
+        ));
+        m.to_vec().expect("encodes")
+    }
+
+    /// The response code and the addresses answered.
+    fn read(answer: &[u8]) -> (ResponseCode, Vec<IpAddr>) {
+        let m = Message::from_vec(answer).expect("a DNS message");
+        let ips = m
+            .answers
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::A(a) => Some(IpAddr::V4(a.0)),
+                RData::AAAA(a) => Some(IpAddr::V6(a.0)),
+                _ => None,
+            })
+            .collect();
+        (m.metadata.response_code, ips)
     }
 
     #[test]
     fn answers_carry_the_asked_family_only() {
+        let name = "kube-dns.kube-system.svc.cluster.local.";
+        let r = answer_with(&fixed, &query(1, name, RecordType::AAAA)).expect("answer");
+        assert_eq!(
+            read(&r),
+            (
+                ResponseCode::NoError,
+                vec!["fd6b:6474:0:20::a".parse().expect("ip")]
+            )
+        );
+        let r = answer_with(&fixed, &query(2, name, RecordType::A)).expect("answer");
+        assert_eq!(
+            read(&r),
+            (
+                ResponseCode::NoError,
+                vec!["198.18.32.10".parse().expect("ip")]
+            )
+        );
+        assert_eq!(Message::from_vec(&r).expect("message").metadata.id, 2);
         let r = answer_with(
             &fixed,
-            &query_type(1, "kube-dns.kube-system.svc.cluster.local", TYPE_AAAA),
+            &query(3, "nope.default.svc.cluster.local.", RecordType::A),
         )
         .expect("answer");
-        assert_eq!(
-            parse_response(&r),
-            Some((0, vec!["fd6b:6474:0:20::a".parse().expect("ip")]))
-        );
-        let r = answer_with(&fixed, &query(2, "kube-dns.kube-system.svc.cluster.local"))
-            .expect("answer");
-        assert_eq!(
-            parse_response(&r),
-            Some((0, vec!["198.18.32.10".parse().expect("ip")]))
-        );
-        let r = answer_with(&fixed, &query(3, "nope.default.svc.cluster.local")).expect("answer");
-        assert_eq!(parse_response(&r), Some((3, vec![])));
+        assert_eq!(read(&r), (ResponseCode::NXDomain, vec![]));
     }
 
     #[test]
     fn malformed_queries_never_panic() {
-        for len in 0..40 {
-            let q = query(7, "a.b.svc.cluster.local");
-            let _ = answer_with(&fixed, &q[..len.min(q.len())]);
+        let q = query(7, "a.b.svc.cluster.local.", RecordType::A);
+        for len in 0..q.len() {
+            let _ = answer_with(&fixed, &q[..len]);
         }
-        let mut bad = query(7, "x.cluster.local");
+        let mut bad = query(7, "x.cluster.local.", RecordType::A);
         bad[12] = 200;
         let r = answer_with(&fixed, &bad).expect("answer");
-        assert_eq!(r[3] & 0x0f, Rcode::FormErr as u8);
-        let r = answer_with(&fixed, &query(9, "example.com")).expect("answer");
-        assert_eq!(parse_response(&r), Some((5, vec![])));
+        assert_eq!(read(&r).0, ResponseCode::FormErr);
+        let r = answer_with(&fixed, &query(9, "example.com.", RecordType::A)).expect("answer");
+        assert_eq!(read(&r), (ResponseCode::Refused, vec![]));
     }
 }
