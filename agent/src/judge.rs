@@ -15,6 +15,8 @@ pub struct Counts {
     pub mean_ok_ms: Option<f64>,
     /// Planned requests were not sent.
     pub unsent: bool,
+    /// Requests that timed out while the server's queue was full (probe::queueing).
+    pub lost_while_queued: u64,
 }
 
 /// The verdict on one target.
@@ -56,7 +58,19 @@ pub fn judge(expect: Option<&NetSuccessCondition>, counts: Counts) -> Verdict {
     if let Some(want) = want_rate
         && rate < want
     {
-        return fail(format!("Success Rate {rate} is lower than request {want}"));
+        let mut reason = format!("Success Rate {rate} is lower than request {want}");
+        if counts.lost_while_queued > 0 {
+            // Upstream's sentence first, unchanged: what is added says where the loss was.
+            reason.push_str(&format!(
+                "; {} of the {} failed requests timed out while the server's queue was full \
+                 (answers to requests sent next to them waited {}× the fastest answer or more): the \
+                 server fell behind the rate and dropped them",
+                counts.lost_while_queued,
+                counts.requests - counts.successes,
+                crate::probe::queueing::SLOWER
+            ));
+        }
+        return fail(reason);
     }
     if let Some(limit) = expect.and_then(|e| e.mean_access_delay_in_ms) {
         match counts.mean_ok_ms {
@@ -92,6 +106,7 @@ mod tests {
             successes,
             mean_ok_ms: mean,
             unsent: false,
+            lost_while_queued: 0,
         }
     }
 
@@ -138,6 +153,23 @@ mod tests {
         let v = judge(Some(&e), counts(10, 9, Some(10.0)));
         assert!(v.succeed, "{v:?}");
         assert_eq!(v.success_rate, 0.9);
+    }
+
+    #[test]
+    fn a_loss_to_the_servers_queue_is_said_after_upstreams_sentence() {
+        let v = judge(
+            None,
+            Counts {
+                lost_while_queued: 3,
+                ..counts(1000, 996, Some(0.2))
+            },
+        );
+        let reason = v.reason.expect("failed");
+        assert!(
+            reason.starts_with("Success Rate 0.996 is lower than request 1; 3 of the 4 failed"),
+            "{reason}"
+        );
+        assert!(reason.contains("the server fell behind"), "{reason}");
     }
 
     #[test]

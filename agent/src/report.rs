@@ -135,6 +135,7 @@ pub fn verdict(m: &Measurement, expect: Option<&NetSuccessCondition>) -> Verdict
             successes: m.recorder.successes,
             mean_ok_ms: m.recorder.mean_ok_micros().map(|us| us / 1000.0),
             unsent: m.recorder.unsent > 0,
+            lost_while_queued: m.recorder.lost_while_queued,
         },
     )
 }

@@ -6,6 +6,7 @@
 pub mod dns;
 pub mod http;
 pub mod outcome;
+pub mod queueing;
 pub mod record;
 pub mod threads;
 
@@ -22,6 +23,7 @@ use crate::metrics::Metrics;
 use crate::pacer::{Pacer, Schedule, ScheduleError, Slot};
 use crate::probe_metrics::TargetSeries;
 use outcome::{Attempt, ErrorClass, ProbeError};
+use queueing::QueueWatch;
 use record::Recorder;
 
 /// Something that sends one request to one target.
@@ -173,6 +175,8 @@ struct Shared<P> {
     prober: Arc<P>,
     progress: Arc<Progress>,
     recorder: Mutex<Recorder>,
+    /// Taken after `recorder`, never before.
+    queue: Mutex<QueueWatch>,
     counters: Option<Counters>,
     series: Option<Arc<TargetSeries>>,
     timeout: Duration,
@@ -213,7 +217,21 @@ impl<P: Prober> Shared<P> {
         // Service time starts when the request was handed to a connection.
         let service = (end - sent).saturating_sub(attempt.queued);
         let response = end - slot.woke;
-        locked(&self.recorder).record(&attempt, service, response, slot.lateness());
+        {
+            let mut recorder = locked(&self.recorder);
+            recorder.record(&attempt, service, response, slot.lateness());
+            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            match &attempt.result {
+                Ok(()) => queue.answered(sent, service),
+                Err(e) if e.class == ErrorClass::Timeout => {
+                    let fastest = Duration::from_micros(recorder.response_ok.min());
+                    if queue.lost_while_queued(sent, fastest) {
+                        recorder.lost_while_queued += 1;
+                    }
+                }
+                Err(_) => {}
+            }
+        }
         if let Some(s) = &self.series {
             s.observe(&attempt, response);
         }
@@ -239,6 +257,11 @@ async fn pace<P: Prober>(
         prober,
         progress,
         recorder: Mutex::new(Recorder::default()),
+        queue: Mutex::new(QueueWatch::new(
+            Instant::now(),
+            plan.schedule.qps(),
+            plan.timeout,
+        )),
         counters: metrics.as_ref().map(|m| Counters {
             ok: m.probe_requests.with_label_values(&[kind, "ok"]),
             by_outcome: m.probe_requests.clone(),

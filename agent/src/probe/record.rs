@@ -43,6 +43,9 @@ pub struct Recorder {
     pub bytes: u64,
     /// Planned requests not sent (in-flight cap, or the run overran its time).
     pub unsent: u64,
+    /// Timeouts lost while the server's queue was full (probe::queueing): answers to requests
+    /// sent next to them waited far longer than the median.
+    pub lost_while_queued: u64,
 }
 
 impl Default for Recorder {
@@ -61,6 +64,7 @@ impl Default for Recorder {
             rcodes: BTreeMap::new(),
             bytes: 0,
             unsent: 0,
+            lost_while_queued: 0,
         }
     }
 }

@@ -319,3 +319,87 @@ async fn an_answer_in_two_writes_is_not_held_by_a_delayed_ack() {
         "p50 {p50} µs: the answer waited for a delayed ACK"
     );
 }
+
+/// A UDP DNS server that queues at most `depth` queries and answers `per_ms` of them each
+/// millisecond: asked faster, its queue fills and what arrives then is dropped, as an untuned
+/// server's socket does.
+fn falling_behind(depth: usize, per_ms: usize) -> SocketAddr {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = socket.local_addr().unwrap();
+    let replies = socket.try_clone().unwrap();
+    let (queue, queued) = std::sync::mpsc::sync_channel::<(Vec<u8>, SocketAddr)>(depth);
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 512];
+        while let Ok((len, from)) = socket.recv_from(&mut buffer) {
+            // A full queue drops the query.
+            let _ = queue.try_send((buffer[..len].to_vec(), from));
+        }
+    });
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_millis(1));
+            for _ in 0..per_ms {
+                match queued.try_recv() {
+                    Ok((query, from)) => {
+                        let _ = replies.send_to(&empty_answer(&query), from);
+                    }
+                    Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
+                }
+            }
+        }
+    });
+    addr
+}
+
+/// A UDP DNS server that answers at once and drops every `nth` query, as a lossy path does.
+fn dropping_every(nth: usize) -> SocketAddr {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = socket.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 512];
+        let mut seen = 0usize;
+        while let Ok((len, from)) = socket.recv_from(&mut buffer) {
+            seen += 1;
+            if !seen.is_multiple_of(nth) {
+                let _ = socket.send_to(&empty_answer(&buffer[..len]), from);
+            }
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_server_that_falls_behind_is_told_from_a_path_that_loses_queries() {
+    let _alone = crate::support::TIMED.write().await;
+    let timeout = Duration::from_millis(300);
+    // 4,000 queries/s at a server that answers 2,000/s with room for 40 (20 ms of waiting).
+    let spec = dns_spec(falling_behind(40, 2), "probe.test", DnsProtocol::Udp);
+    let m = probe_dns_within(spec, None, 4000.0, SECOND, timeout).await;
+    let timeouts = m.recorder.errors.get("timeout").copied().unwrap_or(0) as u64;
+    assert!(timeouts > 500, "the queue never overflowed: {}", errors(&m));
+    assert!(
+        m.recorder.lost_while_queued * 10 >= timeouts * 9,
+        "{} of {timeouts} timeouts seen as the server's queue",
+        m.recorder.lost_while_queued
+    );
+    let reason = kdoctor_agent::report::verdict(&m, None)
+        .reason
+        .expect("the round fails");
+    assert!(reason.contains("the server fell behind"), "{reason}");
+
+    // The same rate at a server that keeps up but whose path loses one query in 20.
+    let spec = dns_spec(dropping_every(20), "probe.test", DnsProtocol::Udp);
+    let m = probe_dns_within(spec, None, 4000.0, SECOND, timeout).await;
+    let timeouts = m.recorder.errors.get("timeout").copied().unwrap_or(0) as u64;
+    assert!(timeouts >= 150, "expected one loss in 20: {}", errors(&m));
+    assert!(
+        m.recorder.lost_while_queued * 10 <= timeouts,
+        "{} of {timeouts} random losses taken for the server's queue",
+        m.recorder.lost_while_queued
+    );
+    let reason = kdoctor_agent::report::verdict(&m, None)
+        .reason
+        .expect("the round fails");
+    assert!(!reason.contains("fell behind"), "{reason}");
+}
