@@ -13,7 +13,7 @@ use crate::metrics::Metrics;
 use crate::server::health::{Health, health_router, metrics_router};
 use crate::server::{ListenError, bind, serve};
 use crate::spool::{Spool, SpoolError};
-use crate::tls::{Identity, TlsError, read_roots, server_config};
+use kdoctor_transport::tls::{Identity, TlsError, read_roots, server_config};
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]

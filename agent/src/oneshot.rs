@@ -19,7 +19,7 @@ use crate::report::{
     app_http_detail, dns_detail, round_report, task_result,
 };
 use crate::resource::Sampler;
-use crate::tls::{Identity, ServerTrust, TlsError, client_config, read_roots};
+use kdoctor_transport::tls::{Identity, ServerTrust, TlsError, client_config, read_roots};
 
 /// Why a probe run could not start (a usage or environment problem, not a failed probe).
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use kdoctor_agent::report_client::identity_from_pem;
 use kdoctor_api::config::Config;
 use kdoctor_apiserver::certs::bootstrap::{CertSettings, ensure, keep_ca_bundle};
 use kdoctor_apiserver::certs::renewal::serving_names;
@@ -24,6 +23,7 @@ use kdoctor_reconciler::replica::transport::HttpsTransport;
 use kdoctor_reconciler::replica::{REPLICA_NAME, Replication};
 use kdoctor_store::Writes;
 use kdoctor_store::raft::{Member, Options, Replica};
+use kdoctor_transport::report_client::identity_from_pem;
 use tokio::sync::watch;
 
 /// Arguments of `kdoctor controller`.
@@ -391,7 +391,7 @@ fn replication(args: &Args, ip: std::net::IpAddr, ca: &Ca) -> Result<Replication
     Ok(Replication {
         listen: args.replication_listen,
         port: args.replication_listen.port(),
-        roots: kdoctor_agent::tls::parse_roots(ca.pem.cert.as_bytes(), "the install CA")?,
+        roots: kdoctor_transport::tls::parse_roots(ca.pem.cert.as_bytes(), "the install CA")?,
         server: identity_from_pem(&server.cert, &server.key)?,
         client: identity_from_pem(&client.cert, &client.key)?,
     })

@@ -26,7 +26,7 @@ use crate::config::TaskArgs;
 use crate::probe::http::client_alpn;
 use crate::probe_metrics::ZONE_LABEL;
 use crate::round::targets::Carrier;
-use crate::tls::{ServerTrust, client_config, parse_identity, parse_roots};
+use kdoctor_transport::tls::{ServerTrust, client_config, parse_identity, parse_roots};
 
 /// Something a round needs could not be read; the message names the object and the problem.
 #[derive(Debug, thiserror::Error)]

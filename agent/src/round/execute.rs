@@ -20,7 +20,7 @@ use crate::report::{
     app_http_detail, dns_detail, netreach_detail, round_report, task_result,
 };
 use crate::resource::{Sampler, Source};
-use crate::tls::{ServerTrust, client_config};
+use kdoctor_transport::tls::{ServerTrust, client_config};
 
 /// Everything one agent needs to run one round of one task.
 #[derive(Clone, Debug)]

@@ -127,7 +127,7 @@ async fn connection(
                     .1
                     .peer_certificates()
                     .and_then(|chain| chain.first())
-                    .and_then(crate::tls::common_name)
+                    .and_then(kdoctor_transport::tls::common_name)
                     .map(Arc::from),
             );
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");

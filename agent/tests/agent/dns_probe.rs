@@ -7,7 +7,7 @@ use std::time::Duration;
 use hickory_proto::rr::RecordType;
 use kdoctor_agent::probe::Measurement;
 use kdoctor_agent::probe::dns::DnsProtocol;
-use kdoctor_agent::tls::{ServerTrust, read_roots};
+use kdoctor_transport::tls::{ServerTrust, read_roots};
 
 use crate::peers::Unbound;
 use crate::support::{dns_spec, errors, probe_dns, probe_dns_within};

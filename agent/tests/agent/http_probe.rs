@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kdoctor_agent::tls::{ServerTrust, read_roots};
+use kdoctor_transport::tls::{ServerTrust, read_roots};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 

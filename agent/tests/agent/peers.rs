@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kdoctor_agent::tls::Identity;
+use kdoctor_transport::tls::Identity;
 
 /// A temporary directory removed on drop.
 pub struct TempDir(pub PathBuf);

@@ -13,11 +13,11 @@ use hyper_util::rt::TokioIo;
 use kdoctor_agent::agent::start;
 use kdoctor_agent::config::AgentArgs;
 use kdoctor_agent::report_api::HARVESTER_NAME;
-use kdoctor_agent::report_client::{MAX_ANSWER_BYTES, ReportClient, ReportClientError};
 use kdoctor_agent::spool::{Spool, TEMP_PREFIX};
-use kdoctor_agent::tls::{Identity, ServerTrust, client_config};
 use kdoctor_api::report::Report;
 use kdoctor_api::task::TaskKind;
+use kdoctor_transport::report_client::{MAX_ANSWER_BYTES, ReportClient, ReportClientError};
+use kdoctor_transport::tls::{Identity, ServerTrust, client_config};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
@@ -258,8 +258,9 @@ async fn the_identity_token_is_shown_to_the_harvester_only() {
 /// [`MAX_ANSWER_BYTES`] into the harvester: a peer that streams without end is cut off.
 #[tokio::test]
 async fn the_harvester_reads_a_bounded_answer() {
-    let identity = kdoctor_agent::tls::Identity::self_signed(&["127.0.0.1".to_string()]).unwrap();
-    let config = kdoctor_agent::tls::server_config(identity, None).unwrap();
+    let identity =
+        kdoctor_transport::tls::Identity::self_signed(&["127.0.0.1".to_string()]).unwrap();
+    let config = kdoctor_transport::tls::server_config(identity, None).unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();

@@ -9,7 +9,7 @@ use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use kdoctor_agent::agent::{RunningAgent, start};
 use kdoctor_agent::config::AgentArgs;
-use kdoctor_agent::tls::{ServerTrust, client_config};
+use kdoctor_transport::tls::{ServerTrust, client_config};
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
@@ -115,7 +115,7 @@ use std::time::Duration;
 use kdoctor_agent::probe::dns::{DnsProber, DnsProtocol, DnsRequestSpec};
 use kdoctor_agent::probe::http::{HttpProber, HttpRequestSpec, client_alpn};
 use kdoctor_agent::probe::{Measurement, Plan, Progress, run};
-use kdoctor_agent::tls::Identity;
+use kdoctor_transport::tls::Identity;
 
 /// Timed tests hold this lock for writing, every other test for reading: a timed test runs
 /// alone in this binary, so the two cores carry no other test's load while it measures.

@@ -95,13 +95,13 @@ impl Receiver {
         let serving = ca
             .serving(&["localhost".to_string(), "127.0.0.1".to_string()])
             .expect("serving certificate");
-        let identity = kdoctor_agent::tls::parse_identity(
+        let identity = kdoctor_transport::tls::parse_identity(
             serving.cert.as_bytes(),
             serving.key.as_bytes(),
             "receiver",
         )
         .expect("identity");
-        let config = kdoctor_agent::tls::server_config(identity, None).expect("TLS");
+        let config = kdoctor_transport::tls::server_config(identity, None).expect("TLS");
         let acceptor = TlsAcceptor::from(Arc::new(config));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().unwrap();

@@ -23,7 +23,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kdoctor_agent::agent::{RunningAgent, start};
 use kdoctor_agent::cluster::runner::Runner;
 use kdoctor_agent::config::{AgentArgs, TaskArgs};
-use kdoctor_agent::report_client::identity_from_pem;
 use kdoctor_api::config::Config;
 use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns, RoundStatus, TaskKind, TaskStatus};
 use kdoctor_apiserver::pki::Ca;
@@ -34,6 +33,7 @@ use kdoctor_reconciler::replica::Replication;
 use kdoctor_reconciler::replica::transport::HttpsTransport;
 use kdoctor_store::raft::Member;
 use kdoctor_store::{Store, StoreConfig, Writes};
+use kdoctor_transport::report_client::identity_from_pem;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use kube_sim::testcluster::{TestCluster, TestClusterOptions};
@@ -841,7 +841,7 @@ impl Cluster {
         Replication {
             listen: addr,
             port,
-            roots: kdoctor_agent::tls::parse_roots(self.ca.pem.cert.as_bytes(), "test CA")
+            roots: kdoctor_transport::tls::parse_roots(self.ca.pem.cert.as_bytes(), "test CA")
                 .expect("roots"),
             server: identity_from_pem(&server.cert, &server.key).expect("identity"),
             client: identity_from_pem(&client.cert, &client.key).expect("identity"),

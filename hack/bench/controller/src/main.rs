@@ -25,7 +25,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kdoctor_agent::agent::{RunningAgent, start};
 use kdoctor_agent::cluster::runner::Runner;
 use kdoctor_agent::config::{AgentArgs, TaskArgs};
-use kdoctor_agent::report_client::{ReportClient, identity_from_pem};
+use kdoctor_transport::report_client::{ReportClient, identity_from_pem};
 use kdoctor_agent::spool::Spool;
 use kdoctor_api::task::{NetReach, RoundStatus, TaskKind};
 use kdoctor_apiserver::pki::Ca;
@@ -392,12 +392,12 @@ struct StandIns {
 
 impl StandIns {
     async fn start(cluster: &Cluster) -> StandIns {
-        let identity = kdoctor_agent::tls::Identity::self_signed(&["kdoctor-agent".to_string()])
+        let identity = kdoctor_transport::tls::Identity::self_signed(&["kdoctor-agent".to_string()])
             .expect("cert");
-        let roots = kdoctor_agent::tls::parse_roots(cluster.ca.pem.cert.as_bytes(), "CA")
+        let roots = kdoctor_transport::tls::parse_roots(cluster.ca.pem.cert.as_bytes(), "CA")
             .expect("CA roots");
         let tls = Arc::new(
-            kdoctor_agent::tls::server_config(identity, Some(roots)).expect("server config"),
+            kdoctor_transport::tls::server_config(identity, Some(roots)).expect("server config"),
         );
         let mut spools = Vec::new();
         let mut servers = Vec::new();
