@@ -4,6 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use kdoctor_transport::limits::ServeLimits;
+use kdoctor_transport::tls::{Identity, TlsError, read_roots, server_config};
 use tokio::task::JoinHandle;
 
 use crate::config::{AgentArgs, host_name};
@@ -13,7 +14,6 @@ use crate::metrics::Metrics;
 use crate::server::health::{Health, health_router, metrics_router};
 use crate::server::{ListenError, bind, serve};
 use crate::spool::{Spool, SpoolError};
-use kdoctor_transport::tls::{Identity, TlsError, read_roots, server_config};
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]

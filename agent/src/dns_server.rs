@@ -15,7 +15,6 @@ use kdoctor_transport::accept::{accept_loop, handshake};
 use kdoctor_transport::limits::ServeLimits;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
-
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 

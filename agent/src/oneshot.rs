@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use kdoctor_api::report::{Report, TargetOutcome, TaskResult, TotalRunningLoad};
 use kdoctor_api::task::NetSuccessCondition;
+use kdoctor_transport::tls::{Identity, ServerTrust, TlsError, client_config, read_roots};
 
 use crate::config::host_name;
 use crate::metrics::Metrics;
@@ -19,7 +20,6 @@ use crate::report::{
     app_http_detail, dns_detail, round_report, task_result,
 };
 use crate::resource::Sampler;
-use kdoctor_transport::tls::{Identity, ServerTrust, TlsError, client_config, read_roots};
 
 /// Why a probe run could not start (a usage or environment problem, not a failed probe).
 #[derive(Debug, thiserror::Error)]

@@ -103,3 +103,17 @@ pub fn http_builder(limits: &ServeLimits) -> Builder<TokioExecutor> {
         .max_header_list_size(MAX_HEADER_BYTES as u32);
     builder
 }
+
+/// [`http_builder`] for a TLS connection: the one protocol its ALPN chose (HTTP/2 for `h2`,
+/// HTTP/1.1 otherwise), with no sniffing for HTTP/2's preface.
+pub fn tls_http_builder(
+    limits: &ServeLimits,
+    tls: &TlsStream<TcpStream>,
+) -> Builder<TokioExecutor> {
+    let builder = http_builder(limits);
+    if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+        builder.http2_only()
+    } else {
+        builder.http1_only()
+    }
+}

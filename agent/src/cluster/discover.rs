@@ -14,6 +14,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kdoctor_api::config::Config;
 use kdoctor_api::defaults::ClusterFacts;
 use kdoctor_api::task::{AppHttpHealthySpec, NetDnsTargetDns, NetReachTarget, Task, TaskResource};
+use kdoctor_transport::tls::{ServerTrust, client_config, parse_identity, parse_roots};
 use kube::api::ListParams;
 use kube::{Api, Client};
 use rustls::ClientConfig;
@@ -26,7 +27,6 @@ use crate::config::TaskArgs;
 use crate::probe::http::client_alpn;
 use crate::probe_metrics::ZONE_LABEL;
 use crate::round::targets::Carrier;
-use kdoctor_transport::tls::{ServerTrust, client_config, parse_identity, parse_roots};
 
 /// Something a round needs could not be read; the message names the object and the problem.
 #[derive(Debug, thiserror::Error)]

@@ -115,10 +115,17 @@ impl Measurement {
     }
 }
 
-/// The recorder, also after a panic in another request's task: recording is a few counter
+/// What every finished request updates, under one lock: the recorder, and the queue watch that
+/// judges its timeouts (probe::queueing).
+struct Tally {
+    recorder: Recorder,
+    queue: QueueWatch,
+}
+
+/// The tally, also after a panic in another request's task: recording is a few counter
 /// updates, so a poisoned lock still guards usable numbers, and losing the run would be worse.
-fn locked(recorder: &Mutex<Recorder>) -> std::sync::MutexGuard<'_, Recorder> {
-    recorder.lock().unwrap_or_else(|e| e.into_inner())
+fn locked(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
+    tally.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Probes one target according to `plan`; returns when every sent request has finished.
@@ -174,9 +181,7 @@ impl Counters {
 struct Shared<P> {
     prober: Arc<P>,
     progress: Arc<Progress>,
-    recorder: Mutex<Recorder>,
-    /// Taken after `recorder`, never before.
-    queue: Mutex<QueueWatch>,
+    tally: Mutex<Tally>,
     counters: Option<Counters>,
     series: Option<Arc<TargetSeries>>,
     timeout: Duration,
@@ -189,7 +194,7 @@ impl<P: Prober> Shared<P> {
             return;
         }
         {
-            let mut recorder = locked(&self.recorder);
+            let recorder = &mut locked(&self.tally).recorder;
             for _ in 0..n {
                 recorder.record_unsent();
             }
@@ -218,9 +223,9 @@ impl<P: Prober> Shared<P> {
         let service = (end - sent).saturating_sub(attempt.queued);
         let response = end - slot.woke;
         {
-            let mut recorder = locked(&self.recorder);
+            let mut tally = locked(&self.tally);
+            let Tally { recorder, queue } = &mut *tally;
             recorder.record(&attempt, service, response, slot.lateness());
-            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             match &attempt.result {
                 Ok(()) => queue.answered(sent, service),
                 Err(e) if e.class == ErrorClass::Timeout => {
@@ -256,12 +261,10 @@ async fn pace<P: Prober>(
     let shared = Arc::new(Shared {
         prober,
         progress,
-        recorder: Mutex::new(Recorder::default()),
-        queue: Mutex::new(QueueWatch::new(
-            Instant::now(),
-            plan.schedule.qps(),
-            plan.timeout,
-        )),
+        tally: Mutex::new(Tally {
+            recorder: Recorder::default(),
+            queue: QueueWatch::new(Instant::now(), plan.schedule.qps(), plan.timeout),
+        }),
         counters: metrics.as_ref().map(|m| Counters {
             ok: m.probe_requests.with_label_values(&[kind, "ok"]),
             by_outcome: m.probe_requests.clone(),
@@ -329,7 +332,7 @@ async fn pace<P: Prober>(
     } else {
         last_woke.saturating_duration_since(start) + interval
     };
-    let recorder = locked(&shared.recorder).clone();
+    let recorder = locked(&shared.tally).recorder.clone();
     Measurement {
         recorder,
         started,

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use kdoctor_api::report::{Report, TargetOutcome, TaskResult, TotalRunningLoad};
 use kdoctor_api::task::{NetSuccessCondition, TaskKind};
+use kdoctor_transport::tls::{ServerTrust, client_config};
 use rustls::ClientConfig;
 use tokio::task::JoinSet;
 
@@ -20,7 +21,6 @@ use crate::report::{
     app_http_detail, dns_detail, netreach_detail, round_report, task_result,
 };
 use crate::resource::{Sampler, Source};
-use kdoctor_transport::tls::{ServerTrust, client_config};
 
 /// Everything one agent needs to run one round of one task.
 #[derive(Clone, Debug)]

@@ -11,7 +11,7 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use kdoctor_transport::accept::{accept_loop, handshake, http_builder};
+use kdoctor_transport::accept::{accept_loop, handshake, http_builder, tls_http_builder};
 use kdoctor_transport::first_bytes::FirstBytes;
 use kdoctor_transport::limits::ServeLimits;
 use tokio::net::{TcpListener, TcpStream};
@@ -105,11 +105,10 @@ async fn connection(
             },
         ))
     };
-    let builder = http_builder(&limits);
     let result = match acceptor {
         None => {
             let io = FirstBytes::new(stream, limits.header_timeout);
-            builder
+            http_builder(&limits)
                 .serve_connection_with_upgrades(TokioIo::new(io), service(ClientName(None)))
                 .await
         }
@@ -130,12 +129,7 @@ async fn connection(
                     .and_then(kdoctor_transport::tls::common_name)
                     .map(Arc::from),
             );
-            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-            let builder = if h2 {
-                builder.http2_only()
-            } else {
-                builder.http1_only()
-            };
+            let builder = tls_http_builder(&limits, &tls);
             let io = FirstBytes::new(tls, limits.header_timeout);
             builder
                 .serve_connection_with_upgrades(TokioIo::new(io), service(client))

@@ -15,7 +15,7 @@ use axum::routing::post;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use kdoctor_store::raft::{MAX_MESSAGE, Replica, Rpc};
-use kdoctor_transport::accept::{accept_loop, handshake, http_builder};
+use kdoctor_transport::accept::{accept_loop, handshake, tls_http_builder};
 use kdoctor_transport::first_bytes::FirstBytes;
 use kdoctor_transport::limits::ServeLimits;
 use tokio::net::TcpListener;
@@ -107,13 +107,7 @@ fn accept(
                 tracing::warn!(%peer, client = ?name, "replication refused: not a controller replica");
                 return;
             }
-            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-            let builder = http_builder(&limits);
-            let builder = if h2 {
-                builder.http2_only()
-            } else {
-                builder.http1_only()
-            };
+            let builder = tls_http_builder(&limits, &tls);
             let io = FirstBytes::new(tls, limits.header_timeout);
             if let Err(e) = builder
                 .serve_connection(TokioIo::new(io), TowerToHyperService::new(router))

@@ -155,6 +155,14 @@ impl Credentials {
     }
 }
 
+/// `a,b,c` as a list; panics with `usage` on anything else (the bench's own flags).
+fn comma_list<T: std::str::FromStr>(value: &str, usage: &str) -> Vec<T> {
+    value
+        .split(',')
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{usage}")))
+        .collect()
+}
+
 fn options() -> Options {
     let mut o = Options {
         tasks: 10_000,
@@ -188,12 +196,7 @@ fn options() -> Options {
             "--oha" => o.oha = PathBuf::from(value),
             "--threads" => o.threads = Some(value.parse().expect("--threads N")),
             "--fixed-rate" => o.fixed_rate = value.parse().expect("--fixed-rate FRACTION"),
-            "--connections" => {
-                o.connections = value
-                    .split(',')
-                    .map(|n| n.parse().expect("--connections N,N,…"))
-                    .collect()
-            }
+            "--connections" => o.connections = comma_list(&value, "--connections N,N,…"),
             "--auth" => o.auths = value.split(',').map(Identity::parse).collect(),
             "--dir" => o.dir = PathBuf::from(value),
             other => panic!("unknown option {other}"),

@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use crate::{Cell, Run, cpu_ns, oha};
+use crate::{Cell, Run, comma_list, cpu_ns, oha};
 
 struct Options {
     oha: PathBuf,
@@ -54,25 +54,12 @@ fn options(args: &[String]) -> Options {
             "--configmap" => o.configmap = value,
             "--apiserver-pid" => o.apiserver = value.parse().expect("--apiserver-pid PID"),
             "--controller-pids" => {
-                o.controllers = value
-                    .split(',')
-                    .map(|p| p.parse().expect("--controller-pids PID,PID,…"))
-                    .collect()
+                o.controllers = comma_list(&value, "--controller-pids PID,PID,…")
             }
-            "--etcd-pids" => {
-                o.etcd = value
-                    .split(',')
-                    .map(|p| p.parse().expect("--etcd-pids PID,PID,…"))
-                    .collect()
-            }
+            "--etcd-pids" => o.etcd = comma_list(&value, "--etcd-pids PID,PID,…"),
             "--seconds" => o.seconds = value.parse().expect("--seconds S"),
             "--repeat" => o.repeat = value.parse::<usize>().expect("--repeat N").max(1),
-            "--connections" => {
-                o.connections = value
-                    .split(',')
-                    .map(|n| n.parse().expect("--connections N,N,…"))
-                    .collect()
-            }
+            "--connections" => o.connections = comma_list(&value, "--connections N,N,…"),
             other => panic!("through-kube: unknown option {other}"),
         }
     }
