@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kdoctor_api::report::{Report, TargetOutcome, TaskResult, TotalRunningLoad};
+use kdoctor_api::report::{
+    AppHttpHealthyTaskDetail, Report, TargetOutcome, TaskResult, TotalRunningLoad,
+};
 use kdoctor_api::task::NetSuccessCondition;
 use kdoctor_transport::tls::{Identity, ServerTrust, TlsError, client_config, read_roots};
 
@@ -16,8 +18,8 @@ use crate::probe::dns::{DnsProber, DnsRequestSpec, DnsSetupError};
 use crate::probe::http::{HttpProber, HttpRequestSpec, HttpSetupError, client_alpn};
 use crate::probe::{Measurement, Plan, Progress, run};
 use crate::report::{
-    APP_HTTP_HEALTHY_TARGET_NAME, RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY, TARGET_TYPE_NETDNS,
-    app_http_detail, dns_detail, round_report, task_result,
+    APP_HTTP_HEALTHY_TARGET_NAME, KindResult, RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY,
+    TARGET_TYPE_NETDNS, dns_detail, http_detail, round_report, task_result,
 };
 use crate::resource::Sampler;
 
@@ -121,21 +123,19 @@ fn context(
     }
 }
 
-/// The one-target report of a probe and its verdict; `place` puts the task result where its
-/// kind goes in the report.
+/// The one-target report of a probe and its verdict; `kind` says which of the report's task
+/// results it is.
 fn outcome<D: TargetOutcome>(
     context: &RoundContext,
     target_type: &str,
     detail: D,
     measurement: Measurement,
-    place: fn(&mut Report, TaskResult<D>),
+    kind: fn(TaskResult<D>) -> KindResult,
 ) -> Outcome {
     let result = task_result(target_type, vec![detail], context);
     let succeed = result.round_succeed;
-    let mut report = round_report(context, succeed, result.failure_reason.clone());
-    place(&mut report, result);
     Outcome {
-        report,
+        report: round_report(context, None, kind(result)),
         measurement,
         succeed,
     }
@@ -161,7 +161,7 @@ pub async fn probe_http(
     let sampler = Sampler::start(Duration::from_secs(1));
     let measurement = run(Arc::new(prober), plan, progress, metrics).await;
     let usage = sampler.finish().await;
-    let detail = app_http_detail(
+    let detail: AppHttpHealthyTaskDetail = http_detail(
         APP_HTTP_HEALTHY_TARGET_NAME,
         &url,
         &method,
@@ -181,7 +181,7 @@ pub async fn probe_http(
         TARGET_TYPE_APP_HTTP_HEALTHY,
         detail,
         measurement,
-        |report, result| report.task_app_http_healthy = Some(result),
+        KindResult::AppHttpHealthy,
     ))
 }
 
@@ -230,6 +230,6 @@ pub async fn probe_dns(
         TARGET_TYPE_NETDNS,
         detail,
         measurement,
-        |report, result| report.task_net_dns = Some(result),
+        KindResult::Netdns,
     ))
 }

@@ -24,7 +24,7 @@ use prometheus::proto::MetricFamily;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry};
 
 use crate::probe::outcome::{Attempt, ErrorClass};
-use crate::report::APP_HTTP_HEALTHY_TARGET_NAME;
+use crate::report::names::APP_HTTP_HEALTHY_TARGET_NAME;
 
 /// Upper bounds (seconds) of the latency buckets: 1-2.5-5 steps from 100 µs (pod to pod on one
 /// node) to 10 s (a timeout's worth). Classic buckets: the `prometheus` crate has no native
@@ -119,16 +119,6 @@ pub fn target_pod(name: &str) -> Option<&str> {
     let (_, rest) = name.split_once('_')?;
     let (pod, _) = rest.rsplit_once('_')?;
     Some(pod)
-}
-
-/// The IP address of an HTTP URL's host, if it is one.
-pub fn url_ip(url: &str) -> Option<IpAddr> {
-    let uri = crate::probe::http::parse_url(url).ok()?;
-    uri.host()?
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse()
-        .ok()
 }
 
 /// The metric label name of a task label key: `label_` and the key with every character
@@ -644,10 +634,9 @@ mod tests {
             assert_eq!(ip_family(name, None), family, "{name}");
         }
         assert_eq!(
-            ip_family("HttpAppHealthy target", url_ip("https://[::1]:8443/x")),
+            ip_family("HttpAppHealthy target", "::1".parse().ok()),
             "ipv6"
         );
-        assert_eq!(url_ip("http://app.example/"), None);
         assert_eq!(
             target_pod("AgentPodV6IP_kdoctor-agent-x1_fd00::1"),
             Some("kdoctor-agent-x1")

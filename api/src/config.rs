@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::validation::{ErrorList, FieldError, FieldPath};
+use crate::validation::field::{ErrorList, FieldError, FieldPath};
 
 /// Settings shared by the controller and the agents.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -6,7 +6,7 @@
 //! `inputs` Role).
 
 use crate::task::Task;
-use crate::validation::{ErrorList, FieldError, FieldPath};
+use crate::validation::field::{ErrorList, FieldError, FieldPath};
 
 /// What kind of object a task input is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -195,6 +195,11 @@ impl HttpProber {
         })
     }
 
+    /// The target's IP address when its URL names one (not a host name).
+    pub fn ip(&self) -> Option<IpAddr> {
+        self.ip
+    }
+
     /// Limits kept-alive HTTP/1.1 connections to `max` (at least 1).
     pub fn with_max_connections(mut self, max: usize) -> HttpProber {
         self.connection_slots = Arc::new(Semaphore::new(max.clamp(1, Semaphore::MAX_PERMITS)));
@@ -575,7 +580,13 @@ mod tests {
         s.headers = vec![("X-Test".into(), "1".into())];
         let p = HttpProber::new(s, None).unwrap();
         assert_eq!(p.host, "::1");
-        assert_eq!(p.ip, Some("::1".parse().unwrap()));
+        assert_eq!(p.ip(), Some("::1".parse().unwrap()));
+        assert_eq!(
+            HttpProber::new(spec("http://app.example/"), None)
+                .unwrap()
+                .ip(),
+            None
+        );
         let r = p.request(false);
         assert_eq!(r.uri().to_string(), "/kdoctoragent?task=a");
         assert_eq!(r.headers()[HOST], "[::1]:8080");

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kdoctor_api::report::{Report, TargetOutcome, TaskResult, TotalRunningLoad};
+use kdoctor_api::report::{HttpTargetResult, Report, TargetOutcome, TaskResult, TotalRunningLoad};
 use kdoctor_api::task::{NetSuccessCondition, TaskKind};
 use kdoctor_transport::tls::{ServerTrust, client_config};
 use rustls::ClientConfig;
@@ -15,10 +15,10 @@ use crate::metrics::Metrics;
 use crate::probe::dns::DnsProber;
 use crate::probe::http::{HttpProber, client_alpn};
 use crate::probe::{Measurement, Plan, Progress, run_observed};
-use crate::probe_metrics::{RoundLabels, url_ip};
+use crate::probe_metrics::RoundLabels;
 use crate::report::{
-    RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY, TARGET_TYPE_NETDNS, TARGET_TYPE_NETREACH,
-    app_http_detail, dns_detail, netreach_detail, round_report, task_result,
+    KindResult, RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY, TARGET_TYPE_NETDNS,
+    TARGET_TYPE_NETREACH, dns_detail, http_detail, round_report, task_result,
 };
 use crate::resource::{Sampler, Source};
 
@@ -103,7 +103,7 @@ pub async fn execute_with(
                 match prober {
                     Ok(prober) => {
                         let metrics = metrics.clone();
-                        let series = series(&target.name, url_ip(&target.spec.url));
+                        let series = series(&target.name, prober.ip());
                         set.spawn(async move {
                             let m = run_observed(
                                 Arc::new(prober),
@@ -202,31 +202,23 @@ pub async fn execute_with(
         Done::Dns(t, _) => position(&t.name),
     });
     let expect = plan.expect.as_ref();
-    let mut report = round_report(&context, true, None);
-    let (succeed, reason) = match plan.kind {
+    let result = match plan.kind {
         TaskKind::NetReach => {
             let mut result = result_of(
                 TARGET_TYPE_NETREACH,
-                http_details(&done, expect, netreach_detail),
+                http_details(&done, expect),
                 &context,
                 &failures,
             );
             result.target_number = target_count;
-            let verdict = verdict_of(&result);
-            report.task_net_reach = Some(result);
-            verdict
+            KindResult::NetReach(result)
         }
-        TaskKind::AppHttpHealthy => {
-            let result = result_of(
-                TARGET_TYPE_APP_HTTP_HEALTHY,
-                http_details(&done, expect, app_http_detail),
-                &context,
-                &failures,
-            );
-            let verdict = verdict_of(&result);
-            report.task_app_http_healthy = Some(result);
-            verdict
-        }
+        TaskKind::AppHttpHealthy => KindResult::AppHttpHealthy(result_of(
+            TARGET_TYPE_APP_HTTP_HEALTHY,
+            http_details(&done, expect),
+            &context,
+            &failures,
+        )),
         TaskKind::Netdns => {
             let details = done
                 .iter()
@@ -242,21 +234,10 @@ pub async fn execute_with(
                     Done::Http(..) => None,
                 })
                 .collect();
-            let result = result_of(TARGET_TYPE_NETDNS, details, &context, &failures);
-            let verdict = verdict_of(&result);
-            report.task_net_dns = Some(result);
-            verdict
+            KindResult::Netdns(result_of(TARGET_TYPE_NETDNS, details, &context, &failures))
         }
     };
-    report.task_uid = plan.task_uid.clone();
-    report.round_result = if succeed {
-        crate::report::ROUND_SUCCEED
-    } else {
-        crate::report::ROUND_FAIL
-    }
-    .to_string();
-    report.failed_reason = reason;
-    report
+    round_report(&context, plan.task_uid.clone(), result)
 }
 
 /// The task result of `details` with the round's setup failures and timeouts folded in; the
@@ -275,18 +256,14 @@ fn result_of<D: TargetOutcome>(
     result
 }
 
-/// Makes the report's detail of one HTTP target (name, URL, method, measurement, expect).
-type HttpDetail<D> = fn(&str, &str, &str, &Measurement, Option<&NetSuccessCondition>) -> D;
-
-/// The details of the HTTP targets probed, made by `detail`.
-fn http_details<D>(
+/// The details of the HTTP targets probed, in the shape of the task's kind.
+fn http_details<D: From<HttpTargetResult>>(
     done: &[Done],
     expect: Option<&NetSuccessCondition>,
-    detail: HttpDetail<D>,
 ) -> Vec<D> {
     done.iter()
         .filter_map(|d| match d {
-            Done::Http(t, m) => Some(detail(
+            Done::Http(t, m) => Some(http_detail(
                 &t.name,
                 &t.spec.url,
                 t.spec.method.as_ref(),
@@ -296,9 +273,4 @@ fn http_details<D>(
             Done::Dns(..) => None,
         })
         .collect()
-}
-
-/// What the report says of the round: succeeded, and why not.
-fn verdict_of<D>(result: &TaskResult<D>) -> (bool, Option<String>) {
-    (result.round_succeed, result.failure_reason.clone())
 }

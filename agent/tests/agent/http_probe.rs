@@ -329,11 +329,13 @@ async fn unknown_host_is_a_dns_error() {
 async fn report_of_a_real_run_has_fractional_latencies_and_mergeable_histograms() {
     let _shared = crate::support::shared().await;
     use kdoctor_agent::histogram::decode;
-    use kdoctor_agent::report::{APP_HTTP_HEALTHY_TARGET_NAME, app_http_detail, histogram_names};
+    use kdoctor_agent::report::{APP_HTTP_HEALTHY_TARGET_NAME, histogram_names, http_detail};
+    use kdoctor_api::report::AppHttpHealthyTaskDetail;
     let agent = agent().await;
     let url = format!("http://{}/?delay=3ms", pick(&agent.http, false));
     let m = probe_http(http_spec(&url), None, None, 20.0, SECOND, SECOND).await;
-    let detail = app_http_detail(APP_HTTP_HEALTHY_TARGET_NAME, &url, "GET", &m, None);
+    let detail: AppHttpHealthyTaskDetail =
+        http_detail(APP_HTTP_HEALTHY_TARGET_NAME, &url, "GET", &m, None);
     assert!(detail.request_succeed, "{:?}", detail.failure_reason);
     let json = serde_json::to_value(&detail).unwrap();
     let metrics = &json["requestTargetMetrics"];
@@ -399,7 +401,8 @@ async fn requests_beyond_the_in_flight_cap_are_counted_unsent_and_fail_the_targe
     use kdoctor_agent::metrics::Metrics;
     use kdoctor_agent::probe::http::HttpProber;
     use kdoctor_agent::probe::{Plan, Progress, run};
-    use kdoctor_agent::report::{APP_HTTP_HEALTHY_TARGET_NAME, app_http_detail};
+    use kdoctor_agent::report::{APP_HTTP_HEALTHY_TARGET_NAME, http_detail};
+    use kdoctor_api::report::AppHttpHealthyTaskDetail;
     use std::sync::atomic::Ordering;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -434,7 +437,8 @@ async fn requests_beyond_the_in_flight_cap_are_counted_unsent_and_fail_the_targe
             .get(),
         3
     );
-    let detail = app_http_detail(APP_HTTP_HEALTHY_TARGET_NAME, &url, "GET", &m, None);
+    let detail: AppHttpHealthyTaskDetail =
+        http_detail(APP_HTTP_HEALTHY_TARGET_NAME, &url, "GET", &m, None);
     assert!(
         detail
             .request_target_metrics

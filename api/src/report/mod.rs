@@ -284,6 +284,49 @@ target_outcome!(
     NetDnsTaskDetail
 );
 
+/// What an HTTP target's detail says, the same for NetReach and AppHttpHealthy: the two
+/// kinds differ only in the JSON name of the failure reason, so a prober builds this once and
+/// converts it into its kind's detail.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HttpTargetResult {
+    /// Target name.
+    pub name: String,
+    /// Probed URL.
+    pub url: String,
+    /// HTTP method.
+    pub method: String,
+    /// The target met `expect`.
+    pub request_succeed: bool,
+    /// Mean latency, milliseconds.
+    pub request_mean_delay: f32,
+    /// Share of successful requests.
+    pub request_succeed_rate: f64,
+    /// Why the target failed.
+    pub failure_reason: Option<String>,
+    /// Measurements.
+    pub request_target_metrics: HttpMetrics,
+}
+
+macro_rules! from_http_target_result {
+    ($($detail:ident),*) => {$(
+        impl From<HttpTargetResult> for $detail {
+            fn from(r: HttpTargetResult) -> Self {
+                $detail {
+                    name: r.name,
+                    url: r.url,
+                    method: r.method,
+                    request_succeed: r.request_succeed,
+                    request_mean_delay: r.request_mean_delay,
+                    request_succeed_rate: r.request_succeed_rate,
+                    failure_reason: r.failure_reason,
+                    request_target_metrics: r.request_target_metrics,
+                }
+            }
+        }
+    )*};
+}
+from_http_target_result!(NetReachTaskDetail, AppHttpHealthyTaskDetail);
+
 /// Result for one NetReach target.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -1,6 +1,6 @@
 //! Rules on the blocks every kind has: schedule, request load, expect and agentSpec.
 
-use super::{BadValue, ErrorList, FieldError, FieldPath};
+use super::field::{BadValue, ErrorList, FieldError, FieldPath};
 use crate::schedule::Schedule;
 use crate::task::{AgentKind, AgentSpec, NetSuccessCondition, SchedulePlan};
 

@@ -2,7 +2,7 @@
 
 use super::address::{check_http_url, is_dns_name, is_server_address};
 use super::common::{self, Load, object, round_window_ms};
-use super::{ErrorList, FieldError, FieldPath};
+use super::field::{ErrorList, FieldError, FieldPath};
 use crate::config::Config;
 use crate::task::apphttphealthy::parse_header;
 use crate::task::{

@@ -7,7 +7,7 @@
 
 mod address;
 mod common;
-mod field;
+pub(crate) mod field;
 mod kinds;
 mod names;
 pub mod structure;

@@ -1,6 +1,6 @@
 //! Rules on `metadata.name`.
 
-use super::{ErrorList, FieldError, FieldPath};
+use super::field::{ErrorList, FieldError, FieldPath};
 use crate::naming::{carrier_name_message, is_dns1123_subdomain, is_valid_carrier_task_name};
 use crate::task::Task;
 

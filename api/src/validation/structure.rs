@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{BadValue, ErrorList, FieldError, FieldPath};
+use super::field::{BadValue, ErrorList, FieldError, FieldPath};
 
 /// Fields every object has, checked by the API server itself rather than the CRD schema.
 const ROOT_FIELDS: [&str; 3] = ["apiVersion", "kind", "metadata"];

@@ -1,7 +1,7 @@
 //! The rule on an AppHttpHealthy TLS Secret, which needs the Secret itself: only the keys
 //! `ca.crt`, `tls.crt` and `tls.key` (as upstream), none empty, and a certificate with its key.
 
-use super::{ErrorList, FieldError, FieldPath};
+use super::field::{ErrorList, FieldError, FieldPath};
 
 /// Keys an AppHttpHealthy TLS Secret may hold.
 pub const TLS_SECRET_KEYS: [&str; 3] = ["ca.crt", "tls.crt", "tls.key"];

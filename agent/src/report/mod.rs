@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kdoctor_api::go_duration;
 use kdoctor_api::report::{
-    AppHttpHealthyTaskDetail, DnsMetrics, EncodedHistogram, HttpMetrics, LatencyDistribution,
-    NetDnsTaskDetail, Report, RequestMetrics, SystemResource, TargetOutcome, TaskResult,
-    TotalRunningLoad,
+    AppHttpHealthyTaskDetail, DnsMetrics, EncodedHistogram, HttpMetrics, HttpTargetResult,
+    LatencyDistribution, NetDnsTaskDetail, NetReachTaskDetail, Report, RequestMetrics,
+    SystemResource, TargetOutcome, TaskResult, TotalRunningLoad,
 };
 use kdoctor_api::task::NetSuccessCondition;
 
@@ -17,32 +17,8 @@ use crate::histogram::{Latencies, encode, micros_to_ms};
 use crate::judge::{Counts, Verdict, judge};
 use crate::probe::Measurement;
 
-/// `roundResult` of a round whose targets all met `expect`.
-pub const ROUND_SUCCEED: &str = "succeed";
-/// `roundResult` of a failed round.
-pub const ROUND_FAIL: &str = "fail";
-/// `targetType` of an AppHttpHealthy result (upstream's value).
-pub const TARGET_TYPE_APP_HTTP_HEALTHY: &str = "HttpAppHealthy";
-/// `targetType` of a NetReach result (upstream's value).
-pub const TARGET_TYPE_NETREACH: &str = "NetReach";
-/// `targetType` of a Netdns result (upstream's value).
-pub const TARGET_TYPE_NETDNS: &str = "kdoctor agent";
-/// Name of the AppHttpHealthy target (upstream's value).
-pub const APP_HTTP_HEALTHY_TARGET_NAME: &str = "HttpAppHealthy target";
-
-/// Names of the serialized histograms in `histograms`.
-pub mod histogram_names {
-    /// Every request, from the pacer's wake time to the end (coordinated omission shown).
-    pub const RESPONSE_TIME: &str = "responseTime";
-    /// Successful requests only; the report's `latencies` come from it.
-    pub const SUCCEEDED_RESPONSE_TIME: &str = "succeededResponseTime";
-    /// Every request, from the actual send to the end.
-    pub const SERVICE_TIME: &str = "serviceTime";
-    /// How late the pacer woke for each request.
-    pub const PACER_LATENESS: &str = "pacerLateness";
-    /// Connection set-up (TCP and TLS), for requests that opened a connection.
-    pub const CONNECT_TIME: &str = "connectTime";
-}
+pub mod names;
+pub use names::*;
 
 /// `latencies` from a histogram: percentiles, min and max in fractional milliseconds; `mean`
 /// the exact mean when given (all zero for an empty histogram, never NaN).
@@ -140,17 +116,17 @@ pub fn verdict(m: &Measurement, expect: Option<&NetSuccessCondition>) -> Verdict
     )
 }
 
-/// The detail of an HTTP target, in AppHttpHealthy's shape.
-pub fn app_http_detail(
+/// The detail of an HTTP target, in its kind's shape (NetReach's or AppHttpHealthy's).
+pub fn http_detail<D: From<HttpTargetResult>>(
     name: &str,
     url: &str,
     method: &str,
     m: &Measurement,
     expect: Option<&NetSuccessCondition>,
-) -> AppHttpHealthyTaskDetail {
+) -> D {
     let v = verdict(m, expect);
     let metrics = http_metrics(m);
-    AppHttpHealthyTaskDetail {
+    HttpTargetResult {
         name: name.to_string(),
         url: url.to_string(),
         method: method.to_string(),
@@ -160,27 +136,7 @@ pub fn app_http_detail(
         failure_reason: v.reason,
         request_target_metrics: metrics,
     }
-}
-
-/// The detail of a NetReach target.
-pub fn netreach_detail(
-    name: &str,
-    url: &str,
-    method: &str,
-    m: &Measurement,
-    expect: Option<&NetSuccessCondition>,
-) -> kdoctor_api::report::NetReachTaskDetail {
-    let d = app_http_detail(name, url, method, m, expect);
-    kdoctor_api::report::NetReachTaskDetail {
-        name: d.name,
-        url: d.url,
-        method: d.method,
-        request_succeed: d.request_succeed,
-        request_mean_delay: d.request_mean_delay,
-        request_succeed_rate: d.request_succeed_rate,
-        failure_reason: d.failure_reason,
-        request_target_metrics: d.request_target_metrics,
-    }
+    .into()
 }
 
 /// The detail of a DNS target.
@@ -256,10 +212,39 @@ pub fn task_result<D: TargetOutcome>(
     }
 }
 
-/// An agent report around one task result (exactly one of the three set by the caller).
-pub fn round_report(context: &RoundContext, succeed: bool, reason: Option<String>) -> Report {
+/// A round's task result, of its task's kind.
+#[derive(Clone, Debug)]
+pub enum KindResult {
+    /// NetReach's targets.
+    NetReach(TaskResult<NetReachTaskDetail>),
+    /// AppHttpHealthy's target.
+    AppHttpHealthy(TaskResult<AppHttpHealthyTaskDetail>),
+    /// Netdns's targets.
+    Netdns(TaskResult<NetDnsTaskDetail>),
+}
+
+impl KindResult {
+    /// Whether the round succeeded, and why not (the task result's own verdict).
+    fn verdict(&self) -> (bool, Option<String>) {
+        let (succeed, reason) = match self {
+            KindResult::NetReach(r) => (r.round_succeed, &r.failure_reason),
+            KindResult::AppHttpHealthy(r) => (r.round_succeed, &r.failure_reason),
+            KindResult::Netdns(r) => (r.round_succeed, &r.failure_reason),
+        };
+        (succeed, reason.clone())
+    }
+}
+
+/// The agent report of one round: it succeeded when its task result did, and fails with that
+/// result's reason.
+pub fn round_report(
+    context: &RoundContext,
+    task_uid: Option<String>,
+    result: KindResult,
+) -> Report {
     let span = context.ended.duration_since(context.started);
-    Report {
+    let (succeed, reason) = result.verdict();
+    let mut report = Report {
         round_number: context.round,
         round_result: if succeed { ROUND_SUCCEED } else { ROUND_FAIL }.to_string(),
         node_name: context.node.clone(),
@@ -268,11 +253,17 @@ pub fn round_report(context: &RoundContext, succeed: bool, reason: Option<String
         round_start_time_stamp: time(context.started),
         round_end_time_stamp: time(context.ended),
         round_duration: go_duration::format_signed(span),
-        task_uid: None,
+        task_uid,
         task_net_reach: None,
         task_app_http_healthy: None,
         task_net_dns: None,
+    };
+    match result {
+        KindResult::NetReach(r) => report.task_net_reach = Some(r),
+        KindResult::AppHttpHealthy(r) => report.task_app_http_healthy = Some(r),
+        KindResult::Netdns(r) => report.task_net_dns = Some(r),
     }
+    report
 }
 
 #[cfg(test)]
@@ -370,7 +361,8 @@ mod tests {
             2
         );
         assert!(!h.contains_key(histogram_names::CONNECT_TIME));
-        let d = app_http_detail(APP_HTTP_HEALTHY_TARGET_NAME, "http://x", "GET", &m, None);
+        let d: AppHttpHealthyTaskDetail =
+            http_detail(APP_HTTP_HEALTHY_TARGET_NAME, "http://x", "GET", &m, None);
         assert!(!d.request_succeed);
         assert_eq!(d.request_mean_delay, 2.0);
         assert_eq!(
@@ -415,8 +407,20 @@ mod tests {
         assert!(!t.round_succeed);
         assert_eq!(t.failure_reason.as_deref(), Some("test c: y"));
         assert_eq!(t.target_number, 3);
-        let r = round_report(&context, false, t.failure_reason.clone());
+        // The report's verdict is its task result's, whatever the kind of its details.
+        let result = TaskResult::<NetDnsTaskDetail> {
+            target_type: t.target_type,
+            target_number: t.target_number,
+            failure_reason: t.failure_reason,
+            round_succeed: t.round_succeed,
+            system_resource: t.system_resource,
+            running_load_total: t.running_load_total,
+            round_task_detail: Vec::new(),
+        };
+        let r = round_report(&context, None, KindResult::Netdns(result));
         assert_eq!(r.round_duration, "3s");
         assert_eq!(r.round_result, ROUND_FAIL);
+        assert_eq!(r.failed_reason.as_deref(), Some("test c: y"));
+        assert!(r.task_net_dns.is_some() && r.task_net_reach.is_none());
     }
 }
