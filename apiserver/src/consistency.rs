@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use kdoctor_store::Store;
 
-use crate::query::Query;
+use crate::kube::query::Query;
+use crate::kube::status::ApiError;
 use crate::state::AppState;
-use crate::status::ApiError;
 
 /// How long a read waits for a resourceVersion this replica has not applied yet.
 pub const VERSION_WAIT: Duration = Duration::from_secs(3);

@@ -9,7 +9,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha512};
 
-use crate::{AppState, GROUP, PLURAL, SHORT_NAME, SINGULAR, VERSION};
+use crate::kube::discovery::{api_group, hex_upper};
+use crate::kube::group::{GROUP, PLURAL, SHORT_NAME, SINGULAR, VERSION};
+use crate::kube::response::json;
+use crate::state::AppState;
 use kdoctor_api::report::KIND;
 
 /// Verbs served on `kdoctorreports`.
@@ -18,13 +21,6 @@ pub const VERBS: [&str; 4] = ["delete", "get", "list", "watch"];
 const AGGREGATED_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 const AGGREGATED_V2BETA1: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
-
-/// A JSON answer of `value`.
-pub(crate) fn json(value: &Value) -> Response {
-    crate::resource::json_response(axum::body::Body::from(
-        serde_json::to_vec(value).unwrap_or_default(),
-    ))
-}
 
 /// `/version`: a Kubernetes-like version, so that kubectl's dispatcher picks a current client.
 pub async fn version() -> Response {
@@ -44,18 +40,6 @@ pub async fn version() -> Response {
 /// `/api`: no legacy core group here.
 pub async fn api() -> Response {
     json(&json!({"kind": "APIVersions", "versions": [], "serverAddressByClientCIDRs": []}))
-}
-
-/// The `APIGroup` of `group`, serving only `version`.
-pub(crate) fn api_group(group: &str, version: &str) -> Value {
-    let group_version = json!({"groupVersion": format!("{group}/{version}"), "version": version});
-    json!({
-        "kind": "APIGroup",
-        "apiVersion": "v1",
-        "name": group,
-        "versions": [group_version.clone()],
-        "preferredVersion": group_version,
-    })
 }
 
 /// `/apis/system.kdoctor.io`.
@@ -176,9 +160,4 @@ pub async fn apis(State(state): State<AppState>, headers: HeaderMap) -> Response
     h.insert(header::VARY, HeaderValue::from_static("Accept"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
     response
-}
-
-/// Upper-case hex, as the Go server writes its discovery and OpenAPI hashes.
-pub fn hex_upper(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02X}")).collect()
 }

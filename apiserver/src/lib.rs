@@ -9,19 +9,17 @@ pub mod conn_threads;
 pub mod consistency;
 pub mod discovery;
 pub mod health;
+pub mod kube;
 pub mod metrics;
-pub mod negotiate;
 pub mod openapi;
 pub mod ops;
 pub mod parse_errors;
 pub mod pipeline;
 pub mod pki;
-pub mod query;
 pub mod resource;
 pub mod serve;
 pub mod server;
 pub mod state;
-pub mod status;
 pub mod tasks;
 pub mod tls;
 
@@ -34,18 +32,9 @@ use tower_http::compression::predicate::{DefaultPredicate, Predicate};
 
 pub use state::AppState;
 
-/// API group served.
-pub const GROUP: &str = kdoctor_api::report::GROUP;
-/// API version served.
-pub const VERSION: &str = kdoctor_api::report::VERSION;
-/// Resource plural.
-pub const PLURAL: &str = kdoctor_api::report::PLURAL;
-/// Resource singular.
-pub const SINGULAR: &str = kdoctor_api::report::SINGULAR;
-/// Short name.
-pub const SHORT_NAME: &str = "kdr";
-/// `<plural>.<group>`, as Kubernetes names a resource in messages.
-pub const GROUP_RESOURCE: &str = "kdoctorreports.system.kdoctor.io";
+use kube::response::Unbuffered;
+
+pub use kube::group::{GROUP, GROUP_RESOURCE, PLURAL, SHORT_NAME, SINGULAR, VERSION};
 
 /// The HTTP routes, with authentication, metrics and gzip.
 pub fn router(state: AppState) -> Router {
@@ -89,21 +78,26 @@ pub fn router(state: AppState) -> Router {
             get(openapi::v3_group_version),
         )
         .route("/openapi/v2", get(openapi::v2))
-        .route("/metrics", get(metrics::render))
-        .merge(health::routes())
+        .route(
+            "/metrics",
+            get(|State(s): State<AppState>| async move { metrics::render(&s.metrics) }),
+        )
+        .merge(health::routes::routes())
         .route(
             "/{endpoint}/{check}",
             get(
                 |State(s): State<AppState>, Path((e, c)): Path<(String, String)>| async move {
                     if health::ENDPOINTS.contains(&e.as_str()) {
-                        health::check(&s, &e, &c)
+                        health::routes::check(&s, &e, &c)
                     } else {
-                        axum::response::IntoResponse::into_response(status::ApiError::no_route())
+                        axum::response::IntoResponse::into_response(
+                            kube::status::ApiError::no_route(),
+                        )
                     }
                 },
             ),
         )
-        .fallback(|| async { status::ApiError::no_route() })
+        .fallback(|| async { kube::status::ApiError::no_route() })
         .with_state(state.clone());
     // The middleware (compression, then crate::pipeline's steps) wraps the router once.
     // `Router::layer` would wrap every route instead, and each layer clones the boxed routes
@@ -118,11 +112,6 @@ pub fn router(state: AppState) -> Router {
         .service(routes);
     Router::new().fallback_service(layered)
 }
-
-/// Marks a response that must reach the client event by event (a watch): compressing it would
-/// hold events back in the encoder's buffer.
-#[derive(Clone, Copy, Debug)]
-pub struct Unbuffered;
 
 /// Compression predicate: everything but watches.
 #[derive(Clone, Copy, Debug)]

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use prometheus::{
@@ -11,7 +11,6 @@ use prometheus::{
 };
 
 use crate::auth::user::User;
-use crate::state::AppState;
 
 /// Request metrics, registered in one registry with everything else the process exports.
 pub struct ApiMetrics {
@@ -122,7 +121,9 @@ impl RequestInfo {
             });
         let verb = match (method.as_str(), name.is_some()) {
             ("GET" | "HEAD", true) => "get",
-            ("GET" | "HEAD", false) if crate::query::Query::parse(query).watching() => "watch",
+            ("GET" | "HEAD", false) if crate::kube::query::Query::parse(query).watching() => {
+                "watch"
+            }
             ("GET" | "HEAD", false) => "list",
             ("POST", _) => "create",
             ("PUT", _) => "update",
@@ -167,11 +168,11 @@ impl RequestInfo {
 fn resource_rest(path: &str) -> Option<&str> {
     let rest = path
         .strip_prefix("/apis/")?
-        .strip_prefix(crate::GROUP)?
+        .strip_prefix(crate::kube::group::GROUP)?
         .strip_prefix('/')?
-        .strip_prefix(crate::VERSION)?
+        .strip_prefix(crate::kube::group::VERSION)?
         .strip_prefix('/')?
-        .strip_prefix(crate::PLURAL)?;
+        .strip_prefix(crate::kube::group::PLURAL)?;
     (rest.is_empty() || rest.starts_with('/')).then_some(rest)
 }
 
@@ -194,7 +195,7 @@ fn method_verb(method: &Method) -> &'static str {
 }
 
 /// Counts, times and logs every request.
-pub async fn track<F, Fut>(state: &AppState, mut request: Request, next: F) -> Response
+pub async fn track<F, Fut>(metrics: &ApiMetrics, mut request: Request, next: F) -> Response
 where
     F: FnOnce(Request) -> Fut,
     Fut: Future<Output = Response>,
@@ -212,18 +213,20 @@ where
     let code = response.status();
     let code = code.as_str();
     let (group, version, resource) = if info.is_resource {
-        (crate::GROUP, crate::VERSION, crate::PLURAL)
+        (
+            crate::kube::group::GROUP,
+            crate::kube::group::VERSION,
+            crate::kube::group::PLURAL,
+        )
     } else {
         ("", "", "")
     };
     let verb = info.verb_label();
-    state
-        .metrics
+    metrics
         .requests
         .with_label_values(&[verb, group, version, resource, code])
         .inc();
-    state
-        .metrics
+    metrics
         .durations
         .with_label_values(&[verb, group, version, resource])
         .observe(elapsed.as_secs_f64());
@@ -245,8 +248,8 @@ where
 }
 
 /// `/metrics` in the Prometheus text format.
-pub async fn render(State(state): State<AppState>) -> Response {
-    let mut families = state.metrics.registry.gather();
+pub fn render(metrics: &ApiMetrics) -> Response {
+    let mut families = metrics.registry.gather();
     families.extend(prometheus::gather());
     let mut body = Vec::new();
     if TextEncoder::new().encode(&families, &mut body).is_err() {

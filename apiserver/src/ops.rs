@@ -16,15 +16,18 @@ use crate::{health, metrics};
 /// The operations routes over the server's state.
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/metrics", get(metrics::render))
-        .merge(health::routes())
+        .route(
+            "/metrics",
+            get(|State(s): State<AppState>| async move { metrics::render(&s.metrics) }),
+        )
+        .merge(health::routes::routes())
         .route(
             "/healthy/liveness",
-            get(|State(s): State<AppState>| async move { health::endpoint(&s, "livez", None) }),
+            get(|State(s): State<AppState>| async move { health::routes::endpoint(&s, "livez", None) }),
         )
         .route(
             "/healthy/readiness",
-            get(|State(s): State<AppState>| async move { health::endpoint(&s, "readyz", None) }),
+            get(|State(s): State<AppState>| async move { health::routes::endpoint(&s, "readyz", None) }),
         )
         .with_state(state)
 }

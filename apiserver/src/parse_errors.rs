@@ -11,8 +11,8 @@ use std::task::{Context, Poll, ready};
 use axum::http::StatusCode;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::serve::{MAX_HEADER_BYTES, MAX_HEADERS};
-use crate::status::ApiError;
+use crate::kube::status::ApiError;
+use kdoctor_transport::limits::{MAX_HEADER_BYTES, MAX_HEADERS};
 
 /// An IO that turns hyper's bodiless parse-error answers into Status objects.
 pub struct StatusForParseErrors<I> {

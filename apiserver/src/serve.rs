@@ -22,11 +22,9 @@ use kdoctor_transport::runtime_threads::RuntimeThreads;
 use crate::auth::PeerCertificates;
 use crate::parse_errors::StatusForParseErrors;
 
-pub use kdoctor_transport::limits::{MAX_HEADER_BYTES, ServeLimits, default_max_connections};
-
-/// Header fields in one HTTP/1.1 request: hyper's default, which the server keeps (Go counts
-/// only bytes).
-pub const MAX_HEADERS: usize = 100;
+pub use kdoctor_transport::limits::{
+    MAX_HEADER_BYTES, MAX_HEADERS, ServeLimits, default_max_connections,
+};
 
 /// A failed accept (out of descriptors, mostly) is retried after this, not in a tight loop.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);

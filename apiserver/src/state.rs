@@ -6,9 +6,9 @@ use kdoctor_store::{Store, Writes};
 
 use crate::auth::Auth;
 use crate::health::Health;
+use crate::kube::status::ApiError;
 use crate::metrics::ApiMetrics;
 use crate::resource::cache::ObjectCache;
-use crate::status::ApiError;
 
 /// Shared state of the server: one reference-counted pointer, since axum clones the state of
 /// every handler and middleware for every request (its fields behind [`Shared`]).
@@ -39,7 +39,7 @@ pub struct Shared {
     /// Serialized report objects for repeated GETs.
     pub objects: Arc<ObjectCache>,
     /// Task objects served read-only under `kdoctor.io` (local mode only; `None`: not served).
-    pub tasks: Option<crate::tasks::TaskObjects>,
+    pub tasks: Option<crate::tasks::objects::TaskObjects>,
     /// Where writes go, once the store is replicated (a process that owns its store writes
     /// to it directly).
     writes: Arc<OnceLock<Writes>>,
@@ -82,7 +82,7 @@ impl AppState {
     }
 
     /// The same state, showing `tasks` (local mode) or not.
-    pub fn with_tasks(self, tasks: Option<crate::tasks::TaskObjects>) -> AppState {
+    pub fn with_tasks(self, tasks: Option<crate::tasks::objects::TaskObjects>) -> AppState {
         let mut shared = (*self.0).clone();
         shared.tasks = tasks;
         AppState(Arc::new(shared))

@@ -48,3 +48,7 @@ pub fn default_max_connections() -> usize {
 /// Request headers a client may send, as kube-apiserver (Go's `http.DefaultMaxHeaderBytes`):
 /// long label and field selectors fit, over HTTP/2 too (hyper's own default there is 16 KiB).
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
+
+/// Header fields in one HTTP/1.1 request: hyper's default, which the server keeps (Go counts
+/// only bytes).
+pub const MAX_HEADERS: usize = 100;

@@ -18,7 +18,7 @@ use super::Auth;
 use super::config::{AuthnConfig, NAME, NAMESPACE};
 use super::review::{Attributes, Decision, Reviews};
 use super::user::User;
-use crate::{GROUP, PLURAL, VERSION};
+use crate::kube::group::{GROUP, PLURAL, VERSION};
 
 /// Reviews through a Kubernetes client.
 pub struct KubeReviews {

@@ -21,10 +21,9 @@ use self::config::AuthnConfig;
 use self::review::{Attributes, Decision, Reviews, TtlCache};
 use self::user::User;
 use self::x509::subject;
-use crate::metrics::RequestInfo;
-use crate::state::AppState;
-use crate::status::ApiError;
-use crate::{GROUP, GROUP_RESOURCE, PLURAL};
+use crate::kube::group::{GROUP, GROUP_RESOURCE, PLURAL};
+use crate::kube::status::ApiError;
+use crate::metrics::{ApiMetrics, RequestInfo};
 
 pub use self::x509::PeerCertificates;
 
@@ -91,7 +90,7 @@ impl Auth {
     /// Who sent the request, or `None` (anonymous).
     async fn authenticate(
         &self,
-        state: &AppState,
+        metrics: &ApiMetrics,
         request: &mut Request,
     ) -> Result<Option<User>, ApiError> {
         let config = self.config();
@@ -119,8 +118,7 @@ impl Auth {
                         .map(|(cn, _)| cn)
                         .unwrap_or_default();
                     tracing::warn!(reason = reason.as_str(), cn = %cn, detail = %detail, "front-proxy certificate rejected");
-                    state
-                        .metrics
+                    metrics
                         .rejected_front_proxy
                         .with_label_values(&[reason.as_str()])
                         .inc();
@@ -230,7 +228,12 @@ fn forbidden(user: &User, info: &RequestInfo, reason: &str) -> ApiError {
 }
 
 /// Authenticates and authorizes every request but the health paths.
-pub async fn guard<F, Fut>(state: &AppState, mut request: Request, next: F) -> Response
+pub async fn guard<F, Fut>(
+    auth: &Auth,
+    metrics: &ApiMetrics,
+    mut request: Request,
+    next: F,
+) -> Response
 where
     F: FnOnce(Request) -> Fut,
     Fut: Future<Output = Response>,
@@ -238,8 +241,7 @@ where
     if ALWAYS_ALLOWED.contains(&request.uri().path()) {
         return next(request).await;
     }
-    let auth = state.auth.clone();
-    let user = match auth.authenticate(state, &mut request).await {
+    let user = match auth.authenticate(metrics, &mut request).await {
         Ok(Some(user)) => user,
         Ok(None) => return ApiError::unauthorized().into_response(),
         Err(e) => return e.into_response(),

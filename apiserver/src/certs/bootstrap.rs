@@ -110,8 +110,8 @@ pub fn apiservice_object(ca: &Ca, name: &str, namespace: &str, service: &str) ->
         "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
         "metadata": {"name": name, "labels": labels("apiserver")},
         "spec": {
-            "group": crate::GROUP,
-            "version": crate::VERSION,
+            "group": crate::kube::group::GROUP,
+            "version": crate::kube::group::VERSION,
             "groupPriorityMinimum": 1000,
             "versionPriority": 100,
             "service": {"namespace": namespace, "name": service, "port": 443},

@@ -2,6 +2,7 @@
 //! GVK extension, so that `kubectl explain kdoctorreport.status` works), and a v2 JSON document
 //! for aggregators that only read v2. Built once from the Rust types' schemas.
 
+pub mod doc;
 pub mod v3;
 
 use std::sync::OnceLock;
@@ -12,30 +13,11 @@ use axum::response::{IntoResponse, Response};
 use kdoctor_api::report::{KIND, KdoctorReport, LIST_KIND};
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha512};
 
-use crate::discovery::hex_upper;
-use crate::query::Query;
+use crate::kube::group::{GROUP, PLURAL, VERSION};
+use crate::kube::status::ApiError;
 use crate::state::AppState;
-use crate::status::ApiError;
-use crate::{GROUP, PLURAL, VERSION};
-
-/// One served document, serialized, with its hash (the v3 URL's `hash`, the v2 ETag).
-pub struct Doc {
-    body: Vec<u8>,
-    hash: String,
-}
-
-impl Doc {
-    /// Serializes `document` once.
-    pub fn new(document: &Value) -> Doc {
-        let body = serde_json::to_vec(document).unwrap_or_default();
-        Doc {
-            hash: hex_upper(&Sha512::digest(&body)),
-            body,
-        }
-    }
-}
+use doc::{Doc, accepts_json, json_body, serve_v3};
 
 /// The documents of the report group, and the v2 document with and without the task kinds.
 struct Docs {
@@ -201,22 +183,6 @@ fn path_v3() -> String {
     format!("/openapi/v3/apis/{GROUP}/{VERSION}")
 }
 
-fn accepts_json(headers: &HeaderMap) -> bool {
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    accept.trim().is_empty()
-        || accept.split(',').any(|e| {
-            let media = e.split(';').next().unwrap_or("").trim();
-            matches!(media, "application/json" | "*/*" | "application/*")
-        })
-}
-
-fn json_body(body: Vec<u8>) -> Response {
-    crate::resource::json_response(axum::body::Body::from(body))
-}
-
 /// `GET /openapi/v3`: the index (with the task kinds' group where the server shows tasks).
 pub async fn v3_index(State(state): State<AppState>) -> Response {
     let mut paths = serde_json::Map::new();
@@ -240,52 +206,6 @@ pub async fn v3_group_version(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     serve_v3(&path_v3(), &docs().v3, raw.as_deref(), &headers)
-}
-
-/// One group-version's v3 document: immutable under its hash URL, moved when the hash is stale.
-pub fn serve_v3(
-    path: &str,
-    doc: &Doc,
-    raw: Option<&str>,
-    headers: &HeaderMap,
-) -> Result<Response, ApiError> {
-    if !accepts_json(headers) {
-        return Err(ApiError::not_acceptable(
-            "the OpenAPI document is served as application/json only",
-        ));
-    }
-    let query = Query::parse(raw);
-    let mut response = match query.get("hash") {
-        Some(hash) if hash != doc.hash => {
-            let mut r = StatusCode::MOVED_PERMANENTLY.into_response();
-            if let Ok(location) = HeaderValue::from_str(&format!("{path}?hash={}", doc.hash)) {
-                r.headers_mut().insert(header::LOCATION, location);
-            }
-            return Ok(r);
-        }
-        Some(_) => {
-            let mut r = json_body(doc.body.clone());
-            let h = r.headers_mut();
-            h.insert(
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("public, immutable"),
-            );
-            let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24 * 365);
-            if let Ok(value) =
-                HeaderValue::from_str(&expires.strftime("%a, %d %b %Y %H:%M:%S GMT").to_string())
-            {
-                h.insert(header::EXPIRES, value);
-            }
-            r
-        }
-        None => json_body(doc.body.clone()),
-    };
-    let h = response.headers_mut();
-    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", doc.hash)) {
-        h.insert(header::ETAG, etag);
-    }
-    h.insert(header::VARY, HeaderValue::from_static("Accept"));
-    Ok(response)
 }
 
 /// `GET /openapi/v2` (JSON only; protobuf is refused with 406).

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::names::Target;
 use super::object::{rfc3339, shown_round};
-use crate::status::ApiError;
+use crate::kube::status::ApiError;
 
 /// The view's object.
 #[derive(Serialize)]

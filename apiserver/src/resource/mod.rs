@@ -4,8 +4,6 @@ pub mod cache;
 pub mod matrix;
 pub mod names;
 pub mod object;
-pub mod selectors;
-pub mod sink;
 pub mod table;
 pub mod watch;
 
@@ -23,12 +21,14 @@ use serde_json::json;
 
 use self::cache::{ObjectCache, ObjectKey};
 use self::names::{Target, listed, resolve};
-use self::selectors::{FieldSelector, LabelSelector};
-use self::table::Include;
-use crate::negotiate::{ObjectView, Wanted, accepts_gzip, negotiate, negotiate_object};
-use crate::query::Query;
+use crate::kube::negotiate::{ObjectView, Wanted, accepts_gzip, negotiate, negotiate_object};
+use crate::kube::query::Query;
+use crate::kube::response::json_response;
+use crate::kube::selectors::{FieldSelector, LabelSelector};
+use crate::kube::sink;
+use crate::kube::status::ApiError;
+use crate::kube::table::Include;
 use crate::state::AppState;
-use crate::status::ApiError;
 
 /// The selectors of a list or watch.
 pub struct Filter {
@@ -65,16 +65,6 @@ impl Filter {
 struct ContinueToken {
     rv: u64,
     after: String,
-}
-
-/// An `application/json` answer of `body`.
-pub(crate) fn json_response(body: Body) -> Response {
-    let mut response = Response::new(body);
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
 }
 
 /// `GET …/kdoctorreports`: list, or watch with `watch=true`.

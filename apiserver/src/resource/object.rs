@@ -11,8 +11,8 @@ use kdoctor_store::{NodeCounts, RoundResult, Store, TaskSummary};
 use serde_json::{Value, json};
 
 use super::names::Target;
-use super::sink::Sink;
-use crate::status::ApiError;
+use crate::kube::sink::Sink;
+use crate::kube::status::ApiError;
 
 /// Annotation holding the task's UID.
 pub const ANNOTATION_TASK_UID: &str = "kdoctor.io/task-uid";

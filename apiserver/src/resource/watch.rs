@@ -16,13 +16,15 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use super::names::{Target, listed, object_name, resolve};
-use super::sink::{Sink, body_from};
-use super::table::{self, Include};
+use super::table;
 use super::{Filter, object};
-use crate::negotiate::Wanted;
-use crate::query::Query;
+use crate::kube::negotiate::Wanted;
+use crate::kube::query::Query;
+use crate::kube::sink::Sink;
+use crate::kube::status::ApiError;
+use crate::kube::table::Include;
+use crate::kube::watch::{default_timeout, expired, watch_response};
 use crate::state::AppState;
-use crate::status::ApiError;
 
 /// Idle time after which a watcher that allows bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
@@ -220,23 +222,6 @@ fn bookmark(rv: u64, initial_events_end: bool) -> Vec<u8> {
     bytes
 }
 
-pub(crate) fn expired(message: String) -> Vec<u8> {
-    let status = ApiError::expired(message).to_status();
-    let mut bytes =
-        serde_json::to_vec(&json!({"type": "ERROR", "object": status})).unwrap_or_default();
-    bytes.push(b'\n');
-    bytes
-}
-
-/// A watch timeout between 30 and 60 minutes, as the Go server picks when none is asked.
-pub(crate) fn default_timeout() -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    Duration::from_secs(1800 + u64::from(nanos) % 1800)
-}
-
 /// Runs `f` on the watcher on a blocking thread (it reads the store) and hands it back.
 async fn blocking<T: Send + 'static>(
     watcher: Watcher,
@@ -319,14 +304,6 @@ pub async fn watch(
         metrics.watches.dec();
     });
     Ok(watch_response(rx))
-}
-
-/// The answer of a watch: its events as `rx` yields them, never compressed (which would hold
-/// events back in the encoder's buffer).
-pub(crate) fn watch_response(rx: mpsc::Receiver<Result<Bytes, std::io::Error>>) -> Response {
-    let mut response = crate::resource::json_response(body_from(rx));
-    response.extensions_mut().insert(crate::Unbuffered);
-    response
 }
 
 /// Ends a watch whose start failed: logged, and told to the client as an ERROR event.

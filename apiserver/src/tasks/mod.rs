@@ -23,12 +23,14 @@ use serde_json::{Value, json};
 pub use self::objects::{Admit, Change, ChangeType, TaskObjects};
 pub use self::table::table;
 
-use crate::negotiate::{Wanted, negotiate};
-use crate::query::Query;
-use crate::resource::selectors::{FieldSelector, LabelSelector};
-use crate::resource::table::Include;
+use crate::kube::discovery::api_group;
+use crate::kube::negotiate::{Wanted, negotiate};
+use crate::kube::query::Query;
+use crate::kube::response::{json, json_with_status};
+use crate::kube::selectors::{FieldSelector, LabelSelector};
+use crate::kube::status::ApiError;
+use crate::kube::table::Include;
 use crate::state::AppState;
-use crate::status::ApiError;
 
 /// Verbs served on the task resources.
 pub const VERBS: [&str; 7] = [
@@ -76,13 +78,6 @@ pub fn aggregated_group() -> Value {
     })
 }
 
-/// A JSON answer.
-pub fn json_response(code: StatusCode, value: &Value) -> Response {
-    let mut response = crate::discovery::json(value);
-    *response.status_mut() = code;
-    response
-}
-
 /// The routes of the task resources and their discovery (the server adds them when it has
 /// task objects to show).
 pub fn routes() -> Router<AppState> {
@@ -90,11 +85,11 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route(
             &format!("/apis/{GROUP}"),
-            get(|| async { crate::discovery::json(&crate::discovery::api_group(GROUP, VERSION)) }),
+            get(|| async { json(&api_group(GROUP, VERSION)) }),
         )
         .route(
             &base,
-            get(|| async { json_response(StatusCode::OK, &resource_list()) }),
+            get(|| async { json_with_status(StatusCode::OK, &resource_list()) }),
         )
         .route(&format!("{base}/{{plural}}"), get(list).post(write::create))
         .route(
@@ -208,11 +203,11 @@ async fn list(
         .filter(|i| selection.matches(i))
         .collect();
     Ok(match wanted {
-        Wanted::Table => json_response(
+        Wanted::Table => json_with_status(
             StatusCode::OK,
             &table(&items, version, include, true, jiff::Timestamp::now()),
         ),
-        Wanted::Json => json_response(
+        Wanted::Json => json_with_status(
             StatusCode::OK,
             &json!({
                 "apiVersion": API_VERSION,
@@ -242,11 +237,11 @@ async fn get_one(
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     Ok(match negotiate(&headers)? {
-        Wanted::Table => json_response(
+        Wanted::Table => json_with_status(
             StatusCode::OK,
             &table(&[&object], version, include, true, jiff::Timestamp::now()),
         ),
-        Wanted::Json => json_response(StatusCode::OK, &object),
+        Wanted::Json => json_with_status(StatusCode::OK, &object),
     })
 }
 

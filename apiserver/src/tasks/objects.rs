@@ -12,7 +12,7 @@ use kdoctor_api::validation::{ErrorKind, ErrorList};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use crate::status::{ApiError, Cause, Details};
+use crate::kube::status::{ApiError, Cause, Details};
 
 /// Decides whether a task object may be stored: `Ok`, or every problem with its field path.
 pub type Admit = Arc<dyn Fn(&Value) -> Result<(), ErrorList> + Send + Sync>;

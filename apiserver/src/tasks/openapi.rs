@@ -10,8 +10,9 @@ use axum::response::Response;
 use kdoctor_api::task::{GROUP, TaskKind, VERSION};
 use serde_json::{Map, Value, json};
 
-use crate::openapi::{Doc, serve_v3, v3};
-use crate::status::ApiError;
+use crate::kube::status::ApiError;
+use crate::openapi::doc::{Doc, serve_v3};
+use crate::openapi::v3;
 
 /// The schema name of a kind (`io.kdoctor.v1beta1.NetReach`), as the Go server names a CRD's.
 fn schema_name(kind: &str) -> String {

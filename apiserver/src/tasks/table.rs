@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::resource::table::{Include, human_duration};
+use crate::kube::table::{Include, human_duration};
 
 /// The CRDs' printer columns (api/src/crd.rs), so that the local server prints tasks as a
 /// cluster does.

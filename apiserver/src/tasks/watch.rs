@@ -12,11 +12,11 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::objects::{Change, TaskObjects};
 use super::{Selection, table};
-use crate::negotiate::Wanted;
-use crate::resource::table::Include;
-use crate::resource::watch::{default_timeout, expired, watch_response};
+use crate::kube::negotiate::Wanted;
+use crate::kube::status::ApiError;
+use crate::kube::table::Include;
+use crate::kube::watch::{default_timeout, expired, watch_response};
 use crate::state::AppState;
-use crate::status::ApiError;
 
 /// How one watcher renders its events.
 struct Watcher {

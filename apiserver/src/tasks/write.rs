@@ -9,10 +9,11 @@ use kdoctor_api::task::{API_VERSION, TaskKind};
 use serde_json::Value;
 
 use super::objects::{self, TaskObjects};
-use super::{json_response, resolve};
-use crate::query::Query;
+use super::resolve;
+use crate::kube::query::Query;
+use crate::kube::response::json_with_status as json_response;
+use crate::kube::status::ApiError;
 use crate::state::AppState;
-use crate::status::ApiError;
 
 /// `dryRun=All` (the only value the Kubernetes API takes).
 fn dry_run(query: &Query) -> Result<bool, ApiError> {

@@ -158,7 +158,7 @@ pub fn planned(kind: TaskKind, name: &str, round: i64, start: Timestamp, now: Ti
     format!(
         "{kind} {name:?}: round {round} starts at {} UTC (in {})",
         start.strftime("%H:%M:%S"),
-        kdoctor_apiserver::resource::table::human_duration(wait)
+        kdoctor_apiserver::kube::table::human_duration(wait)
     )
 }
 

@@ -1,12 +1,11 @@
 //! Errors as `metav1.Status` objects, with the codes, reasons and messages kubectl prints for
 //! built-in resources (`Error from server (NotFound): kdoctorreports.system.kdoctor.io "x" not found`).
 
-use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::GROUP_RESOURCE;
+use crate::kube::group::GROUP_RESOURCE;
 
 /// An error the API answers with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,9 +199,9 @@ impl ApiError {
                 }
             }
             None if self.name.is_some() => {
-                details.insert("group".into(), json!(crate::GROUP));
+                details.insert("group".into(), json!(crate::kube::group::GROUP));
                 // As the Go server: `details.kind` holds the resource plural.
-                details.insert("kind".into(), json!(crate::PLURAL));
+                details.insert("kind".into(), json!(crate::kube::group::PLURAL));
             }
             None => {}
         }
@@ -271,91 +270,4 @@ impl From<kdoctor_store::StoreError> for ApiError {
         tracing::error!(error = %e, "store error");
         ApiError::internal(format!("the report store failed: {e}"))
     }
-}
-
-/// The most of a framework error's text body that is carried into the Status message.
-const MAX_ERROR_TEXT: usize = 4096;
-
-/// Makes every error answer a Status: axum's own rejections (a name that is not UTF-8, a
-/// method no route takes) come as plain text or an empty body, which kubectl cannot print.
-/// The health endpoints keep the Go server's plain-text answers (probes read them).
-pub async fn as_status<F, Fut>(request: Request, next: F) -> Response
-where
-    F: FnOnce(Request) -> Fut,
-    Fut: Future<Output = Response>,
-{
-    let health = crate::health::ENDPOINTS.iter().any(|e| {
-        request
-            .uri()
-            .path()
-            .strip_prefix('/')
-            .is_some_and(|p| p.starts_with(e))
-    });
-    let response = next(request).await;
-    if health {
-        return response;
-    }
-    let code = response.status();
-    if !(code.is_client_error() || code.is_server_error())
-        || response.extensions().get::<ApiError>().is_some()
-    {
-        return response;
-    }
-    let text = axum::body::to_bytes(response.into_body(), MAX_ERROR_TEXT)
-        .await
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default();
-    ApiError::of_code(code, &text).into_response()
-}
-
-/// The largest request body read: kube-apiserver's own limit.
-pub const MAX_REQUEST_BODY: usize = 3 * 1024 * 1024;
-
-/// How much of a larger body is read and dropped so that the client can still be told 413; a
-/// client sending more than this has its stream reset.
-const MAX_DRAINED_BODY: usize = 32 * 1024 * 1024;
-
-/// Reads a request's body (up to [`MAX_REQUEST_BODY`]) before it is routed. This API takes no
-/// bodies, and answering before reading one makes HTTP/2 reset the stream: the client, still
-/// sending, sees a framing error instead of the 405 Status. A larger body is read on and
-/// dropped (up to [`MAX_DRAINED_BODY`]) and answered 413.
-pub async fn read_body<F, Fut>(request: Request, next: F) -> Response
-where
-    F: FnOnce(Request) -> Fut,
-    Fut: Future<Output = Response>,
-{
-    use http_body_util::BodyExt;
-    // Reads (GET, watches) carry no body: nothing to do on the hot path.
-    if axum::body::HttpBody::is_end_stream(request.body()) {
-        return next(request).await;
-    }
-    let (parts, mut body) = request.into_parts();
-    let mut kept = Vec::new();
-    let mut seen = 0usize;
-    while let Some(frame) = body.frame().await {
-        let frame = match frame {
-            Ok(frame) => frame,
-            Err(e) => {
-                return ApiError::bad_request(format!("the request body could not be read: {e}"))
-                    .into_response();
-            }
-        };
-        if let Ok(data) = frame.into_data() {
-            seen = seen.saturating_add(data.len());
-            if seen <= MAX_REQUEST_BODY {
-                kept.extend_from_slice(&data);
-            } else if seen > MAX_DRAINED_BODY {
-                break;
-            }
-        }
-    }
-    if seen > MAX_REQUEST_BODY {
-        return ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "RequestEntityTooLarge",
-            format!("the request body is larger than {MAX_REQUEST_BODY} bytes"),
-        )
-        .into_response();
-    }
-    next(Request::from_parts(parts, axum::body::Body::from(kept))).await
 }

@@ -8,16 +8,19 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 
+mod as_status;
+mod read_body;
+
 use crate::state::AppState;
-use crate::{auth, metrics, status};
+use crate::{auth, metrics};
 
 /// The middleware around the routes (see the module's documentation for the order).
 pub async fn steps(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let state = &state;
-    metrics::track(state, request, move |request| {
-        auth::guard(state, request, move |request| {
-            status::as_status(request, move |request| {
-                status::read_body(request, move |request| next.run(request))
+    metrics::track(&state.metrics, request, move |request| {
+        auth::guard(&state.auth, &state.metrics, request, move |request| {
+            as_status::as_status(request, move |request| {
+                read_body::read_body(request, move |request| next.run(request))
             })
         })
     })

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use crate::status::ApiError;
+use crate::kube::status::ApiError;
 
 const CHUNK: usize = 64 * 1024;
 const IN_FLIGHT: usize = 4;

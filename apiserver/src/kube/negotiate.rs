@@ -3,7 +3,7 @@
 
 use axum::http::{HeaderMap, header};
 
-use crate::status::ApiError;
+use crate::kube::status::ApiError;
 
 /// What the client asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,8 +75,8 @@ fn choose(headers: &HeaderMap, matrix: bool) -> Result<ObjectView, ApiError> {
             Some(kind)
                 if matrix
                     && kind == kdoctor_api::matrix::KIND
-                    && param("g") == Some(crate::GROUP)
-                    && param("v") == Some(crate::VERSION) =>
+                    && param("g") == Some(crate::kube::group::GROUP)
+                    && param("v") == Some(crate::kube::group::VERSION) =>
             {
                 return Ok(ObjectView::Matrix);
             }

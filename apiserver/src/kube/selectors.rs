@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::status::ApiError;
+use crate::kube::status::ApiError;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Requirement {

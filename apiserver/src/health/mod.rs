@@ -4,14 +4,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::Router;
-use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 
-use crate::query::Query;
-use crate::state::AppState;
+use crate::kube::query::Query;
+
+pub mod routes;
 
 /// The readiness facts the checks look at.
 #[derive(Debug)]
@@ -99,19 +97,22 @@ fn text(code: StatusCode, body: String) -> Response {
     response
 }
 
-fn report(state: &AppState, endpoint: &str, raw: Option<&str>, only: Option<&str>) -> Response {
-    let health = &state.health;
-    let stopped = state
-        .store()
-        .ok()
-        .is_some_and(|store| store.failure().is_some());
+/// The answer of `endpoint` (with `only`: of that one check) given the readiness facts and
+/// whether the store stopped on an I/O error.
+pub fn answer(
+    health: &Health,
+    store_stopped: bool,
+    endpoint: &str,
+    raw: Option<&str>,
+    only: Option<&str>,
+) -> Response {
     let query = Query::parse(raw);
     let verbose = query.get("verbose").is_some();
     let excluded: Vec<&str> = query
         .get("exclude")
         .map(|e| e.split(',').collect())
         .unwrap_or_default();
-    let checks = health.checks(endpoint, stopped);
+    let checks = health.checks(endpoint, store_stopped);
     if let Some(name) = only {
         return match checks.iter().find(|(n, _)| *n == name) {
             Some((_, true)) => text(StatusCode::OK, "ok".into()),
@@ -156,28 +157,3 @@ fn report(state: &AppState, endpoint: &str, raw: Option<&str>, only: Option<&str
 
 /// The health endpoints, as the Go server names them.
 pub const ENDPOINTS: [&str; 3] = ["healthz", "livez", "readyz"];
-
-/// `/healthz`, `/livez` and `/readyz` with their query (`?verbose`, `?exclude=`), for the API
-/// server and the operations listener alike.
-pub fn routes() -> Router<AppState> {
-    ENDPOINTS.into_iter().fold(Router::new(), |router, name| {
-        router.route(
-            &format!("/{name}"),
-            get(
-                move |State(s): State<AppState>, RawQuery(q): RawQuery| async move {
-                    endpoint(&s, name, q.as_deref())
-                },
-            ),
-        )
-    })
-}
-
-/// `/healthz`, `/livez` or `/readyz`.
-pub fn endpoint(state: &AppState, endpoint: &str, raw: Option<&str>) -> Response {
-    report(state, endpoint, raw, None)
-}
-
-/// `/<endpoint>/<check>`.
-pub fn check(state: &AppState, endpoint: &str, check: &str) -> Response {
-    report(state, endpoint, None, Some(check))
-}

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use crate::status::ApiError;
+use crate::kube::status::ApiError;
 
 /// Decoded query parameters (the first value of a repeated key wins).
 #[derive(Clone, Debug, Default)]
