@@ -15,13 +15,11 @@ pub mod openapi;
 pub mod ops;
 pub mod parse_errors;
 pub mod pipeline;
-pub mod pki;
 pub mod resource;
 pub mod serve;
 pub mod server;
 pub mod state;
 pub mod tasks;
-pub mod tls;
 
 use axum::Router;
 use axum::extract::{Path, State};

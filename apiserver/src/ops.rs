@@ -8,6 +8,11 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use kdoctor_transport::accept::{accept_loop, http_builder};
+use kdoctor_transport::first_bytes::FirstBytes;
+use kdoctor_transport::limits::ServeLimits;
 use tokio::net::TcpListener;
 
 use crate::state::AppState;
@@ -32,21 +37,33 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves the operations routes on `listen` until the server's shutdown signal.
-pub async fn serve(listen: SocketAddr, state: AppState) -> std::io::Result<SocketAddr> {
+/// Serves the operations routes on `listen` until the server's shutdown signal, within the
+/// same limits as every kdoctor server (any pod can reach this port).
+pub async fn serve(
+    listen: SocketAddr,
+    state: AppState,
+    limits: ServeLimits,
+) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(listen).await?;
     let address = listener.local_addr()?;
     let mut shutdown = state.shutdown.clone();
     let app = router(state);
+    let accepting = accept_loop(listener, limits, "operations", move |stream, peer| {
+        let service = TowerToHyperService::new(app.clone());
+        async move {
+            let io = FirstBytes::new(stream, limits.header_timeout);
+            if let Err(e) = http_builder(&limits)
+                .serve_connection(TokioIo::new(io), service)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "operations connection ended with an error");
+            }
+        }
+    });
     tokio::spawn(async move {
-        let stopped = async move {
-            let _ = shutdown.wait_for(|s| *s).await;
-        };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(stopped)
-            .await
-        {
-            tracing::warn!(error = %e, "operations listener ended");
+        tokio::select! {
+            _ = accepting => {}
+            _ = shutdown.wait_for(|stopped| *stopped) => {}
         }
     });
     Ok(address)

@@ -12,10 +12,10 @@ use axum::Router;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
+use kdoctor_transport::accept::{accept_loop, handshake};
 use kdoctor_transport::first_bytes::FirstBytes;
 use kdoctor_transport::runtime_threads::RuntimeThreads;
 
@@ -26,14 +26,12 @@ pub use kdoctor_transport::limits::{
     MAX_HEADER_BYTES, MAX_HEADERS, ServeLimits, default_max_connections,
 };
 
-/// A failed accept (out of descriptors, mostly) is retried after this, not in a tight loop.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-
 /// Sealed TLS records a connection holds before it writes them to the socket (two full
 /// records; rustls' default is 64 KiB).
 const SEND_AHEAD: usize = 32 * 1024;
 
-/// Serves `app` on `listener` over TLS until `shutdown` turns true.
+/// Serves `app` on `listener` over TLS until `shutdown` turns true: transport's accept loop,
+/// each connection served on one of the connection threads.
 pub async fn serve_tls(
     listener: TcpListener,
     tls: rustls::ServerConfig,
@@ -43,47 +41,32 @@ pub async fn serve_tls(
     threads: RuntimeThreads,
 ) {
     let acceptor = TlsAcceptor::from(Arc::new(tls));
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    loop {
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
-            },
-            _ = shutdown.changed() => break,
-        };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed; retrying in {ACCEPT_BACKOFF:?}");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            },
-            _ = shutdown.changed() => break,
-        };
-        if slots.available_permits() == 0 {
-            tracing::warn!(
-                max_connections = limits.max_connections,
-                "connection limit reached; new clients wait until one closes"
-            );
-        }
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        threads.spawn(async move {
-            // A stream accepted on one runtime is registered with the poller of the thread
-            // that serves it.
-            let stream = match stream.into_std().and_then(tokio::net::TcpStream::from_std) {
-                Ok(stream) => stream,
-                Err(e) => {
-                    tracing::debug!(peer = %peer, error = %e, "cannot move the connection");
-                    return;
-                }
-            };
-            connection(acceptor, stream, peer, app, limits).await;
-            drop(slot);
-        });
+    let accepting = accept_loop(
+        listener,
+        limits,
+        "kdoctor-apiserver",
+        move |stream, peer| {
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            let served = threads.spawn(async move {
+                // A stream accepted on one runtime is registered with the poller of the thread
+                // that serves it.
+                let stream = match stream.into_std().and_then(tokio::net::TcpStream::from_std) {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        tracing::debug!(peer = %peer, error = %e, "cannot move the connection");
+                        return;
+                    }
+                };
+                connection(acceptor, stream, peer, app, limits).await;
+            });
+            async move {
+                let _ = served.await;
+            }
+        },
+    );
+    tokio::select! {
+        _ = accepting => {}
+        _ = shutdown.wait_for(|stopped| *stopped) => {}
     }
 }
 
@@ -94,19 +77,13 @@ async fn connection(
     app: Router,
     limits: ServeLimits,
 ) {
-    let _ = stream.set_nodelay(true);
-    let mut tls =
-        match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)).await {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => {
-                tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
-                return;
-            }
-            Err(_) => {
-                tracing::debug!(peer = %peer, "TLS handshake timed out");
-                return;
-            }
-        };
+    let mut tls = match handshake(&acceptor, stream, &limits).await {
+        Ok(tls) => tls,
+        Err(why) => {
+            tracing::debug!(peer = %peer, "{why}");
+            return;
+        }
+    };
     // A body leaves in pieces as it is sealed, so the client decrypts the first while the rest
     // are sealed, as with nginx's 16 KiB ssl_buffer_size (docs/benchmarks.md: 16 KiB cost 22%
     // more CPU per answer).

@@ -14,9 +14,9 @@ use crate::auth::config::AuthnConfig;
 use crate::auth::kube_reviews::{KubeReviews, watch_configmap};
 use crate::auth::x509::CaPool;
 use crate::metrics::ApiMetrics;
-use crate::pki::{Ca, Pem, kubeconfig};
-use crate::tls::{ServingCert, certified_key, server_config};
 use crate::{AppState, router, serve};
+use kdoctor_transport::pki::{Ca, Pem, kubeconfig};
+use kdoctor_transport::tls::{ClientAuth, Identity, ServingCert, serving_config};
 
 /// How clients are authenticated and authorized.
 pub enum AuthMode {
@@ -103,21 +103,13 @@ pub enum ServerError {
     Threads(std::io::Error),
     /// Certificates cannot be made or read.
     #[error(transparent)]
-    Pki(#[from] crate::pki::PkiError),
+    Pki(#[from] kdoctor_transport::pki::PkiError),
     /// TLS settings are unusable.
     #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
+    Tls(#[from] kdoctor_transport::tls::TlsError),
     /// A CA bundle is unusable.
     #[error("client CA: {0}")]
-    ClientCa(#[from] crate::auth::x509::PemError),
-    /// A file cannot be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
+    ClientCa(kdoctor_transport::tls::TlsError),
 }
 
 /// A running server.
@@ -144,12 +136,16 @@ impl RunningServer {
     }
 
     /// A client certificate of the server's CA.
-    pub fn client_cert(&self, user: &str, groups: &[&str]) -> Result<Pem, crate::pki::PkiError> {
+    pub fn client_cert(
+        &self,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<Pem, kdoctor_transport::pki::PkiError> {
         self.ca.client(user, groups)
     }
 
     /// A kubeconfig with a `system:masters` client certificate of the server's CA.
-    pub fn kubeconfig(&self) -> Result<String, crate::pki::PkiError> {
+    pub fn kubeconfig(&self) -> Result<String, kdoctor_transport::pki::PkiError> {
         let client = self.ca.client("kdoctor-admin", &["system:masters"])?;
         Ok(kubeconfig(
             &self.url(),
@@ -164,13 +160,6 @@ impl RunningServer {
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
     }
-}
-
-fn read(path: &PathBuf) -> Result<Vec<u8>, ServerError> {
-    std::fs::read(path).map_err(|source| ServerError::Read {
-        path: path.clone(),
-        source,
-    })
 }
 
 /// Starts serving.
@@ -190,7 +179,7 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
     let ca = Ca::load_or_create(&options.data.join("pki"), "kdoctor-apiserver-ca")?;
     let serving = match &options.tls_files {
         Some((cert, key)) => {
-            let serving = ServingCert::new(certified_key(&read(cert)?, &read(key)?)?);
+            let serving = ServingCert::new(Identity::from_files(cert, key)?.certified_key()?);
             tokio::spawn(serving.clone().watch_files(
                 cert.clone(),
                 key.clone(),
@@ -209,7 +198,7 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
             names.sort();
             names.dedup();
             let pem = ca.serving(&names)?;
-            ServingCert::new(certified_key(pem.cert.as_bytes(), pem.key.as_bytes())?)
+            ServingCert::new(pem.identity()?.certified_key()?)
         }
     };
     let metrics = Arc::new(ApiMetrics::new());
@@ -220,7 +209,7 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
             if let Some(extra) = &options.extra_client_ca {
                 bundle.push_str(extra);
             }
-            let pool = CaPool::from_pem(bundle.as_bytes())?;
+            let pool = CaPool::from_pem(bundle.as_bytes()).map_err(ServerError::ClientCa)?;
             let auth = Arc::new(Auth::standalone(AuthnConfig {
                 client_ca: Some(pool),
                 requestheader: None,
@@ -259,7 +248,7 @@ pub async fn start(options: ServerOptions) -> Result<RunningServer, ServerError>
         .map_err(ServerError::Threads)?;
     let task = tokio::spawn(serve::serve_tls(
         listener,
-        server_config(serving)?,
+        serving_config(serving, ClientAuth::Requested)?,
         router(state.clone()),
         shutdown,
         options.limits,

@@ -24,7 +24,7 @@ use kdoctor_api::naming::{IPV4_SERVICE_SUFFIX, IPV6_SERVICE_SUFFIX, carrier_name
 use kdoctor_api::task::{API_VERSION, AgentKind, AgentSpec, RuntimeStatus, TaskKind, TaskResource};
 use kdoctor_transport::report_api;
 
-use crate::options::ControllerOptions;
+use crate::options::{AgentPorts, ControllerOptions};
 use crate::pod_security::agent_security;
 
 /// Path of the agent's echo API that carrier Ingresses route (as upstream).
@@ -207,17 +207,13 @@ fn port(name: &str, number: u16) -> ContainerPort {
     }
 }
 
-/// The agent pod of a carrier: upstream's arguments and environment, the install's CA (the
-/// certificate only), the configuration, a spool directory, and agentSpec's overrides.
-fn pod_template(
+/// The agent's arguments: upstream's, the carrier's Services, and the install's extras.
+fn agent_args(
     owner: &Owner<'_>,
-    agent: &AgentSpec,
     service_v4: Option<&str>,
     service_v6: Option<&str>,
-    labels: &BTreeMap<String, String>,
     options: &ControllerOptions,
-) -> PodTemplateSpec {
-    let ports = &options.ports;
+) -> Vec<String> {
     let mut args = vec![
         "agent".to_string(),
         format!("--task-kind={}", owner.kind),
@@ -233,7 +229,12 @@ fn pod_template(
         args.push(format!("--service-ipv6-name={v6}"));
     }
     args.extend(options.agent_extra_args.iter().cloned());
-    let mut env = vec![
+    args
+}
+
+/// The agent's environment, as upstream's agents read it.
+fn agent_env(ports: &AgentPorts) -> Vec<EnvVar> {
+    vec![
         env_from_field("ENV_LOCAL_NODE_NAME", "spec.nodeName"),
         env_from_field("ENV_LOCAL_NODE_IP", "status.hostIP"),
         env_from_field("ENV_POD_NAME", "metadata.name"),
@@ -243,64 +244,41 @@ fn pod_template(
         env_value("ENV_AGENT_HEALTH_HTTP_PORT", ports.health),
         env_value("ENV_METRIC_HTTP_PORT", ports.metrics),
         env_value("ENV_AGENT_GRPC_LISTEN_PORT", ports.report),
-    ];
-    env.extend(agent.env.iter().flatten().cloned());
-    let (pod_security, container_security) = agent_security(
-        agent.host_network,
-        &[
-            ports.http,
-            ports.https,
-            ports.health,
-            ports.metrics,
-            ports.report,
-        ],
-    );
-    let container = Container {
-        name: AGENT_CONTAINER.to_string(),
-        image: Some(options.agent_image.clone()),
-        image_pull_policy: Some(options.image_pull_policy.clone()),
-        args: Some(args),
-        env: Some(env),
-        ports: Some(vec![
-            port("http", ports.http),
-            port("https", ports.https),
-            port("health", ports.health),
-            port("metrics", ports.metrics),
-            port("reports", ports.report),
-        ]),
-        startup_probe: Some(http_probe("/healthy/startup", ports.health, 30)),
-        readiness_probe: Some(http_probe("/healthy/readiness", ports.health, 3)),
-        liveness_probe: Some(http_probe("/healthy/liveness", ports.health, 6)),
-        resources: agent.resources.clone(),
-        security_context: Some(container_security),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: "tls".to_string(),
-                mount_path: CA_DIR.to_string(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            },
-            VolumeMount {
-                name: "config".to_string(),
-                mount_path: CONFIG_DIR.to_string(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            },
-            VolumeMount {
-                name: "reports".to_string(),
-                mount_path: REPORT_DIR.to_string(),
-                ..VolumeMount::default()
-            },
-            VolumeMount {
-                name: "report-token".to_string(),
-                mount_path: report_api::TOKEN_DIR.to_string(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            },
-        ]),
-        ..Container::default()
-    };
-    let volumes = vec![
+    ]
+}
+
+/// Where the agent finds the CA, its configuration, its spool and its identity token.
+fn volume_mounts() -> Vec<VolumeMount> {
+    vec![
+        VolumeMount {
+            name: "tls".to_string(),
+            mount_path: CA_DIR.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+        VolumeMount {
+            name: "config".to_string(),
+            mount_path: CONFIG_DIR.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+        VolumeMount {
+            name: "reports".to_string(),
+            mount_path: REPORT_DIR.to_string(),
+            ..VolumeMount::default()
+        },
+        VolumeMount {
+            name: "report-token".to_string(),
+            mount_path: report_api::TOKEN_DIR.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    ]
+}
+
+/// The volumes behind [`volume_mounts`].
+fn volumes(options: &ControllerOptions) -> Vec<Volume> {
+    vec![
         Volume {
             name: "tls".to_string(),
             secret: Some(SecretVolumeSource {
@@ -344,7 +322,54 @@ fn pod_template(
             }),
             ..Volume::default()
         },
-    ];
+    ]
+}
+
+/// The agent pod of a carrier: upstream's arguments and environment, the install's CA (the
+/// certificate only), the configuration, a spool directory, and agentSpec's overrides.
+fn pod_template(
+    owner: &Owner<'_>,
+    agent: &AgentSpec,
+    service_v4: Option<&str>,
+    service_v6: Option<&str>,
+    labels: &BTreeMap<String, String>,
+    options: &ControllerOptions,
+) -> PodTemplateSpec {
+    let ports = &options.ports;
+    let args = agent_args(owner, service_v4, service_v6, options);
+    let mut env = agent_env(ports);
+    env.extend(agent.env.iter().flatten().cloned());
+    let (pod_security, container_security) = agent_security(
+        agent.host_network,
+        &[
+            ports.http,
+            ports.https,
+            ports.health,
+            ports.metrics,
+            ports.report,
+        ],
+    );
+    let container = Container {
+        name: AGENT_CONTAINER.to_string(),
+        image: Some(options.agent_image.clone()),
+        image_pull_policy: Some(options.image_pull_policy.clone()),
+        args: Some(args),
+        env: Some(env),
+        ports: Some(vec![
+            port("http", ports.http),
+            port("https", ports.https),
+            port("health", ports.health),
+            port("metrics", ports.metrics),
+            port("reports", ports.report),
+        ]),
+        startup_probe: Some(http_probe("/healthy/startup", ports.health, 30)),
+        readiness_probe: Some(http_probe("/healthy/readiness", ports.health, 3)),
+        liveness_probe: Some(http_probe("/healthy/liveness", ports.health, 6)),
+        resources: agent.resources.clone(),
+        security_context: Some(container_security),
+        volume_mounts: Some(volume_mounts()),
+        ..Container::default()
+    };
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels.clone()),
@@ -353,7 +378,7 @@ fn pod_template(
         }),
         spec: Some(PodSpec {
             containers: vec![container],
-            volumes: Some(volumes),
+            volumes: Some(volumes(options)),
             service_account_name: Some(options.agent_service_account.clone()),
             security_context: Some(pod_security),
             host_network: agent.host_network.then_some(true),

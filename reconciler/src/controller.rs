@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::carrier::AGENT_COMPONENT;
+use crate::carrier_set;
 use crate::context::{Caches, Context};
 use crate::deletions;
 use crate::export::{self, ExportConfig};
@@ -37,7 +38,6 @@ use crate::harvest_loop::{self, Harvests};
 use crate::identity::IdentityCheck;
 use crate::metrics::ControllerMetrics;
 use crate::options::ControllerOptions;
-use crate::orphans;
 use crate::reconcile::{error_policy, reconcile};
 use crate::replica::peers::Peers;
 use crate::task::TaskObject;
@@ -223,112 +223,26 @@ async fn lead(
     // Every background task of this leadership; dropping the set (return, or the run being
     // aborted) stops them all.
     let mut tasks = JoinSet::new();
-    let writes = setup.writes.clone();
-    if let Some(replica) = writes.replica() {
-        tasks.spawn(crate::announce::run(
-            setup.client.clone(),
-            setup.options.namespace.clone(),
-            setup.identity.clone(),
-        ));
-        if let Some(peers) = &setup.peers {
-            tasks.spawn(crate::replica::members::run(replica.clone(), peers.clone()));
-            tasks.spawn(crate::replica::endpoints::run(
-                setup.client.clone(),
-                setup.options.namespace.clone(),
-                setup.options.service_name.clone(),
-                replica.clone(),
-                peers.clone(),
-            ));
-        }
-    }
-
-    // Caches of agent objects, then the controllers.
-    let namespace = setup.options.namespace.clone();
-    let caches = Caches {
-        pods: cache::<Pod>(&setup.client, &namespace, &mut tasks),
-        daemonsets: cache::<DaemonSet>(&setup.client, &namespace, &mut tasks),
-        deployments: cache::<Deployment>(&setup.client, &namespace, &mut tasks),
-        slices: cache::<EndpointSlice>(&setup.client, &namespace, &mut tasks),
-        services: cache::<Service>(&setup.client, &namespace, &mut tasks),
-        ingresses: cache::<Ingress>(&setup.client, &namespace, &mut tasks),
-        routed_since: Default::default(),
-    };
+    spawn_replication(setup, &mut tasks);
+    let (kube_client, writes) = (&setup.client, &setup.writes);
     tasks.spawn(deletions::track::<NetReach>(
-        setup.client.clone(),
+        kube_client.clone(),
         writes.clone(),
         metrics.tasks.clone(),
     ));
     tasks.spawn(deletions::track::<AppHttpHealthy>(
-        setup.client.clone(),
+        kube_client.clone(),
         writes.clone(),
         metrics.tasks.clone(),
     ));
     tasks.spawn(deletions::track::<Netdns>(
-        setup.client.clone(),
+        kube_client.clone(),
         writes.clone(),
         metrics.tasks.clone(),
     ));
-    for ready in [
-        caches.pods.wait_until_ready().await.is_ok(),
-        caches.daemonsets.wait_until_ready().await.is_ok(),
-        caches.deployments.wait_until_ready().await.is_ok(),
-        caches.services.wait_until_ready().await.is_ok(),
-        caches.ingresses.wait_until_ready().await.is_ok(),
-    ] {
-        if !ready {
-            tracing::warn!("an agent cache did not become ready");
-        }
-    }
-    // Only the leader harvests, so only the leader exports.
-    let export = setup.export.clone().map(|config| {
-        let (hook, sender) = export::start(config, &setup.registry, writes.clone());
-        tasks.spawn(sender);
-        hook
-    });
-    let input_policy = kdoctor_api::inputs::InputPolicy::new(
-        &setup.options.namespace,
-        &setup.config.task_input_namespaces,
-        &[&setup.options.ca_secret, &setup.options.serving_secret],
-    );
-    let grants = Arc::new(Grants::new(
-        setup.client.clone(),
-        input_policy,
-        &setup.options.namespace,
-        &setup.options.agent_service_account,
-    ));
-    tasks.spawn(grants.clone().run());
-    let identity = setup
-        .options
-        .verify_agent_identity
-        .then(|| Arc::new(IdentityCheck::new(setup.client.clone(), &namespace)));
-    let agent_deadline = setup.options.harvest_timeout * 6;
-    let ctx = Arc::new(Context {
-        client: setup.client.clone(),
-        writes: writes.clone(),
-        config: Arc::new(setup.config.clone()),
-        options: setup.options.clone(),
-        caches,
-        harvester: Harvester {
-            client: client.clone(),
-            writes: writes.clone(),
-            metrics: metrics.clone(),
-            export,
-            identity,
-            agent_deadline,
-        },
-        harvests: Arc::new(Harvests::default()),
-        recorder: Recorder::new(
-            setup.client.clone(),
-            Reporter {
-                controller: "kdoctor-controller".to_string(),
-                instance: Some(setup.identity.clone()),
-            },
-        ),
-        metrics: metrics.clone(),
-        carriers: Mutex::new(BTreeMap::new()),
-        grants,
-    });
-    tasks.spawn(orphans::run(ctx.clone(), ctx.options.orphan_sweep));
+    let caches = watch_agents(setup, &mut tasks).await;
+    let ctx = context(setup, metrics, client, caches, &mut tasks);
+    tasks.spawn(carrier_set::run(ctx.clone(), ctx.options.orphan_sweep));
     // The harvest loop wakes a task's reconcile when its store holds something new.
     let (net_reach_tx, net_reach_rx) = futures::channel::mpsc::unbounded();
     let (app_http_tx, app_http_rx) = futures::channel::mpsc::unbounded();
@@ -360,7 +274,7 @@ async fn lead(
         run_kind::<Netdns>(ctx.clone(), stopped(stop_rx.clone()), netdns_rx),
     );
     let mut controllers = std::pin::pin!(controllers);
-    tracing::info!(%namespace, "reconciling NetReach, AppHttpHealthy and Netdns tasks");
+    tracing::info!(namespace = %ctx.options.namespace, "reconciling NetReach, AppHttpHealthy and Netdns tasks");
     let shut = tokio::select! {
         _ = shutdown => true,
         _ = lost => false,
@@ -371,4 +285,114 @@ async fn lead(
     let _ = tokio::time::timeout(Duration::from_secs(10), &mut controllers).await;
     tasks.abort_all();
     shut
+}
+
+/// The replicated store's leader duties: announcing the leader, and (with peers) its members
+/// and the Service's endpoints.
+fn spawn_replication(setup: &Setup, tasks: &mut JoinSet<()>) {
+    let Some(replica) = setup.writes.replica() else {
+        return;
+    };
+    tasks.spawn(crate::announce::run(
+        setup.client.clone(),
+        setup.options.namespace.clone(),
+        setup.identity.clone(),
+    ));
+    if let Some(peers) = &setup.peers {
+        tasks.spawn(crate::replica::members::run(replica.clone(), peers.clone()));
+        tasks.spawn(crate::replica::endpoints::run(
+            setup.client.clone(),
+            setup.options.namespace.clone(),
+            setup.options.service_name.clone(),
+            replica.clone(),
+            peers.clone(),
+        ));
+    }
+}
+
+/// The caches of agent objects in the controller's namespace, once they are filled.
+async fn watch_agents(setup: &Setup, tasks: &mut JoinSet<()>) -> Caches {
+    let namespace = &setup.options.namespace;
+    let caches = Caches {
+        pods: cache::<Pod>(&setup.client, namespace, tasks),
+        daemonsets: cache::<DaemonSet>(&setup.client, namespace, tasks),
+        deployments: cache::<Deployment>(&setup.client, namespace, tasks),
+        slices: cache::<EndpointSlice>(&setup.client, namespace, tasks),
+        services: cache::<Service>(&setup.client, namespace, tasks),
+        ingresses: cache::<Ingress>(&setup.client, namespace, tasks),
+        routed_since: Default::default(),
+    };
+    for ready in [
+        caches.pods.wait_until_ready().await.is_ok(),
+        caches.daemonsets.wait_until_ready().await.is_ok(),
+        caches.deployments.wait_until_ready().await.is_ok(),
+        caches.services.wait_until_ready().await.is_ok(),
+        caches.ingresses.wait_until_ready().await.is_ok(),
+    ] {
+        if !ready {
+            tracing::warn!("an agent cache did not become ready");
+        }
+    }
+    caches
+}
+
+/// What every reconcile of this leadership shares; starts the export and the grants' upkeep.
+fn context(
+    setup: &Setup,
+    metrics: &ControllerMetrics,
+    client: &ReportClient,
+    caches: Caches,
+    tasks: &mut JoinSet<()>,
+) -> Arc<Context> {
+    let writes = &setup.writes;
+    // Only the leader harvests, so only the leader exports.
+    let export = setup.export.clone().map(|config| {
+        let (hook, sender) = export::start(config, &setup.registry, writes.clone());
+        tasks.spawn(sender);
+        hook
+    });
+    let input_policy = kdoctor_api::inputs::InputPolicy::new(
+        &setup.options.namespace,
+        &setup.config.task_input_namespaces,
+        &[&setup.options.ca_secret, &setup.options.serving_secret],
+    );
+    let grants = Arc::new(Grants::new(
+        setup.client.clone(),
+        input_policy,
+        &setup.options.namespace,
+        &setup.options.agent_service_account,
+    ));
+    tasks.spawn(grants.clone().run());
+    let identity = setup.options.verify_agent_identity.then(|| {
+        Arc::new(IdentityCheck::new(
+            setup.client.clone(),
+            &setup.options.namespace,
+        ))
+    });
+    Arc::new(Context {
+        client: setup.client.clone(),
+        writes: writes.clone(),
+        config: Arc::new(setup.config.clone()),
+        options: setup.options.clone(),
+        caches,
+        harvester: Harvester {
+            client: client.clone(),
+            writes: writes.clone(),
+            metrics: metrics.clone(),
+            export,
+            identity,
+            agent_deadline: setup.options.harvest_timeout * 6,
+        },
+        harvests: Arc::new(Harvests::default()),
+        recorder: Recorder::new(
+            setup.client.clone(),
+            Reporter {
+                controller: "kdoctor-controller".to_string(),
+                instance: Some(setup.identity.clone()),
+            },
+        ),
+        metrics: metrics.clone(),
+        carriers: Mutex::new(BTreeMap::new()),
+        grants,
+    })
 }

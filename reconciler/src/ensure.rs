@@ -1,19 +1,14 @@
-//! Bringing a task's carrier into being and removing it: server-side apply of the objects
-//! [`crate::carrier`] builds, readiness from the caches, deletion after the grace period.
+//! Bringing a task's carrier into being: the objects [`crate::carrier`] builds, declared as one
+//! [`CarrierSet`] on every reconcile, and its readiness from the caches.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use kdoctor_api::labels::{APP_NAME, FIELD_MANAGER};
+use kdoctor_api::labels::APP_NAME;
 use kdoctor_api::task::{AgentSpec, RuntimeStatus, Task, TaskResource};
-use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::{Api, Resource};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::carrier::{self, Owner, Workload};
+use crate::carrier_set::CarrierSet;
 use crate::context::Context;
-use crate::drift;
 use crate::readiness::{AgentPod, daemonset_ready, deployment_ready};
 
 /// What the controller knows about a task's carrier after looking at it.
@@ -29,59 +24,6 @@ pub struct CarrierState {
     pub not_ready_reason: Option<String>,
     /// The carrier's objects were (re)applied in this reconcile.
     pub applied: bool,
-}
-
-async fn apply<K>(ctx: &Context, object: &K) -> Result<K, kube::Error>
-where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ctx.options.namespace);
-    let name = object.meta().name.clone().unwrap_or_default();
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(object),
-    )
-    .await
-}
-
-/// Makes `desired` true: applies it unless `live` (from the cache) already holds it. Returns
-/// the object's UID (for the ownerReferences of what it owns) and notes a write in `applied`.
-async fn converge<K>(
-    ctx: &Context,
-    live: Option<&K>,
-    desired: &K,
-    applied: &mut bool,
-) -> Result<String, kube::Error>
-where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    if let Some(live) = live
-        && drift::holds(live, desired)
-    {
-        return Ok(live.meta().uid.clone().unwrap_or_default());
-    }
-    let written = apply(ctx, desired).await?;
-    *applied = true;
-    ctx.metrics
-        .carrier_applies
-        .with_label_values(&[K::kind(&()).as_ref()])
-        .inc();
-    tracing::info!(
-        kind = %K::kind(&()),
-        name = written.meta().name.as_deref().unwrap_or_default(),
-        created = live.is_none(),
-        "applied a carrier object"
-    );
-    Ok(written.meta().uid.clone().unwrap_or_default())
 }
 
 /// The default agent DaemonSet: never created or deleted by tasks.
@@ -180,15 +122,15 @@ pub async fn own_carrier(
     // Declared, not created once: every object is compared with the cache and applied only
     // when it is missing or differs, so an upgrade's new template, an edit and a deletion all
     // converge, and a steady state costs no API request.
-    let mut applied = false;
+    let mut set = CarrierSet::new(ctx, owner.kind, owner.name);
     let workload_uid = match &built.workload {
         Workload::DaemonSet(ds) => {
             let live = ctx.caches.daemonset(namespace, &built.name);
-            converge(ctx, live.as_deref(), ds, &mut applied).await?
+            set.add(live.as_deref(), ds).await?
         }
         Workload::Deployment(d) => {
             let live = ctx.caches.deployment(namespace, &built.name);
-            converge(ctx, live.as_deref(), d, &mut applied).await?
+            set.add(live.as_deref(), d).await?
         }
     };
     for service in &built.services {
@@ -201,7 +143,7 @@ pub async fn own_carrier(
         );
         let name = service.metadata.name.clone().unwrap_or_default();
         let live = ctx.caches.service(namespace, &name);
-        converge(ctx, live.as_deref(), &service, &mut applied).await?;
+        set.add(live.as_deref(), &service).await?;
     }
     if let Some(ingress) = &built.ingress {
         let mut ingress = ingress.clone();
@@ -213,8 +155,9 @@ pub async fn own_carrier(
         );
         let name = ingress.metadata.name.clone().unwrap_or_default();
         let live = ctx.caches.ingress(namespace, &name);
-        converge(ctx, live.as_deref(), &ingress, &mut applied).await?;
+        set.add(live.as_deref(), &ingress).await?;
     }
+    set.delete_leftovers().await?;
     let agents = ctx.caches.agents(namespace, &selector);
     let workload_ready = cached_ready.unwrap_or(false);
     let services: Vec<String> = built
@@ -252,27 +195,6 @@ pub async fn own_carrier(
                 )
             }
         }),
-        applied,
+        applied: set.applied(),
     })
-}
-
-/// Deletes a task's own carrier workload (its Services and Ingress follow by ownerReference).
-pub async fn delete_carrier(ctx: &Context, resource: &TaskResource) -> Result<(), kube::Error> {
-    let namespace = &ctx.options.namespace;
-    let params = DeleteParams::background();
-    let result = if resource.runtime_type == "Deployment" {
-        Api::<Deployment>::namespaced(ctx.client.clone(), namespace)
-            .delete(&resource.runtime_name, &params)
-            .await
-            .map(|_| ())
-    } else {
-        Api::<DaemonSet>::namespaced(ctx.client.clone(), namespace)
-            .delete(&resource.runtime_name, &params)
-            .await
-            .map(|_| ())
-    };
-    match result {
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        other => other,
-    }
 }

@@ -4,6 +4,7 @@
 
 pub mod announce;
 pub mod carrier;
+pub mod carrier_set;
 pub mod conditions;
 pub mod context;
 pub mod controller;
@@ -19,7 +20,6 @@ pub mod identity;
 pub mod markers;
 pub mod metrics;
 pub mod options;
-pub mod orphans;
 pub mod plan;
 pub mod pod_security;
 pub mod readiness;

@@ -24,6 +24,8 @@ pub struct ControllerMetrics {
     pub carrier_applies: IntCounterVec,
     /// Carrier objects deleted because their task is gone, by kind.
     pub orphans_deleted: IntCounterVec,
+    /// Carrier objects deleted because their task no longer declares them, by kind.
+    pub leftovers_deleted: IntCounterVec,
     /// Reconciles, by kind and outcome (ok, error).
     pub reconciles: IntCounterVec,
     /// Task status writes, by kind.
@@ -102,6 +104,11 @@ impl ControllerMetrics {
                 "Carrier objects deleted because the task they were made for is gone, by kind.",
                 &["kind"],
             ),
+            leftovers_deleted: counter(
+                "kdoctor_controller_carrier_leftovers_deleted_total",
+                "Carrier objects deleted because their task no longer declares them, by kind.",
+                &["kind"],
+            ),
             reconciles: counter(
                 "kdoctor_controller_reconciles_total",
                 "Task reconciles, by kind and outcome (ok, error).",
@@ -134,6 +141,7 @@ impl ControllerMetrics {
             Box::new(metrics.carriers.clone()),
             Box::new(metrics.carrier_applies.clone()),
             Box::new(metrics.orphans_deleted.clone()),
+            Box::new(metrics.leftovers_deleted.clone()),
             Box::new(metrics.reconciles.clone()),
             Box::new(metrics.status_writes.clone()),
             Box::new(metrics.finalise_lag.clone()),

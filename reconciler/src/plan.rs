@@ -11,7 +11,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kdoctor_api::schedule::Schedule;
 use kdoctor_api::task::{
-    RoundStatus, RuntimeStatus, SchedulePlan, StatusHistoryRecord, TaskStatus,
+    RoundStatus, RuntimeStatus, SchedulePlan, StatusHistoryRecord, TaskResource, TaskStatus,
 };
 use kdoctor_store::{ReportMeta, RoundResult, RoundSummary};
 
@@ -358,24 +358,7 @@ pub fn advance(observed: &Observed<'_>) -> Decision {
         ));
     }
     if resource.runtime_status != RuntimeStatus::Deleted {
-        conditions::set(
-            &mut conds,
-            Wanted {
-                type_: CARRIER_READY,
-                ok: carrier.ready,
-                reason: if carrier.ready {
-                    "AgentsReady"
-                } else {
-                    "AgentsNotReady"
-                },
-                message: carrier
-                    .not_ready_reason
-                    .clone()
-                    .unwrap_or_else(|| format!("{} agents ready", carrier.agents.len())),
-            },
-            observed.generation,
-            now,
-        );
+        set_carrier_ready(observed, &mut conds);
     }
 
     // The ongoing round: its reports as stored; the loop harvests the nodes still missing.
@@ -412,46 +395,15 @@ pub fn advance(observed: &Observed<'_>) -> Decision {
     if let (true, Some(own)) = (next.finish, observed.own_carrier)
         && resource.runtime_status != RuntimeStatus::Deleted
     {
-        let finished = next.finish_time.as_ref().map(|t| t.0).unwrap_or(now);
-        match retirement(
-            finished,
-            own.grace_minutes,
-            observed.last_pass,
-            now,
-            observed.poll,
-        ) {
-            Retirement::Wait(wait) => {
-                harvest = HarvestWish::Forget;
-                requeue = sooner(requeue, wait);
-            }
-            Retirement::HarvestAgain(wait) => {
-                harvest = HarvestWish::Want(carrier.agents.clone());
-                requeue = sooner(requeue, wait);
-            }
-            Retirement::Delete(unharvested) => {
-                if unharvested > 0 {
-                    before.push(Note::warning(
-                        "HarvestIncomplete",
-                        format!(
-                            "deleting the carrier although {unharvested} agents could not be \
-                             harvested; their nodes stay 'not reported' in the round summaries"
-                        ),
-                    ));
-                }
-                before.push(Note::normal(
-                    "CarrierDeleted",
-                    format!(
-                        "{} {}/{} deleted {} minutes after the task finished",
-                        resource.runtime_type,
-                        observed.namespace,
-                        resource.runtime_name,
-                        own.grace_minutes.max(0)
-                    ),
-                ));
-                resource.runtime_status = RuntimeStatus::Deleted;
-                retire = Some(unharvested);
-            }
+        let step = retire_step(observed, own, &next, &mut resource);
+        if let Some(wish) = step.harvest {
+            harvest = wish;
         }
+        if let Some(wait) = step.wait {
+            requeue = sooner(requeue, wait);
+        }
+        before.extend(step.notes);
+        retire = step.retire;
     }
     // Nothing left to harvest: no ongoing round, no last harvest before a carrier goes.
     let last_harvest_due = next.finish
@@ -463,12 +415,122 @@ pub fn advance(observed: &Observed<'_>) -> Decision {
 
     next.resource = Some(resource);
     next.conditions = Some(conds);
-    let after = outcome
-        .events
+    let after = happenings(&outcome.events, &next, last_stored, now);
+    Decision {
+        status: next,
+        requeue,
+        harvest,
+        retire,
+        before,
+        after,
+    }
+}
+
+/// Sets `CarrierReady` from the carrier as observed.
+fn set_carrier_ready(observed: &Observed<'_>, conds: &mut Vec<Condition>) {
+    let carrier = observed.carrier;
+    conditions::set(
+        conds,
+        Wanted {
+            type_: CARRIER_READY,
+            ok: carrier.ready,
+            reason: if carrier.ready {
+                "AgentsReady"
+            } else {
+                "AgentsNotReady"
+            },
+            message: carrier
+                .not_ready_reason
+                .clone()
+                .unwrap_or_else(|| format!("{} agents ready", carrier.agents.len())),
+        },
+        observed.generation,
+        observed.now,
+    );
+}
+
+/// What one reconcile does toward retiring a finished task's own carrier.
+struct RetireStep {
+    /// The harvest wish instead of the round's.
+    harvest: Option<HarvestWish>,
+    /// Look again after this at the latest.
+    wait: Option<Duration>,
+    /// Events before the status is written.
+    notes: Vec<Note>,
+    /// Delete the carrier now; the agents its last harvest missed.
+    retire: Option<usize>,
+}
+
+/// The retirement of a finished task's own carrier: wait out the grace period, harvest once
+/// more, then delete it (`resource` then says so).
+fn retire_step(
+    observed: &Observed<'_>,
+    own: OwnCarrier,
+    next: &TaskStatus,
+    resource: &mut TaskResource,
+) -> RetireStep {
+    let now = observed.now;
+    let finished = next.finish_time.as_ref().map(|t| t.0).unwrap_or(now);
+    let mut step = RetireStep {
+        harvest: None,
+        wait: None,
+        notes: Vec::new(),
+        retire: None,
+    };
+    match retirement(
+        finished,
+        own.grace_minutes,
+        observed.last_pass,
+        now,
+        observed.poll,
+    ) {
+        Retirement::Wait(wait) => {
+            step.harvest = Some(HarvestWish::Forget);
+            step.wait = Some(wait);
+        }
+        Retirement::HarvestAgain(wait) => {
+            step.harvest = Some(HarvestWish::Want(observed.carrier.agents.clone()));
+            step.wait = Some(wait);
+        }
+        Retirement::Delete(unharvested) => {
+            if unharvested > 0 {
+                step.notes.push(Note::warning(
+                    "HarvestIncomplete",
+                    format!(
+                        "deleting the carrier although {unharvested} agents could not be \
+                         harvested; their nodes stay 'not reported' in the round summaries"
+                    ),
+                ));
+            }
+            step.notes.push(Note::normal(
+                "CarrierDeleted",
+                format!(
+                    "{} {}/{} deleted {} minutes after the task finished",
+                    resource.runtime_type,
+                    observed.namespace,
+                    resource.runtime_name,
+                    own.grace_minutes.max(0)
+                ),
+            ));
+            resource.runtime_status = RuntimeStatus::Deleted;
+            step.retire = Some(unharvested);
+        }
+    }
+    step
+}
+
+/// The rounds started and finished by this reconcile, with their Events and summaries.
+fn happenings(
+    events: &[RoundEvent],
+    next: &TaskStatus,
+    last_stored: Option<Timestamp>,
+    now: Timestamp,
+) -> Vec<Happening> {
+    events
         .iter()
         .map(|event| match event {
             RoundEvent::Started(n) => Happening {
-                note: started_note(&next, *n),
+                note: started_note(next, *n),
                 finished: None,
             },
             RoundEvent::Finished(record) => {
@@ -486,13 +548,5 @@ pub fn advance(observed: &Observed<'_>) -> Decision {
                 }
             }
         })
-        .collect();
-    Decision {
-        status: next,
-        requeue,
-        harvest,
-        retire,
-        before,
-        after,
-    }
+        .collect()
 }

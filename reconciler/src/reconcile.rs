@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kdoctor_api::defaults::{ClusterFacts, omitted_schedule};
 use kdoctor_api::labels::FIELD_MANAGER;
 use kdoctor_api::schedule::Schedule;
@@ -22,6 +23,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
+use crate::carrier_set;
 use crate::context::Context;
 use crate::ensure::{self, CarrierState};
 use crate::harvest::Harvestee;
@@ -202,7 +204,6 @@ pub async fn reconcile<K: TaskObject>(
     object: Arc<K>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
-    let kind = K::KIND;
     let meta = object.meta();
     let name = meta.name.clone().unwrap_or_default();
     let uid = meta.uid.clone().unwrap_or_default();
@@ -210,22 +211,7 @@ pub async fn reconcile<K: TaskObject>(
         return Ok(Action::await_change());
     }
     if meta.deletion_timestamp.is_some() {
-        ctx.harvests.drop_task(&uid);
-        // A task with markers goes once its marks are off every Node.
-        if has_finalizer(object.as_ref()) {
-            let task = object.to_task();
-            let removed = markers::unmark(
-                &ctx.client,
-                kind,
-                &name,
-                task.marker_policy(),
-                &ctx.options.namespace,
-            )
-            .await?;
-            tracing::info!(%kind, task = %name, nodes = removed, "removed the task's node markers");
-            set_finalizer(&ctx, object.as_ref(), false).await?;
-        }
-        return Ok(Action::await_change());
+        return finalize(&ctx, object.as_ref(), &name, &uid).await;
     }
     if ctx
         .store()
@@ -238,37 +224,11 @@ pub async fn reconcile<K: TaskObject>(
     let now = Timestamp::now();
     let task = object.to_task();
     let old_status = object.task_status().cloned().unwrap_or_default();
-    let generation = meta.generation;
-
-    // Admission: the same rules as `kdoctor validate`, plus the objects the task names
-    // (checked until its first round is planned).
-    let (effective, errors) = validate(&ctx, &task, &old_status).await?;
-    let admission = plan::admit(&Candidate {
-        now,
-        generation,
-        status: &old_status,
-        errors: (!errors.is_empty()).then(|| errors.to_string()),
-        marks: task.marker_policy().is_some(),
-        has_finalizer: has_finalizer(object.as_ref()),
-    });
-    let (effective, conditions) = match (admission, effective) {
-        (Admission::Valid(conditions), Some(effective)) => (effective, conditions),
-        (Admission::AddFinalizer, _) => {
-            set_finalizer(&ctx, object.as_ref(), true).await?;
-            return Ok(Action::requeue(plan::AFTER_FINALIZER));
-        }
-        (Admission::Invalid { status, message }, _) => {
-            if let Some(status) = status {
-                write_status(&ctx, object.as_ref(), &status).await?;
-                ctx.event(object.as_ref(), true, "InvalidTask", message.clone())
-                    .await;
-                tracing::warn!(%kind, task = %name, %message, "invalid task");
-            }
-            return Ok(Action::requeue(plan::INVALID_RETRY));
-        }
-        // Admitted without an effective task cannot happen (no errors means one); never loop.
-        (Admission::Valid(_), None) => return Ok(Action::await_change()),
-    };
+    let (effective, conditions) =
+        match admit(&ctx, object.as_ref(), &task, &old_status, now).await? {
+            Ok(admitted) => admitted,
+            Err(action) => return Ok(action),
+        };
     let schedule_plan = effective
         .schedule()
         .cloned()
@@ -278,28 +238,8 @@ pub async fn reconcile<K: TaskObject>(
         // Validation accepted it, so this cannot happen; never loop on it.
         Err(_) => return Ok(Action::await_change()),
     };
-
-    // The incarnation in the store (before anything is harvested into it).
-    let spec = serde_json::to_value(object.as_ref())?
-        .get("spec")
-        .cloned()
-        .unwrap_or_default();
-    let mut record = TaskRecord {
-        kind,
-        name: name.clone(),
-        uid: uid.clone(),
-        created: meta.creation_timestamp.as_ref().map(|t| t.0).unwrap_or(now),
-        spec,
-        status: Some(serde_json::to_value(&old_status)?),
-        deleted: None,
-    };
-    let (id, _) = ctx.writes.record_task(record.clone()).await?;
-    let harvestee = Harvestee {
-        kind,
-        name: name.clone(),
-        uid: uid.clone(),
-        id,
-    };
+    let (harvestee, mut record) =
+        record_incarnation(&ctx, object.as_ref(), &old_status, now).await?;
 
     // What the plan looks at: the carrier as ensured, the ongoing round's stored reports, the
     // harvest loop's last pass.
@@ -313,6 +253,7 @@ pub async fn reconcile<K: TaskObject>(
     let stored = match rounds::ongoing(&old_status) {
         Some(current) => {
             let (store, round) = (ctx.store().clone(), current.round_number.max(0) as u64);
+            let id = harvestee.id;
             blocking(move || store.reports(id, round)).await?
         }
         None => Vec::new(),
@@ -322,7 +263,7 @@ pub async fn reconcile<K: TaskObject>(
         .min(ctx.options.poll);
     let decision = plan::advance(&Observed {
         now,
-        generation,
+        generation: meta.generation,
         status: &old_status,
         conditions,
         plan: &schedule_plan,
@@ -339,48 +280,167 @@ pub async fn reconcile<K: TaskObject>(
         poll,
         namespace: &ctx.options.namespace,
     });
+    let tracked = agent_spec
+        .as_ref()
+        .and(decision.status.resource.as_ref())
+        .map(|r| r.runtime_status);
+    ctx.track_carrier(&uid, tracked);
+    let requeue = decision.requeue;
+    let Some(next) = carry_out(
+        &ctx,
+        object.as_ref(),
+        &harvestee,
+        &carrier,
+        decision,
+        &old_status,
+    )
+    .await?
+    else {
+        // Worked from a stale copy: the newer one is on its way.
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    };
+    record.status = Some(serde_json::to_value(&next)?);
+    ctx.writes.record_task(record).await?;
+    Ok(match requeue {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
 
-    // Carrying it out.
+/// A task being deleted: its harvest stops and, when it marks nodes, its marks come off every
+/// Node before its finalizer does.
+async fn finalize<K: TaskObject>(
+    ctx: &Context,
+    object: &K,
+    name: &str,
+    uid: &str,
+) -> Result<Action, ReconcileError> {
+    ctx.harvests.drop_task(uid);
+    if has_finalizer(object) {
+        let task = object.to_task();
+        let removed = markers::unmark(
+            &ctx.client,
+            K::KIND,
+            name,
+            task.marker_policy(),
+            &ctx.options.namespace,
+        )
+        .await?;
+        tracing::info!(kind = %K::KIND, task = %name, nodes = removed, "removed the task's node markers");
+        set_finalizer(ctx, object, false).await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// Admission: the same rules as `kdoctor validate`, plus the objects the task names (checked
+/// until its first round is planned). `Ok`: the effective task and its conditions; `Err`: what
+/// the reconcile answers instead (an invalid task, a finalizer just added).
+async fn admit<K: TaskObject>(
+    ctx: &Context,
+    object: &K,
+    task: &Task,
+    status: &TaskStatus,
+    now: Timestamp,
+) -> Result<Result<(Task, Vec<Condition>), Action>, ReconcileError> {
+    let (effective, errors) = validate(ctx, task, status).await?;
+    let admission = plan::admit(&Candidate {
+        now,
+        generation: object.meta().generation,
+        status,
+        errors: (!errors.is_empty()).then(|| errors.to_string()),
+        marks: task.marker_policy().is_some(),
+        has_finalizer: has_finalizer(object),
+    });
+    Ok(match (admission, effective) {
+        (Admission::Valid(conditions), Some(effective)) => Ok((effective, conditions)),
+        (Admission::AddFinalizer, _) => {
+            set_finalizer(ctx, object, true).await?;
+            Err(Action::requeue(plan::AFTER_FINALIZER))
+        }
+        (Admission::Invalid { status, message }, _) => {
+            if let Some(status) = status {
+                write_status(ctx, object, &status).await?;
+                ctx.event(object, true, "InvalidTask", message.clone())
+                    .await;
+                tracing::warn!(kind = %K::KIND, task = object.meta().name.as_deref().unwrap_or(""), %message, "invalid task");
+            }
+            Err(Action::requeue(plan::INVALID_RETRY))
+        }
+        // Admitted without an effective task cannot happen (no errors means one); never loop.
+        (Admission::Valid(_), None) => Err(Action::await_change()),
+    })
+}
+
+/// Records the task's incarnation in the store (before anything is harvested into it); returns
+/// what the harvest files reports under and the record, to be written again with the new status.
+async fn record_incarnation<K: TaskObject>(
+    ctx: &Context,
+    object: &K,
+    status: &TaskStatus,
+    now: Timestamp,
+) -> Result<(Harvestee, TaskRecord), ReconcileError> {
+    let meta = object.meta();
+    let spec = serde_json::to_value(object)?
+        .get("spec")
+        .cloned()
+        .unwrap_or_default();
+    let record = TaskRecord {
+        kind: K::KIND,
+        name: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        created: meta.creation_timestamp.as_ref().map(|t| t.0).unwrap_or(now),
+        spec,
+        status: Some(serde_json::to_value(status)?),
+        deleted: None,
+    };
+    let (id, _) = ctx.writes.record_task(record.clone()).await?;
+    let harvestee = Harvestee {
+        kind: K::KIND,
+        name: record.name.clone(),
+        uid: record.uid.clone(),
+        id,
+    };
+    Ok((harvestee, record))
+}
+
+/// Carries out the plan's decision: the harvest's wish, the carrier's retirement, Events, the
+/// status, finished rounds. Returns the status written, or `None` when the write met a newer
+/// copy of the task.
+async fn carry_out<K: TaskObject>(
+    ctx: &Context,
+    object: &K,
+    harvestee: &Harvestee,
+    carrier: &CarrierState,
+    decision: plan::Decision,
+    old_status: &TaskStatus,
+) -> Result<Option<TaskStatus>, ReconcileError> {
+    let uid = &harvestee.uid;
     match &decision.harvest {
         HarvestWish::Keep => {}
         HarvestWish::Want(agents) => ctx.harvests.want(WantedHarvest {
             harvestee: harvestee.clone(),
             agents: agents.clone(),
         }),
-        HarvestWish::Forget => ctx.harvests.forget(&uid),
-        HarvestWish::Drop => ctx.harvests.drop_task(&uid),
+        HarvestWish::Forget => ctx.harvests.forget(uid),
+        HarvestWish::Drop => ctx.harvests.drop_task(uid),
     }
     if decision.retire.is_some() {
-        ensure::delete_carrier(&ctx, &carrier.resource).await?;
+        carrier_set::delete_workload(ctx, &carrier.resource).await?;
     }
     for note in &decision.before {
-        publish(&ctx, object.as_ref(), note).await;
+        publish(ctx, object, note).await;
     }
     let next = decision.status;
-    ctx.track_carrier(
-        &uid,
-        agent_spec
-            .as_ref()
-            .and(next.resource.as_ref())
-            .map(|r| r.runtime_status),
-    );
-    if next != old_status && !write_status(&ctx, object.as_ref(), &next).await? {
-        // Worked from a stale copy: the newer one is on its way.
-        return Ok(Action::requeue(Duration::from_secs(1)));
+    if next != *old_status && !write_status(ctx, object, &next).await? {
+        return Ok(None);
     }
     for happening in &decision.after {
         if let Some(finished) = &happening.finished {
-            round_finished(&ctx, object.as_ref(), id, &next, &carrier.agents, finished).await?;
+            round_finished(ctx, object, harvestee.id, &next, &carrier.agents, finished).await?;
         }
-        publish(&ctx, object.as_ref(), &happening.note).await;
+        publish(ctx, object, &happening.note).await;
     }
-    record.status = Some(serde_json::to_value(&next)?);
-    ctx.writes.record_task(record).await?;
-
-    Ok(match decision.requeue {
-        Some(after) => Action::requeue(after),
-        None => Action::await_change(),
-    })
+    Ok(Some(next))
 }
 
 /// Validates the task: its effective form (`None` when invalid) and every error, including

@@ -209,60 +209,7 @@ pub fn step(status: &TaskStatus, inputs: &Inputs<'_>) -> Outcome {
         let Some(current) = history.first_mut() else {
             break;
         };
-        let finished_now = match current.status {
-            RoundStatus::Notstarted if inputs.now >= current.dead_line_time_stamp.0 => {
-                // Nobody could start it in its window: a failed round, then move on.
-                let empty = BTreeMap::new();
-                let missed = Inputs {
-                    reports: &empty,
-                    ..inputs.clone()
-                };
-                finalise(current, &BTreeSet::new(), &missed, FAILURE_REASON_MISSED);
-                true
-            }
-            RoundStatus::Notstarted if inputs.now < current.start_time_stamp.0 => {
-                requeue = until(inputs.now, current.start_time_stamp.0, inputs.poll);
-                false
-            }
-            RoundStatus::Notstarted if !inputs.carrier_ready => {
-                requeue = inputs.poll;
-                false
-            }
-            RoundStatus::Notstarted => {
-                current.status = RoundStatus::Ongoing;
-                // Until they report, every expected node is "not reported"; the lists are
-                // written again only when the round ends (O(1) status writes per round).
-                current.not_report_agent_node_list =
-                    inputs.expected_nodes.iter().cloned().collect();
-                current.expected_actor_number = Some(inputs.expected_nodes.len() as i64);
-                events.push(RoundEvent::Started(current.round_number));
-                requeue = inputs.poll.min(until(
-                    inputs.now,
-                    current.dead_line_time_stamp.0,
-                    inputs.poll,
-                ));
-                false
-            }
-            RoundStatus::Ongoing => {
-                let expected = round_expected_nodes(current);
-                let everyone =
-                    !expected.is_empty() && expected.iter().all(|n| inputs.reports.contains_key(n));
-                if everyone || inputs.now >= current.dead_line_time_stamp.0 {
-                    finalise(current, &expected, inputs, FAILURE_REASON_NO_AGENT);
-                    true
-                } else {
-                    requeue = inputs.poll.min(until(
-                        inputs.now,
-                        current.dead_line_time_stamp.0,
-                        inputs.poll,
-                    ));
-                    false
-                }
-            }
-            // A finalised round on top means the next one was never planned (an interrupted
-            // write): plan it now.
-            RoundStatus::Succeed | RoundStatus::Fail => true,
-        };
+        let finished_now = move_round(current, inputs, &mut events, &mut requeue);
         if !finished_now {
             break;
         }
@@ -301,5 +248,68 @@ pub fn step(status: &TaskStatus, inputs: &Inputs<'_>) -> Outcome {
         status,
         events,
         requeue_after: Some(requeue),
+    }
+}
+
+/// Moves the newest round on by what `inputs` show: starts it, finalises it, or says when to
+/// look again (`requeue`). Returns whether it is finished.
+fn move_round(
+    current: &mut StatusHistoryRecord,
+    inputs: &Inputs<'_>,
+    events: &mut Vec<RoundEvent>,
+    requeue: &mut Duration,
+) -> bool {
+    match current.status {
+        RoundStatus::Notstarted if inputs.now >= current.dead_line_time_stamp.0 => {
+            // Nobody could start it in its window: a failed round, then move on.
+            let empty = BTreeMap::new();
+            let missed = Inputs {
+                reports: &empty,
+                ..inputs.clone()
+            };
+            finalise(current, &BTreeSet::new(), &missed, FAILURE_REASON_MISSED);
+            true
+        }
+        RoundStatus::Notstarted if inputs.now < current.start_time_stamp.0 => {
+            *requeue = until(inputs.now, current.start_time_stamp.0, inputs.poll);
+            false
+        }
+        RoundStatus::Notstarted if !inputs.carrier_ready => {
+            *requeue = inputs.poll;
+            false
+        }
+        RoundStatus::Notstarted => {
+            current.status = RoundStatus::Ongoing;
+            // Until they report, every expected node is "not reported"; the lists are
+            // written again only when the round ends (O(1) status writes per round).
+            current.not_report_agent_node_list = inputs.expected_nodes.iter().cloned().collect();
+            current.expected_actor_number = Some(inputs.expected_nodes.len() as i64);
+            events.push(RoundEvent::Started(current.round_number));
+            *requeue = inputs.poll.min(until(
+                inputs.now,
+                current.dead_line_time_stamp.0,
+                inputs.poll,
+            ));
+            false
+        }
+        RoundStatus::Ongoing => {
+            let expected = round_expected_nodes(current);
+            let everyone =
+                !expected.is_empty() && expected.iter().all(|n| inputs.reports.contains_key(n));
+            if everyone || inputs.now >= current.dead_line_time_stamp.0 {
+                finalise(current, &expected, inputs, FAILURE_REASON_NO_AGENT);
+                true
+            } else {
+                *requeue = inputs.poll.min(until(
+                    inputs.now,
+                    current.dead_line_time_stamp.0,
+                    inputs.poll,
+                ));
+                false
+            }
+        }
+        // A finalised round on top means the next one was never planned (an interrupted
+        // write): plan it now.
+        RoundStatus::Succeed | RoundStatus::Fail => true,
     }
 }

@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use kdoctor_apiserver::pki::write_private;
 use kdoctor_apiserver::server::{AuthMode, ServerOptions, start};
+use kdoctor_transport::pki::write_private;
 
 /// Arguments of `kdoctor apiserver`.
 #[derive(clap::Args)]

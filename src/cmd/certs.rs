@@ -16,7 +16,7 @@ use kdoctor_apiserver::certs::bootstrap::{
     apiservice_object, ca_secret_object, serving_secret_object,
 };
 use kdoctor_apiserver::certs::renewal::serving_names;
-use kdoctor_apiserver::pki::Ca;
+use kdoctor_transport::pki::Ca;
 use serde_json::Value;
 
 use super::output::{Format, render};

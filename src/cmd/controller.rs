@@ -4,26 +4,25 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use kdoctor_api::config::Config;
-use kdoctor_apiserver::certs::bootstrap::{CertSettings, ensure, keep_ca_bundle};
+use kdoctor_apiserver::certs::bootstrap::{CertSettings, keep_ca_bundle};
+use kdoctor_apiserver::certs::managed;
 use kdoctor_apiserver::certs::renewal::serving_names;
-use kdoctor_apiserver::pki::{Ca, Pem, write_private};
 use kdoctor_apiserver::server::{AuthMode, ServerOptions, start};
 use kdoctor_reconciler::controller::{Setup, run};
 use kdoctor_reconciler::export::ExportConfig;
 use kdoctor_reconciler::options::{AgentPorts, ControllerOptions};
-use kdoctor_reconciler::replica::peers::Peers;
-use kdoctor_reconciler::replica::transport::HttpsTransport;
-use kdoctor_reconciler::replica::{REPLICA_NAME, Replication};
+use kdoctor_reconciler::replica;
+use kdoctor_reconciler::replica::start::{HealthHooks, ReplicaSettings};
 use kdoctor_store::Writes;
-use kdoctor_store::raft::{Member, Options, Replica};
-use kdoctor_transport::report_client::identity_from_pem;
+use kdoctor_transport::limits::ServeLimits;
+use kdoctor_transport::pki::{Ca, Pem};
 use tokio::sync::watch;
 
 /// Arguments of `kdoctor controller`.
@@ -332,169 +331,6 @@ fn cert_settings(args: &Args) -> CertSettings {
     }
 }
 
-/// Writes the managed serving certificate where the server reloads it from.
-fn write_serving(data: &Path, serving: &Pem) -> Result<(PathBuf, PathBuf)> {
-    let dir = data.join("pki");
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let (cert, key) = (dir.join("serving.crt"), dir.join("serving.key"));
-    write_private(&key, serving.key.as_bytes())?;
-    std::fs::write(&cert, &serving.cert)
-        .with_context(|| format!("cannot write {}", cert.display()))?;
-    Ok((cert, key))
-}
-
-/// The install's certificates, retried for a while: a controller starting while kube-apiserver
-/// restarts waits for it instead of exiting into a crash loop.
-async fn ensure_patiently(
-    client: &kube::Client,
-    settings: &CertSettings,
-) -> Result<kdoctor_apiserver::certs::bootstrap::Issued> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        match ensure(client, settings).await {
-            Ok(issued) => return Ok(issued),
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                tracing::warn!(error = %e, "managing the install's certificates failed; retrying");
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// Re-checks the managed certificates every hour; a renewed serving certificate is written
-/// where the server reloads it from.
-async fn keep_certificates(client: kube::Client, settings: CertSettings, data: PathBuf) {
-    loop {
-        tokio::time::sleep(Duration::from_secs(3600)).await;
-        match ensure(&client, &settings).await {
-            Ok(issued) if issued.renewed.is_some() => {
-                if let Err(error) = write_serving(&data, &issued.serving) {
-                    tracing::error!(%error, "cannot write the renewed serving certificate");
-                }
-            }
-            Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "checking the install's certificates failed"),
-        }
-    }
-}
-
-/// The certificates and addresses of replication: a serving certificate for the pod IP and a
-/// client certificate named [`REPLICA_NAME`], both from the install's CA.
-fn replication(args: &Args, ip: std::net::IpAddr, ca: &Ca) -> Result<Replication> {
-    let server = ca
-        .serving(&[ip.to_string()])
-        .context("issuing the replication serving certificate")?;
-    let client = ca
-        .client(REPLICA_NAME, &[])
-        .context("issuing the replication client certificate")?;
-    Ok(Replication {
-        listen: args.replication_listen,
-        port: args.replication_listen.port(),
-        roots: kdoctor_transport::tls::parse_roots(ca.pem.cert.as_bytes(), "the install CA")?,
-        server: identity_from_pem(&server.cert, &server.key)?,
-        client: identity_from_pem(&client.cert, &client.key)?,
-    })
-}
-
-/// The node id of a replica whose store is new (kept in the store from then on): from its
-/// pod's name and UID and the time, FNV-1a. A re-created pod that lost its volume is another
-/// node, and so is a replica that discarded the store of a node the cluster took out, even in
-/// the same pod.
-fn node_id(pod: &str, uid: Option<&str>) -> u64 {
-    let nanos = jiff::Timestamp::now().as_nanosecond();
-    let text = format!("{pod}/{}/{nanos}", uid.unwrap_or_default());
-    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// Keeps the replica's readiness: ready while it could confirm lately that it has every
-/// acknowledged write (it reaches the leader), so a replica cut off from the others leaves the
-/// Service's endpoints.
-async fn keep_ready(replica: Replica, health: Arc<kdoctor_apiserver::health::Health>) {
-    let mut last_ok: Option<tokio::time::Instant> = None;
-    loop {
-        if replica.read_barrier(Duration::from_secs(2)).await.is_ok() {
-            last_ok = Some(tokio::time::Instant::now());
-        }
-        health.set_replica_ready(last_ok.is_some_and(|t| t.elapsed() < Duration::from_secs(5)));
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-/// Once the cluster took this replica out (scaled down, then up again with its old volume, it
-/// is sent nothing and would never be ready): marks its store to be discarded and exits, out of
-/// the endpoints first as on SIGTERM; the pod restarts and the replica joins as a new node.
-async fn leave_when_removed(
-    replica: Replica,
-    peers: Peers,
-    data: PathBuf,
-    health: Arc<kdoctor_apiserver::health::Health>,
-    delay: Duration,
-) {
-    let leader = replica.removed(|| peers.expected()).await;
-    let why = format!("{leader}, which leads, follows a membership without this replica's node");
-    tracing::warn!(%leader, node = replica.id(), "the replicas' cluster took this replica out: its store is discarded at the next start and it joins as a new node");
-    if let Err(e) = kdoctor_store::raft::removal::mark(&data, &why) {
-        tracing::error!(error = %e, "cannot mark the store to be discarded; this replica stays out of the cluster");
-        return;
-    }
-    health.set_stopping();
-    tokio::time::sleep(delay).await;
-    std::process::exit(1);
-}
-
-/// Starts this replica of the replicated store: the watch of the other replicas, its endpoint,
-/// and its way into the cluster (started, or joined, in the background).
-async fn start_replica(
-    args: &Args,
-    replication: Replication,
-    client: &kube::Client,
-    identity: &str,
-    state: &kdoctor_apiserver::AppState,
-    store: Arc<kdoctor_store::Store>,
-    background: &mut tokio::task::JoinSet<()>,
-) -> Result<(Replica, Peers)> {
-    let peers = Peers::start(client, &args.namespace, identity, background);
-    let transport = HttpsTransport::new(&replication, peers.clone())?;
-    let uid = args.pod_uid.clone();
-    let mut options = Options::new(Member::new(identity));
-    options.compact_after_bytes = args.raft_compact_after_bytes;
-    let replica = Replica::start(store, options, Arc::new(transport), || {
-        node_id(identity, uid.as_deref())
-    })
-    .await
-    .context("starting the replicated store")?;
-    replica
-        .metrics()
-        .register(&state.metrics.registry)
-        .context("registering the replicated store's metrics")?;
-    background.spawn(
-        kdoctor_reconciler::replica::serve::serve(replica.clone(), &replication)
-            .await
-            .context("serving the other replicas")?,
-    );
-    state.health.set_replica_ready(false);
-    background.spawn(keep_ready(replica.clone(), state.health.clone()));
-    background.spawn(leave_when_removed(
-        replica.clone(),
-        peers.clone(),
-        args.data.clone(),
-        state.health.clone(),
-        Duration::from_secs(args.shutdown_delay_seconds),
-    ));
-    let (forming, expected) = (replica.clone(), peers.clone());
-    background.spawn(async move {
-        expected.ready().await;
-        if let Err(e) = forming.form(|| expected.expected()).await {
-            tracing::error!(error = %e, "this replica could not get into the replicas' cluster");
-        }
-    });
-    tracing::info!(node = replica.id(), member = %identity, "replica of the report store");
-    Ok((replica, peers))
-}
-
 async fn controller(args: &Args) -> Result<ExitCode> {
     let config = config(args)?;
     let options = options(args)?;
@@ -514,12 +350,12 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         }
         _ => {
             let settings = cert_settings(args);
-            let issued = ensure_patiently(&client, &settings)
+            let issued = managed::ensure_patiently(&client, &settings)
                 .await
                 .context("managing the install's certificates (--ca-secret, --serving-secret)")?;
             let files = match args.tls_cert.clone().zip(args.tls_key.clone()) {
                 Some(files) => files,
-                None => write_serving(&args.data, &issued.serving)?,
+                None => managed::write_serving(&args.data, &issued.serving)?,
             };
             (issued.ca, Some(files), Some(settings))
         }
@@ -527,7 +363,7 @@ async fn controller(args: &Args) -> Result<ExitCode> {
     let harvester = ca
         .client(kdoctor_agent::report_api::HARVESTER_NAME, &[])
         .context("issuing the harvester's client certificate")?;
-    let harvest_identity = identity_from_pem(&harvester.cert, &harvester.key)?;
+    let harvest_identity = harvester.identity()?;
     if let Some(settings) = managed {
         tokio::spawn(keep_ca_bundle(
             client.clone(),
@@ -535,7 +371,7 @@ async fn controller(args: &Args) -> Result<ExitCode> {
             ca.pem.cert.clone(),
         ));
         if args.tls_cert.is_none() {
-            tokio::spawn(keep_certificates(
+            tokio::spawn(managed::keep_certificates(
                 client.clone(),
                 settings,
                 args.data.clone(),
@@ -589,21 +425,37 @@ async fn controller(args: &Args) -> Result<ExitCode> {
             }
         });
     }
-    let ops = kdoctor_apiserver::ops::serve(args.metrics_listen, state.clone())
-        .await
-        .with_context(|| format!("cannot listen on --metrics-listen {}", args.metrics_listen))?;
+    let ops =
+        kdoctor_apiserver::ops::serve(args.metrics_listen, state.clone(), ServeLimits::default())
+            .await
+            .with_context(|| {
+                format!("cannot listen on --metrics-listen {}", args.metrics_listen)
+            })?;
     tracing::info!(api = %server.url(), metrics = %ops, store = %args.data.display(), "kdoctor controller serving");
 
     let mut background = tokio::task::JoinSet::new();
     let (writes, peers) = match (args.leader_elect, args.pod_ip) {
         (true, Some(ip)) => {
-            let (replica, peers) = start_replica(
-                args,
-                replication(args, ip, &ca)?,
+            let settings = ReplicaSettings {
+                replication: replica::start::replication(args.replication_listen, ip, &ca)?,
+                namespace: args.namespace.clone(),
+                identity: identity.clone(),
+                pod_uid: args.pod_uid.clone(),
+                data: args.data.clone(),
+                compact_after_bytes: args.raft_compact_after_bytes,
+                leave_delay: Duration::from_secs(args.shutdown_delay_seconds),
+            };
+            let (ready, stopping) = (state.health.clone(), state.health.clone());
+            let health = HealthHooks {
+                ready: Arc::new(move |ok| ready.set_replica_ready(ok)),
+                stopping: Arc::new(move || stopping.set_stopping()),
+            };
+            let (replica, peers) = replica::start::start(
+                settings,
                 &client,
-                &identity,
-                &state,
+                &state.metrics.registry,
                 store.clone(),
+                health,
                 &mut background,
             )
             .await?;

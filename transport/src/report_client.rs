@@ -15,11 +15,10 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
+use crate::connect::{ConnectError, http1};
 use crate::report_api::{AgentIdentity, Entry, MAX_TOKEN_BYTES};
 use crate::tls::{Identity, ServerTrust, TlsError, client_config};
 
@@ -113,27 +112,6 @@ impl std::fmt::Debug for ReportClient {
     }
 }
 
-/// An identity from PEM text (a certificate chain and its key).
-pub fn identity_from_pem(cert_pem: &str, key_pem: &str) -> Result<Identity, TlsError> {
-    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::File {
-            path: "<client certificate>".to_string(),
-            problem: e.to_string(),
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::File {
-            path: "<client certificate>".to_string(),
-            problem: "no PEM certificate".to_string(),
-        });
-    }
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| TlsError::File {
-        path: "<client key>".to_string(),
-        problem: format!("no PEM private key: {e}"),
-    })?;
-    Ok(Identity { certs, key })
-}
-
 impl ReportClient {
     /// A client that presents `identity` to agents listening on `port`; every call (connect,
     /// handshake and exchange) is bounded by `timeout`.
@@ -151,23 +129,12 @@ impl ReportClient {
         let addr = SocketAddr::new(ip, self.port);
         let timeout = self.timeout;
         let connect = async {
-            let tcp = tokio::net::TcpStream::connect(addr)
-                .await
-                .map_err(|source| ReportClientError::Connect { addr, source })?;
-            let _ = tcp.set_nodelay(true);
-            let tls = self
-                .connector
-                .connect(ServerName::IpAddress(ip.into()), tcp)
-                .await
-                .map_err(|source| ReportClientError::Handshake { addr, source })?;
-            let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-                .await
-                .map_err(|source| ReportClientError::Http { addr, source })?;
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::debug!(%addr, error = %e, "report API connection ended");
-                }
-            });
+            let tls = (&self.connector, ServerName::IpAddress(ip.into()));
+            let sender = http1(addr, Some(tls)).await.map_err(|e| match e {
+                ConnectError::Tcp(source) => ReportClientError::Connect { addr, source },
+                ConnectError::Tls(source) => ReportClientError::Handshake { addr, source },
+                ConnectError::Http(source) => ReportClientError::Http { addr, source },
+            })?;
             Ok(AgentConnection {
                 addr,
                 sender,

@@ -11,10 +11,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rustls::RootCertStore;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
+
+use kdoctor_transport::tls::{TlsError, parse_certs, provider};
+use rustls::RootCertStore;
 
 /// A bundle of CA certificates trusted for client certificates.
 #[derive(Clone, Debug)]
@@ -66,44 +68,24 @@ struct Verdict {
     result: Result<(), String>,
 }
 
-/// Why a PEM bundle is not usable.
-#[derive(Debug, thiserror::Error)]
-pub enum PemError {
-    /// Not PEM, or no certificate in it.
-    #[error("no certificate found in the PEM bundle")]
-    Empty,
-    /// A certificate is malformed.
-    #[error("invalid certificate in the PEM bundle: {0}")]
-    Invalid(String),
-}
-
-/// Parses every certificate of a PEM bundle.
-pub fn parse_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, PemError> {
-    use rustls::pki_types::pem::PemObject;
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| PemError::Invalid(e.to_string()))?;
-    if certs.is_empty() {
-        return Err(PemError::Empty);
-    }
-    Ok(certs)
-}
-
 impl CaPool {
     /// A pool from a PEM bundle.
-    pub fn from_pem(pem: &[u8]) -> Result<CaPool, PemError> {
-        let certs = parse_pem(pem)?;
+    pub fn from_pem(pem: &[u8]) -> Result<CaPool, TlsError> {
+        // As Go's CertPool: certificates that do not parse are skipped, not fatal.
         let mut roots = RootCertStore::empty();
-        let (added, _) = roots.add_parsable_certificates(certs.iter().cloned());
+        let (added, _) = roots.add_parsable_certificates(parse_certs(pem, "CA bundle")?);
         if added == 0 {
-            return Err(PemError::Invalid("no usable CA certificate".into()));
+            return Err(TlsError::File {
+                path: "CA bundle".to_string(),
+                problem: "no usable CA certificate".to_string(),
+            });
         }
-        let verifier = WebPkiClientVerifier::builder_with_provider(
-            Arc::new(roots),
-            Arc::new(rustls::crypto::ring::default_provider()),
-        )
-        .build()
-        .map_err(|e| PemError::Invalid(e.to_string()))?;
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .map_err(|e| TlsError::Rustls {
+                what: "client certificate verifier",
+                source: rustls::Error::General(e.to_string()),
+            })?;
         Ok(CaPool {
             verifier,
             len: added,
@@ -156,7 +138,7 @@ pub use kdoctor_transport::tls::subject;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pki::Ca;
+    use kdoctor_transport::pki::Ca;
 
     fn pool(ca: &Ca) -> CaPool {
         CaPool::from_pem(ca.pem.cert.as_bytes()).expect("pool")
@@ -165,7 +147,7 @@ mod tests {
     /// A new connection presenting a client certificate of `ca`.
     fn connection(ca: &Ca, user: &str) -> PeerCertificates {
         let pem = ca.client(user, &[]).expect("client certificate");
-        PeerCertificates::new(parse_pem(pem.cert.as_bytes()).expect("chain"))
+        PeerCertificates::new(parse_certs(pem.cert.as_bytes(), "test").expect("chain"))
     }
 
     #[test]

@@ -14,7 +14,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::renewal::{Renewal, renewal};
-use crate::pki::{Ca, Pem, PkiError};
+use kdoctor_transport::pki::{Ca, Pem, PkiError};
 
 /// Field manager of the controller's certificate writes.
 pub const FIELD_MANAGER: &str = "kdoctor-controller";

@@ -106,7 +106,7 @@ pub fn renewal(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pki::Ca;
+    use kdoctor_transport::pki::Ca;
 
     const DAY: i64 = 86_400;
 

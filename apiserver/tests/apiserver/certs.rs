@@ -11,7 +11,7 @@ use kdoctor_apiserver::certs::bootstrap::{
     CertSettings, apiservice_object, ca_secret_object, ensure,
 };
 use kdoctor_apiserver::certs::renewal::{Renewal, renewal, serving_names};
-use kdoctor_apiserver::pki::Ca;
+use kdoctor_transport::pki::Ca;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 

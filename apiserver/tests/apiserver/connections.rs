@@ -138,6 +138,54 @@ async fn silent_clients_are_dropped_and_cannot_starve_the_server() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The operations listener (metrics and health, plain HTTP, reachable by any pod) has the same
+/// bounds: a client that sends half a request head is closed at the header deadline, and one
+/// that holds every slot delays a probe only until that deadline frees one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operations_listener_drops_half_sent_requests_and_caps_connections() {
+    let dir = scratch("operations-connections");
+    let server = serve(&dir, LIMITS).await;
+    let ops = kdoctor_apiserver::ops::serve(
+        "127.0.0.1:0".parse().expect("addr"),
+        server.state.clone(),
+        LIMITS,
+    )
+    .await
+    .expect("operations listener");
+
+    let mut half = TcpStream::connect(ops).await.expect("connects");
+    half.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .await
+        .expect("half a head");
+    let took = closed_after(half).await;
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_secs(5),
+        "a half-sent request head was kept {took:?}"
+    );
+
+    let mut held = Vec::new();
+    for _ in 0..LIMITS.max_connections {
+        held.push(TcpStream::connect(ops).await.expect("connects"));
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let out = curl(vec![
+        "-s".into(),
+        "--max-time".into(),
+        "15".into(),
+        format!("http://{ops}/healthz").into(),
+    ])
+    .await;
+    let waited = started.elapsed();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok");
+    assert!(
+        waited >= Duration::from_millis(250),
+        "answered in {waited:?} while every connection slot was held"
+    );
+    server.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Issue 20 L3: a body sent with a method this API does not take is read (up to kube-apiserver's
 /// 3 MiB) before the answer, so an HTTP/2 client gets its 405 Status rather than a reset
 /// stream; a larger body is refused with 413.

@@ -8,9 +8,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kdoctor_apiserver::pki::{Ca, Pem};
 use kdoctor_apiserver::server::{AuthMode, ServerOptions, start};
 use kdoctor_store::{Store, StoreConfig};
+use kdoctor_transport::pki::{Ca, Pem};
 
 use crate::fake_kube;
 use crate::support::{curl, fill, scratch};

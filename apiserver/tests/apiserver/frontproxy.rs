@@ -11,9 +11,9 @@ use kdoctor_apiserver::auth::config::AuthnConfig;
 use kdoctor_apiserver::auth::review::Attributes;
 use kdoctor_apiserver::auth::{Auth, PeerCertificates};
 use kdoctor_apiserver::metrics::ApiMetrics;
-use kdoctor_apiserver::pki::Ca;
 use kdoctor_apiserver::{AppState, router};
 use kdoctor_store::{Store, StoreConfig};
+use kdoctor_transport::pki::Ca;
 use rustls::pki_types::CertificateDer;
 use tower::ServiceExt;
 
@@ -28,7 +28,7 @@ struct Setup {
 }
 
 fn der(pem: &str) -> Vec<CertificateDer<'static>> {
-    kdoctor_apiserver::auth::x509::parse_pem(pem.as_bytes()).expect("pem")
+    kdoctor_transport::tls::parse_certs(pem.as_bytes(), "test").expect("pem")
 }
 
 fn configmap(front_proxy: &Ca, client_ca: &Ca) -> BTreeMap<String, String> {

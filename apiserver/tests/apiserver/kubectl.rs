@@ -55,7 +55,7 @@ async fn cluster(test: &str) -> Cluster {
     let store = Arc::new(Store::open(StoreConfig::new(dir.join("store"))).expect("store"));
     fill(&store);
     let data = dir.join("server");
-    let ca = kdoctor_apiserver::pki::Ca::load_or_create(&data.join("pki"), "test-ca").expect("ca");
+    let ca = kdoctor_transport::pki::Ca::load_or_create(&data.join("pki"), "test-ca").expect("ca");
     let auth = Auth::delegated(
         AuthnConfig {
             client_ca: Some(CaPool::from_pem(ca.pem.cert.as_bytes()).expect("pool")),

@@ -21,8 +21,8 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
 use kdoctor_store::{Pending, Store, Writes};
+use kdoctor_transport::connect::http1;
 use kdoctor_transport::tls::{ServerTrust, client_config, parse_roots};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use rustls::RootCertStore;
@@ -448,36 +448,17 @@ impl Worker {
 
     async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, Failure> {
         let (host, port, tls) = self.target();
-        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        let name = match tls {
+            true => Some(
+                ServerName::try_from(host.clone())
+                    .map_err(|e| Failure::Retry("tls", format!("{host}: {e}")))?,
+            ),
+            false => None,
+        };
+        let tls = name.map(|name| (&self.config.tls, name));
+        http1((host.as_str(), port), tls)
             .await
-            .map_err(|e| Failure::Retry("connect", format!("{host}:{port}: {e}")))?;
-        let _ = tcp.set_nodelay(true);
-        let http = |e: hyper::Error| Failure::Retry("http", e.to_string());
-        if tls {
-            let name = ServerName::try_from(host.clone())
-                .map_err(|e| Failure::Retry("tls", format!("{host}: {e}")))?;
-            let stream = self
-                .config
-                .tls
-                .connect(name, tcp)
-                .await
-                .map_err(|e| Failure::Retry("tls", format!("{host}:{port}: {e}")))?;
-            let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .map_err(http)?;
-            tokio::spawn(async move {
-                let _ = connection.await;
-            });
-            Ok(sender)
-        } else {
-            let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-                .await
-                .map_err(http)?;
-            tokio::spawn(async move {
-                let _ = connection.await;
-            });
-            Ok(sender)
-        }
+            .map_err(|e| Failure::Retry(e.step(), format!("{host}:{port}: {e}")))
     }
 
     async fn exchange(&mut self, body: &Bytes) -> Result<(), Failure> {
@@ -860,7 +841,7 @@ mod tests {
 
     /// A CA certificate in PEM, for configurations that need one.
     fn test_ca() -> String {
-        kdoctor_apiserver::pki::Ca::generate("export-test")
+        kdoctor_transport::pki::Ca::generate("export-test")
             .unwrap()
             .pem
             .cert

@@ -3,12 +3,14 @@
 //! other replicas are (their pods, [`peers`]), the mutual-TLS HTTPS that carries Raft between
 //! them ([`transport`], [`serve`]: certificates of the install's CA, the replica name checked
 //! on both ends), the leader's care of the membership when the StatefulSet is scaled
-//! ([`members`]) and of the report API's endpoints ([`endpoints`]).
+//! ([`members`]) and of the report API's endpoints ([`endpoints`]), and how a process starts
+//! its replica ([`start`]).
 
 pub mod endpoints;
 pub mod members;
 pub mod peers;
 pub mod serve;
+pub mod start;
 pub mod transport;
 
 use std::net::SocketAddr;

@@ -123,7 +123,7 @@ fn accept(
 mod tests {
     use std::time::{Duration, Instant};
 
-    use kdoctor_apiserver::pki::Ca;
+    use kdoctor_transport::pki::Ca;
     use kdoctor_transport::tls::{ServerTrust, client_config, parse_identity, parse_roots};
     use rustls::pki_types::ServerName;
     use tokio::io::AsyncReadExt;

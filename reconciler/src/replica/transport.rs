@@ -4,7 +4,7 @@
 //! read up to the largest message a replica accepts.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,8 +12,8 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
 use kdoctor_store::raft::{BoxFuture, MAX_MESSAGE, Member, Rpc, Transport, TransportError};
+use kdoctor_transport::connect::http1;
 use kdoctor_transport::tls::{ServerTrust, client_config};
 use rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
@@ -76,23 +76,10 @@ impl HttpsTransport {
 
 impl Inner {
     async fn connect(&self, addr: SocketAddr) -> Result<Sender, String> {
-        let tcp = tokio::net::TcpStream::connect(addr)
+        let name = ServerName::IpAddress(addr.ip().into());
+        http1(addr, Some((&self.connector, name)))
             .await
-            .map_err(|e| format!("connect: {e}"))?;
-        let _ = tcp.set_nodelay(true);
-        let ip: IpAddr = addr.ip();
-        let tls = self
-            .connector
-            .connect(ServerName::IpAddress(ip.into()), tcp)
-            .await
-            .map_err(|e| format!("TLS: {e}"))?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| format!("HTTP: {e}"))?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        Ok(sender)
+            .map_err(|e| e.to_string())
     }
 
     fn take_idle(&self, addr: SocketAddr) -> Option<Sender> {

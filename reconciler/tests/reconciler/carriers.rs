@@ -214,9 +214,10 @@ fn container_image(ds: &DaemonSet) -> String {
 
 /// A carrier is declared, not created once: a steady state costs no write, a deleted Service
 /// and an edited DaemonSet come back as declared, a controller with a new agent image updates
-/// the running carrier, and carrier objects of a task that no longer exists are deleted.
+/// the running carrier, an object with the task's labels that it no longer declares is deleted,
+/// and carrier objects of a task that no longer exists are deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_carrier_converges_to_its_declaration_and_orphans_are_removed() {
+async fn a_carrier_converges_to_its_declaration_and_leftovers_and_orphans_are_removed() {
     let mut cluster = Cluster::start(ClusterConfig {
         default_agent: false,
         ..ClusterConfig::default()
@@ -354,6 +355,49 @@ async fn a_carrier_converges_to_its_declaration_and_orphans_are_removed() {
         cluster
             .metrics_text()
             .contains("kdoctor_controller_orphans_deleted_total{kind=\"Service\"} 1"),
+        "{}",
+        cluster.metrics_text()
+    );
+    // An object with the live task's labels that the task does not declare (an older
+    // controller's Service, say) goes at the task's next reconcile; the sweep leaves it, since
+    // its task exists.
+    let leftover: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kdoctor-netreach-kept-old", "namespace": NAMESPACE, "labels": {
+            "app.kubernetes.io/managed-by": "kdoctor",
+            "kdoctor.io/task-kind": "NetReach",
+            "kdoctor.io/task-name": "kept",
+        }},
+        "spec": {"ports": [{"name": "http", "port": 80}], "selector": {"app": "none"}},
+    }))
+    .expect("a Service");
+    services
+        .create(&Default::default(), &leftover)
+        .await
+        .expect("create the leftover");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let nudge = serde_json::json!({"metadata": {"annotations": {"test/nudge": "leftover"}}});
+    tasks
+        .patch("kept", &PatchParams::default(), &Patch::Merge(&nudge))
+        .await
+        .expect("annotate the task");
+    eventually(
+        Duration::from_secs(15),
+        "the leftover to be deleted",
+        || async {
+            services
+                .get_opt("kdoctor-netreach-kept-old")
+                .await
+                .ok()
+                .and_then(|s| s.is_none().then_some(()))
+        },
+    )
+    .await;
+    assert!(dss.get_opt(ds_name).await.unwrap().is_some());
+    assert!(services.get_opt(service).await.unwrap().is_some());
+    assert!(
+        cluster
+            .metrics_text()
+            .contains("kdoctor_controller_carrier_leftovers_deleted_total{kind=\"Service\"} 1"),
         "{}",
         cluster.metrics_text()
     );

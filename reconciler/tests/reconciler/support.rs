@@ -25,7 +25,6 @@ use kdoctor_agent::cluster::runner::Runner;
 use kdoctor_agent::config::{AgentArgs, TaskArgs};
 use kdoctor_api::config::Config;
 use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns, RoundStatus, TaskKind, TaskStatus};
-use kdoctor_apiserver::pki::Ca;
 use kdoctor_reconciler::controller::{Setup, run};
 use kdoctor_reconciler::export::ExportConfig;
 use kdoctor_reconciler::options::ControllerOptions;
@@ -33,7 +32,7 @@ use kdoctor_reconciler::replica::Replication;
 use kdoctor_reconciler::replica::transport::HttpsTransport;
 use kdoctor_store::raft::Member;
 use kdoctor_store::{Store, StoreConfig, Writes};
-use kdoctor_transport::report_client::identity_from_pem;
+use kdoctor_transport::pki::Ca;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use kube_sim::testcluster::{TestCluster, TestClusterOptions};
@@ -800,8 +799,7 @@ impl Cluster {
         let export = self.export.clone();
         let client = self.controller_client.clone();
         let identity = identity.to_string();
-        let harvest_identity =
-            identity_from_pem(&harvester.cert, &harvester.key).expect("identity");
+        let harvest_identity = harvester.identity().expect("identity");
         let (stop_tx, mut stop_rx) = watch::channel(false);
         let (leading_tx, leading_rx) = watch::channel(false);
         let handle = self.net().spawn(async move {
@@ -843,8 +841,8 @@ impl Cluster {
             port,
             roots: kdoctor_transport::tls::parse_roots(self.ca.pem.cert.as_bytes(), "test CA")
                 .expect("roots"),
-            server: identity_from_pem(&server.cert, &server.key).expect("identity"),
-            client: identity_from_pem(&client.cert, &client.key).expect("identity"),
+            server: server.identity().expect("identity"),
+            client: client.identity().expect("identity"),
         }
     }
 

@@ -20,10 +20,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use jiff::Timestamp;
 use kdoctor_agent::config::AgentArgs;
-use kdoctor_apiserver::pki::write_private;
 use kdoctor_apiserver::server::{ServerOptions, start};
 use kdoctor_apiserver::tasks::TaskObjects;
 use kdoctor_store::{Store, StoreConfig};
+use kdoctor_transport::pki::write_private;
 
 use self::plan::{LocalPorts, StandIns, local_plan, loopback_carrier, resolvers_of};
 use self::runner::Shared;

@@ -28,7 +28,7 @@ use kdoctor_apiserver::auth::requestheader::RequestHeader;
 use kdoctor_apiserver::auth::review::{Attributes, Decision, Reviews};
 use kdoctor_apiserver::auth::user::User;
 use kdoctor_apiserver::auth::x509::CaPool;
-use kdoctor_apiserver::pki::Ca;
+use kdoctor_transport::pki::Ca;
 use kdoctor_apiserver::server::{AuthMode, CONNECTION_THREADS_CAP, ServerOptions, start};
 use kdoctor_store::{NewReport, Store, StoreConfig, TaskRecord};
 use kdoctor_transport::malloc_arenas;
@@ -653,7 +653,7 @@ fn main() {
     let pki = o.dir.join("server").join("pki");
     let install = Ca::load_or_create(&pki, "kdoctor-bench").expect("the install's CA");
     let front_proxy = Ca::generate("front-proxy-ca").expect("front-proxy CA");
-    let pem_files = |name: &str, pem: &kdoctor_apiserver::pki::Pem| {
+    let pem_files = |name: &str, pem: &kdoctor_transport::pki::Pem| {
         let (cert, key) = (
             o.dir.join(format!("{name}.crt")),
             o.dir.join(format!("{name}.key")),

@@ -25,10 +25,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kdoctor_agent::agent::{RunningAgent, start};
 use kdoctor_agent::cluster::runner::Runner;
 use kdoctor_agent::config::{AgentArgs, TaskArgs};
-use kdoctor_transport::report_client::{ReportClient, identity_from_pem};
+use kdoctor_transport::report_client::ReportClient;
 use kdoctor_agent::spool::Spool;
 use kdoctor_api::task::{NetReach, RoundStatus, TaskKind};
-use kdoctor_apiserver::pki::Ca;
+use kdoctor_transport::pki::Ca;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube_sim::testcluster::{TestCluster, TestClusterOptions};
 
@@ -539,7 +539,7 @@ async fn raw_harvest(cluster: &Cluster, stand_ins: &StandIns) -> Duration {
         .expect("client cert");
     let client = Arc::new(
         ReportClient::new(
-            identity_from_pem(&pem.cert, &pem.key).expect("identity"),
+            pem.identity().expect("identity"),
             REPORT_PORT,
             Duration::from_secs(10),
         )

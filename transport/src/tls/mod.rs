@@ -1,14 +1,23 @@
-//! TLS material for the agent's servers and the prober's clients (rustls with ring: no OpenSSL).
+//! TLS for every kdoctor server and client (rustls with ring: no OpenSSL): PEM material, the
+//! serving certificate (reloadable), server configurations with required, requested or no client
+//! certificates, and client configurations that trust given roots or (a prober's default) any
+//! server.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+
+mod serving;
+mod verifiers;
+
+pub use serving::ServingCert;
+use verifiers::{AcceptAny, RequestClientCert};
 
 /// ALPN protocols a server offers: HTTP/2 first, so that clients which can speak it do.
 pub const SERVER_ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
@@ -61,6 +70,16 @@ impl Clone for Identity {
 }
 
 impl Identity {
+    /// The identity as rustls signs with it.
+    pub fn certified_key(self) -> Result<CertifiedKey, TlsError> {
+        CertifiedKey::from_der(self.certs, self.key, &provider()).map_err(|source| {
+            TlsError::Rustls {
+                what: "server certificate",
+                source,
+            }
+        })
+    }
+
     /// Reads a PEM certificate chain and a PEM private key.
     pub fn from_files(cert: &Path, key: &Path) -> Result<Identity, TlsError> {
         let certs = read_certs(cert)?;
@@ -174,18 +193,32 @@ pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
     subject(cert).map(|(cn, _)| cn)
 }
 
-/// A server configuration offering HTTP/2 and HTTP/1.1 by ALPN; with `client_ca`, clients must
-/// present a certificate signed by it.
-pub fn server_config(
-    identity: Identity,
-    client_ca: Option<RootCertStore>,
+/// Which client certificates a server asks for.
+#[derive(Debug, Clone)]
+pub enum ClientAuth {
+    /// None.
+    None,
+    /// Required, and signed by these roots (replication, the report API).
+    Required(RootCertStore),
+    /// Asked for but not required; the handshake only checks that the client holds the key.
+    /// Whose certificate it is, is decided per request (the API server's authenticator checks
+    /// it against the client CA or the front-proxy CA, as the Go server does), so token users
+    /// and probes still connect.
+    Requested,
+}
+
+/// A server configuration offering HTTP/2 and HTTP/1.1 by ALPN, serving `cert` (which may be
+/// swapped at run time) and asking clients for certificates as `client` says.
+pub fn serving_config(
+    cert: Arc<ServingCert>,
+    client: ClientAuth,
 ) -> Result<ServerConfig, TlsError> {
     let rustls = |what| move |source| TlsError::Rustls { what, source };
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(rustls("server protocol versions"))?;
-    let builder = match client_ca {
-        Some(roots) => {
+    let builder = match client {
+        ClientAuth::Required(roots) => {
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
                 .build()
                 .map_err(|e| TlsError::Rustls {
@@ -194,13 +227,27 @@ pub fn server_config(
                 })?;
             builder.with_client_cert_verifier(verifier)
         }
-        None => builder.with_no_client_auth(),
+        ClientAuth::Requested => {
+            builder.with_client_cert_verifier(Arc::new(RequestClientCert::new(provider())))
+        }
+        ClientAuth::None => builder.with_no_client_auth(),
     };
-    let mut config = builder
-        .with_single_cert(identity.certs, identity.key)
-        .map_err(rustls("server certificate"))?;
+    let mut config = builder.with_cert_resolver(cert);
     config.alpn_protocols = SERVER_ALPN.iter().map(|p| p.to_vec()).collect();
     Ok(config)
+}
+
+/// [`serving_config`] for a fixed identity; with `client_ca`, clients must present a
+/// certificate signed by it.
+pub fn server_config(
+    identity: Identity,
+    client_ca: Option<RootCertStore>,
+) -> Result<ServerConfig, TlsError> {
+    let client = match client_ca {
+        Some(roots) => ClientAuth::Required(roots),
+        None => ClientAuth::None,
+    };
+    serving_config(ServingCert::new(identity.certified_key()?), client)
 }
 
 /// How a client checks the server.
@@ -237,54 +284,4 @@ pub fn client_config(
     };
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(config)
-}
-
-/// Accepts any server certificate but still checks the handshake signatures, so a broken TLS
-/// stack is noticed even when the PKI is not checked.
-#[derive(Debug)]
-struct AcceptAny(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AcceptAny {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
+
+use crate::tls::{Identity, TlsError, parse_identity};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, SanType,
@@ -16,6 +18,17 @@ pub struct Pem {
     pub cert: String,
     /// Private key, PEM.
     pub key: String,
+}
+
+impl Pem {
+    /// The certificate and key as a TLS identity.
+    pub fn identity(&self) -> Result<Identity, TlsError> {
+        parse_identity(
+            self.cert.as_bytes(),
+            self.key.as_bytes(),
+            "generated certificate",
+        )
+    }
 }
 
 /// Why certificates could not be made or read.
