@@ -331,6 +331,105 @@ fn cert_settings(args: &Args) -> CertSettings {
     }
 }
 
+/// The install's CA and the serving certificate's files: from files (provided by the operator),
+/// or managed through the API and kept from then on (the APIService's caBundle, and the serving
+/// certificate unless its files are given).
+async fn certificates(
+    args: &Args,
+    client: &kube::Client,
+) -> Result<(Ca, Option<(PathBuf, PathBuf)>)> {
+    match (&args.tls_ca_cert, &args.tls_ca_key) {
+        (Some(cert), Some(key)) => {
+            let ca = Ca::from_pem(Pem {
+                cert: read(cert, "cannot read the install CA certificate --tls-ca-cert")?,
+                key: read(key, "cannot read the install CA key --tls-ca-key")?,
+            })
+            .context("the install CA (--tls-ca-cert, --tls-ca-key)")?;
+            Ok((ca, args.tls_cert.clone().zip(args.tls_key.clone())))
+        }
+        _ => {
+            let settings = cert_settings(args);
+            let issued = managed::ensure_patiently(client, &settings)
+                .await
+                .context("managing the install's certificates (--ca-secret, --serving-secret)")?;
+            let files = match args.tls_cert.clone().zip(args.tls_key.clone()) {
+                Some(files) => files,
+                None => {
+                    let files = managed::write_serving(&args.data, &issued.serving)?;
+                    tokio::spawn(managed::keep_certificates(
+                        client.clone(),
+                        settings.clone(),
+                        args.data.clone(),
+                    ));
+                    files
+                }
+            };
+            tokio::spawn(keep_ca_bundle(
+                client.clone(),
+                settings,
+                issued.ca.pem.cert.clone(),
+            ));
+            Ok((issued.ca, Some(files)))
+        }
+    }
+}
+
+/// A store stopped on an I/O error (a full disk) takes nothing more until reopened, and sled
+/// would hang closing it: the process exits, and the pod restarts and reopens it once the cause
+/// is gone (meanwhile the other replicas serve, and lead). Not at once: first out of the
+/// endpoints, as on SIGTERM, so that no request is sent to a process that is gone (it answers
+/// meanwhile, with 503 and Retry-After where the store is needed).
+async fn exit_when_store_fails(
+    store: Arc<kdoctor_store::Store>,
+    health: Arc<kdoctor_apiserver::health::Health>,
+    delay: Duration,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        if let Some(failure) = store.failure() {
+            tracing::error!(%failure, delay = ?delay, "the report store stopped; exiting so that the pod restarts and reopens it");
+            health.set_stopping();
+            tokio::time::sleep(delay).await;
+            std::process::exit(1);
+        }
+    }
+}
+
+/// This process's replica of the report store, its health told to the server's endpoints.
+async fn start_replica(
+    args: &Args,
+    replication: replica::Replication,
+    client: &kube::Client,
+    identity: &str,
+    state: &kdoctor_apiserver::AppState,
+    store: Arc<kdoctor_store::Store>,
+    background: &mut tokio::task::JoinSet<()>,
+) -> Result<(kdoctor_store::raft::Replica, replica::peers::Peers)> {
+    let settings = ReplicaSettings {
+        replication,
+        namespace: args.namespace.clone(),
+        identity: identity.to_string(),
+        pod_uid: args.pod_uid.clone(),
+        data: args.data.clone(),
+        compact_after_bytes: args.raft_compact_after_bytes,
+        leave_delay: Duration::from_secs(args.shutdown_delay_seconds),
+    };
+    let (ready, stopping) = (state.health.clone(), state.health.clone());
+    let health = HealthHooks {
+        ready: Arc::new(move |ok| ready.set_replica_ready(ok)),
+        stopping: Arc::new(move || stopping.set_stopping()),
+    };
+    Ok(replica::start::start(
+        settings,
+        client,
+        &state.metrics.registry,
+        store,
+        health,
+        background,
+    )
+    .await?)
+}
+
 async fn controller(args: &Args) -> Result<ExitCode> {
     let config = config(args)?;
     let options = options(args)?;
@@ -338,46 +437,11 @@ async fn controller(args: &Args) -> Result<ExitCode> {
     let client = kube::Client::try_default()
         .await
         .context("cannot reach the Kubernetes API (in-cluster or $KUBECONFIG)")?;
-    // Certificates from files (provided by the operator), or managed through the API.
-    let (ca, tls_files, managed) = match (&args.tls_ca_cert, &args.tls_ca_key) {
-        (Some(cert), Some(key)) => {
-            let ca = Ca::from_pem(Pem {
-                cert: read(cert, "cannot read the install CA certificate --tls-ca-cert")?,
-                key: read(key, "cannot read the install CA key --tls-ca-key")?,
-            })
-            .context("the install CA (--tls-ca-cert, --tls-ca-key)")?;
-            (ca, args.tls_cert.clone().zip(args.tls_key.clone()), None)
-        }
-        _ => {
-            let settings = cert_settings(args);
-            let issued = managed::ensure_patiently(&client, &settings)
-                .await
-                .context("managing the install's certificates (--ca-secret, --serving-secret)")?;
-            let files = match args.tls_cert.clone().zip(args.tls_key.clone()) {
-                Some(files) => files,
-                None => managed::write_serving(&args.data, &issued.serving)?,
-            };
-            (issued.ca, Some(files), Some(settings))
-        }
-    };
+    let (ca, tls_files) = certificates(args, &client).await?;
     let harvester = ca
         .client(kdoctor_agent::report_api::HARVESTER_NAME, &[])
         .context("issuing the harvester's client certificate")?;
     let harvest_identity = harvester.identity()?;
-    if let Some(settings) = managed {
-        tokio::spawn(keep_ca_bundle(
-            client.clone(),
-            settings.clone(),
-            ca.pem.cert.clone(),
-        ));
-        if args.tls_cert.is_none() {
-            tokio::spawn(managed::keep_certificates(
-                client.clone(),
-                settings,
-                args.data.clone(),
-            ));
-        }
-    }
     let identity = args
         .pod_name
         .clone()
@@ -404,27 +468,11 @@ async fn controller(args: &Args) -> Result<ExitCode> {
         tracing::info!(store = %args.data.display(), "waiting for the report store to open");
     }
     let store = state.wait_store().await;
-    // A store stopped on an I/O error (a full disk) takes nothing more until reopened, and sled
-    // would hang closing it: the process exits, and the pod restarts and reopens it once the
-    // cause is gone (meanwhile the other replicas serve, and lead). Not at once: first out of
-    // the endpoints, as on SIGTERM, so that no request is sent to a process that is gone (it
-    // answers meanwhile, with 503 and Retry-After where the store is needed).
-    {
-        let store = store.clone();
-        let health = state.health.clone();
-        let delay = Duration::from_secs(args.shutdown_delay_seconds);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                if let Some(failure) = store.failure() {
-                    tracing::error!(%failure, delay = ?delay, "the report store stopped; exiting so that the pod restarts and reopens it");
-                    health.set_stopping();
-                    tokio::time::sleep(delay).await;
-                    std::process::exit(1);
-                }
-            }
-        });
-    }
+    tokio::spawn(exit_when_store_fails(
+        store.clone(),
+        state.health.clone(),
+        Duration::from_secs(args.shutdown_delay_seconds),
+    ));
     let ops =
         kdoctor_apiserver::ops::serve(args.metrics_listen, state.clone(), ServeLimits::default())
             .await
@@ -436,26 +484,14 @@ async fn controller(args: &Args) -> Result<ExitCode> {
     let mut background = tokio::task::JoinSet::new();
     let (writes, peers) = match (args.leader_elect, args.pod_ip) {
         (true, Some(ip)) => {
-            let settings = ReplicaSettings {
-                replication: replica::start::replication(args.replication_listen, ip, &ca)?,
-                namespace: args.namespace.clone(),
-                identity: identity.clone(),
-                pod_uid: args.pod_uid.clone(),
-                data: args.data.clone(),
-                compact_after_bytes: args.raft_compact_after_bytes,
-                leave_delay: Duration::from_secs(args.shutdown_delay_seconds),
-            };
-            let (ready, stopping) = (state.health.clone(), state.health.clone());
-            let health = HealthHooks {
-                ready: Arc::new(move |ok| ready.set_replica_ready(ok)),
-                stopping: Arc::new(move || stopping.set_stopping()),
-            };
-            let (replica, peers) = replica::start::start(
-                settings,
+            let replication = replica::start::replication(args.replication_listen, ip, &ca)?;
+            let (replica, peers) = start_replica(
+                args,
+                replication,
                 &client,
-                &state.metrics.registry,
+                &identity,
+                &state,
                 store.clone(),
-                health,
                 &mut background,
             )
             .await?;

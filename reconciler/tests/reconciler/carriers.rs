@@ -364,6 +364,7 @@ async fn a_carrier_converges_to_its_declaration_and_leftovers_and_orphans_are_re
     let leftover: Service = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "kdoctor-netreach-kept-old", "namespace": NAMESPACE, "labels": {
             "app.kubernetes.io/managed-by": "kdoctor",
+            "app.kubernetes.io/component": "agent",
             "kdoctor.io/task-kind": "NetReach",
             "kdoctor.io/task-name": "kept",
         }},
