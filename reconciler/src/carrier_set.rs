@@ -225,31 +225,24 @@ pub async fn delete_workload(ctx: &Context, resource: &TaskResource) -> Result<(
 
 /// Deletes one object; `false` when it was already gone.
 async fn delete(ctx: &Context, part: Part, name: &str) -> Result<bool, kube::Error> {
-    let (client, namespace) = (ctx.client.clone(), ctx.options.namespace.as_str());
-    let params = DeleteParams::background();
     let result = match part {
-        Part::DaemonSet => Api::<DaemonSet>::namespaced(client, namespace)
-            .delete(name, &params)
-            .await
-            .map(|_| ()),
-        Part::Deployment => Api::<Deployment>::namespaced(client, namespace)
-            .delete(name, &params)
-            .await
-            .map(|_| ()),
-        Part::Service => Api::<Service>::namespaced(client, namespace)
-            .delete(name, &params)
-            .await
-            .map(|_| ()),
-        Part::Ingress => Api::<Ingress>::namespaced(client, namespace)
-            .delete(name, &params)
-            .await
-            .map(|_| ()),
+        Part::DaemonSet => delete_as::<DaemonSet>(ctx, name).await,
+        Part::Deployment => delete_as::<Deployment>(ctx, name).await,
+        Part::Service => delete_as::<Service>(ctx, name).await,
+        Part::Ingress => delete_as::<Ingress>(ctx, name).await,
     };
     match result {
         Ok(()) => Ok(true),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+async fn delete_as<K: CarrierObject>(ctx: &Context, name: &str) -> Result<(), kube::Error> {
+    Api::<K>::namespaced(ctx.client.clone(), &ctx.options.namespace)
+        .delete(name, &DeleteParams::background())
+        .await
+        .map(|_| ())
 }
 
 /// Whether the object has an owner (a task, or the carrier workload for its Services and

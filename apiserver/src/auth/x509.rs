@@ -12,10 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::{CertificateDer, UnixTime};
-use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
 
-use kdoctor_transport::tls::{TlsError, parse_certs, provider};
+use kdoctor_transport::tls::{TlsError, client_verifier, parse_certs};
 use rustls::RootCertStore;
 
 /// A bundle of CA certificates trusted for client certificates.
@@ -80,12 +79,7 @@ impl CaPool {
                 problem: "no usable CA certificate".to_string(),
             });
         }
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-            .build()
-            .map_err(|e| TlsError::Rustls {
-                what: "client certificate verifier",
-                source: rustls::Error::General(e.to_string()),
-            })?;
+        let verifier = client_verifier(roots)?;
         Ok(CaPool {
             verifier,
             len: added,

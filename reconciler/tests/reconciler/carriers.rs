@@ -212,6 +212,32 @@ fn container_image(ds: &DaemonSet) -> String {
         .unwrap_or_default()
 }
 
+/// A Service labelled as the carrier of the NetReach task `task`, with no owner.
+fn carrier_service(name: &str, task: &str) -> Service {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {
+            "app.kubernetes.io/managed-by": "kdoctor",
+            "app.kubernetes.io/component": "agent",
+            "kdoctor.io/task-kind": "NetReach",
+            "kdoctor.io/task-name": task,
+        }},
+        "spec": {"ports": [{"name": "http", "port": 80}], "selector": {"app": "none"}},
+    }))
+    .expect("a Service")
+}
+
+/// Waits until the Service `name` is gone.
+async fn gone(services: &Api<Service>, name: &str, what: &str) {
+    eventually(Duration::from_secs(15), what, || async {
+        services
+            .get_opt(name)
+            .await
+            .ok()
+            .and_then(|s| s.is_none().then_some(()))
+    })
+    .await;
+}
+
 /// A carrier is declared, not created once: a steady state costs no write, a deleted Service
 /// and an edited DaemonSet come back as declared, a controller with a new agent image updates
 /// the running carrier, an object with the task's labels that it no longer declares is deleted,
@@ -322,30 +348,17 @@ async fn a_carrier_converges_to_its_declaration_and_leftovers_and_orphans_are_re
 
     // Carrier objects of a task that does not exist (no ownerReference: the garbage collector
     // cannot see them) are deleted.
-    let orphan: Service = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "kdoctor-netreach-gone-ipv4", "namespace": NAMESPACE, "labels": {
-            "app.kubernetes.io/managed-by": "kdoctor",
-            "app.kubernetes.io/component": "agent",
-            "kdoctor.io/task-kind": "NetReach",
-            "kdoctor.io/task-name": "gone",
-        }},
-        "spec": {"ports": [{"name": "http", "port": 80}], "selector": {"app": "none"}},
-    }))
-    .expect("a Service");
     services
-        .create(&Default::default(), &orphan)
+        .create(
+            &Default::default(),
+            &carrier_service("kdoctor-netreach-gone-ipv4", "gone"),
+        )
         .await
         .expect("create the orphan");
-    eventually(
-        Duration::from_secs(15),
+    gone(
+        &services,
+        "kdoctor-netreach-gone-ipv4",
         "the orphan to be deleted",
-        || async {
-            services
-                .get_opt("kdoctor-netreach-gone-ipv4")
-                .await
-                .ok()
-                .and_then(|s| s.is_none().then_some(()))
-        },
     )
     .await;
     // The live task's carrier stays.
@@ -361,18 +374,11 @@ async fn a_carrier_converges_to_its_declaration_and_leftovers_and_orphans_are_re
     // An object with the live task's labels that the task does not declare (an older
     // controller's Service, say) goes at the task's next reconcile; the sweep leaves it, since
     // its task exists.
-    let leftover: Service = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "kdoctor-netreach-kept-old", "namespace": NAMESPACE, "labels": {
-            "app.kubernetes.io/managed-by": "kdoctor",
-            "app.kubernetes.io/component": "agent",
-            "kdoctor.io/task-kind": "NetReach",
-            "kdoctor.io/task-name": "kept",
-        }},
-        "spec": {"ports": [{"name": "http", "port": 80}], "selector": {"app": "none"}},
-    }))
-    .expect("a Service");
     services
-        .create(&Default::default(), &leftover)
+        .create(
+            &Default::default(),
+            &carrier_service("kdoctor-netreach-kept-old", "kept"),
+        )
         .await
         .expect("create the leftover");
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -381,16 +387,10 @@ async fn a_carrier_converges_to_its_declaration_and_leftovers_and_orphans_are_re
         .patch("kept", &PatchParams::default(), &Patch::Merge(&nudge))
         .await
         .expect("annotate the task");
-    eventually(
-        Duration::from_secs(15),
+    gone(
+        &services,
+        "kdoctor-netreach-kept-old",
         "the leftover to be deleted",
-        || async {
-            services
-                .get_opt("kdoctor-netreach-kept-old")
-                .await
-                .ok()
-                .and_then(|s| s.is_none().then_some(()))
-        },
     )
     .await;
     assert!(dss.get_opt(ds_name).await.unwrap().is_some());

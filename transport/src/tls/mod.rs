@@ -10,6 +10,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
@@ -207,6 +208,16 @@ pub enum ClientAuth {
     Requested,
 }
 
+/// A verifier of client certificates signed by `roots`.
+pub fn client_verifier(roots: RootCertStore) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .build()
+        .map_err(|e| TlsError::Rustls {
+            what: "client certificate verifier",
+            source: rustls::Error::General(e.to_string()),
+        })
+}
+
 /// A server configuration offering HTTP/2 and HTTP/1.1 by ALPN, serving `cert` (which may be
 /// swapped at run time) and asking clients for certificates as `client` says.
 pub fn serving_config(
@@ -218,15 +229,7 @@ pub fn serving_config(
         .with_safe_default_protocol_versions()
         .map_err(rustls("server protocol versions"))?;
     let builder = match client {
-        ClientAuth::Required(roots) => {
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                .build()
-                .map_err(|e| TlsError::Rustls {
-                    what: "client certificate verifier",
-                    source: rustls::Error::General(e.to_string()),
-                })?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        ClientAuth::Required(roots) => builder.with_client_cert_verifier(client_verifier(roots)?),
         ClientAuth::Requested => {
             builder.with_client_cert_verifier(Arc::new(RequestClientCert::new(provider())))
         }

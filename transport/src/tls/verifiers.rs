@@ -10,6 +10,28 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
+/// Checks a TLS 1.2 handshake signature with the provider's algorithms.
+fn tls12(
+    provider: &CryptoProvider,
+    message: &[u8],
+    cert: &CertificateDer<'_>,
+    dss: &DigitallySignedStruct,
+) -> Result<HandshakeSignatureValid, rustls::Error> {
+    let algorithms = &provider.signature_verification_algorithms;
+    rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
+}
+
+/// Checks a TLS 1.3 handshake signature with the provider's algorithms.
+fn tls13(
+    provider: &CryptoProvider,
+    message: &[u8],
+    cert: &CertificateDer<'_>,
+    dss: &DigitallySignedStruct,
+) -> Result<HandshakeSignatureValid, rustls::Error> {
+    let algorithms = &provider.signature_verification_algorithms;
+    rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
+}
+
 /// Asks for a client certificate, accepts the connection without one, and checks only that the
 /// client holds the certificate's key; whose certificate it is, is decided per request.
 #[derive(Debug)]
@@ -49,12 +71,7 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        tls12(&self.0, message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -63,12 +80,7 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        tls13(&self.0, message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -99,12 +111,7 @@ impl ServerCertVerifier for AcceptAny {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        tls12(&self.0, message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -113,12 +120,7 @@ impl ServerCertVerifier for AcceptAny {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        tls13(&self.0, message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
