@@ -25,8 +25,8 @@ use kdoctor_api::task::apphttphealthy::parse_header;
 use kdoctor_api::task::{NetSuccessCondition, TaskKind};
 use kdoctor_api::validation;
 
-use super::local::plan::{StandIns, local_plan};
 use super::output::{Format, render};
+use kdoctor_local::plan::{StandIns, local_plan};
 
 /// Arguments of `kdoctor probe`.
 #[derive(clap::Args)]

@@ -14,8 +14,8 @@ use super::targets::{DnsTarget, HttpTarget, Load};
 use crate::metrics::Metrics;
 use crate::probe::dns::DnsProber;
 use crate::probe::http::{HttpProber, client_alpn};
-use crate::probe::{Measurement, Plan, Progress, run_observed};
-use crate::probe_metrics::RoundLabels;
+use crate::probe::{Measurement, Plan, Prober, Progress, run_observed};
+use crate::probe_metrics::{RoundLabels, TargetSeries};
 use crate::report::{
     KindResult, RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY, TARGET_TYPE_NETDNS,
     TARGET_TYPE_NETREACH, dns_detail, http_detail, round_report, task_result,
@@ -102,19 +102,9 @@ pub async fn execute_with(
                 });
                 match prober {
                     Ok(prober) => {
-                        let metrics = metrics.clone();
                         let series = series(&target.name, prober.ip());
-                        set.spawn(async move {
-                            let m = run_observed(
-                                Arc::new(prober),
-                                schedule,
-                                Arc::new(Progress::default()),
-                                metrics,
-                                series,
-                            )
-                            .await;
-                            Done::Http(target, m)
-                        });
+                        let probing = observed(prober, schedule, metrics.clone(), series);
+                        set.spawn(async move { Done::Http(target, probing.await) });
                     }
                     Err(e) => failures.push(format!("test {}: {e}", target.name)),
                 }
@@ -125,19 +115,9 @@ pub async fn execute_with(
                     .ok();
                 match DnsProber::new(target.spec.clone(), tls) {
                     Ok(prober) => {
-                        let metrics = metrics.clone();
                         let series = series(&target.name, Some(target.spec.server.ip()));
-                        set.spawn(async move {
-                            let m = run_observed(
-                                Arc::new(prober),
-                                schedule,
-                                Arc::new(Progress::default()),
-                                metrics,
-                                series,
-                            )
-                            .await;
-                            Done::Dns(target, m)
-                        });
+                        let probing = observed(prober, schedule, metrics.clone(), series);
+                        set.spawn(async move { Done::Dns(target, probing.await) });
                     }
                     Err(e) => failures.push(format!("test {}: {e}", target.name)),
                 }
@@ -164,21 +144,7 @@ pub async fn execute_with(
     }
     let usage = sampler.finish().await;
     let target_count = (plan.http.len() + plan.dns.len()) as i64;
-    let qps = plan.load.qps.round() as i64;
-    let load = match plan.kind {
-        TaskKind::NetReach => TotalRunningLoad {
-            net_reach_qps: qps * target_count,
-            ..Default::default()
-        },
-        TaskKind::AppHttpHealthy => TotalRunningLoad {
-            app_http_healthy_qps: qps,
-            ..Default::default()
-        },
-        TaskKind::Netdns => TotalRunningLoad {
-            net_dns_qps: qps * target_count,
-            ..Default::default()
-        },
-    };
+    let load = running_load(plan.kind, plan.load.qps, target_count);
     let context = RoundContext {
         round: plan.round,
         node: plan.node.clone(),
@@ -201,23 +167,35 @@ pub async fn execute_with(
         Done::Http(t, _) => position(&t.name),
         Done::Dns(t, _) => position(&t.name),
     });
+    let result = kind_result(&plan, &done, &context, &failures);
+    round_report(&context, plan.task_uid.clone(), result)
+}
+
+/// The round's task result, of the plan's kind, from the targets probed (`done`, in the
+/// order the plan gives them) and the round's failures.
+fn kind_result(
+    plan: &RoundPlan,
+    done: &[Done],
+    context: &RoundContext,
+    failures: &[String],
+) -> KindResult {
     let expect = plan.expect.as_ref();
-    let result = match plan.kind {
+    match plan.kind {
         TaskKind::NetReach => {
             let mut result = result_of(
                 TARGET_TYPE_NETREACH,
-                http_details(&done, expect),
-                &context,
-                &failures,
+                http_details(done, expect),
+                context,
+                failures,
             );
-            result.target_number = target_count;
+            result.target_number = (plan.http.len() + plan.dns.len()) as i64;
             KindResult::NetReach(result)
         }
         TaskKind::AppHttpHealthy => KindResult::AppHttpHealthy(result_of(
             TARGET_TYPE_APP_HTTP_HEALTHY,
-            http_details(&done, expect),
-            &context,
-            &failures,
+            http_details(done, expect),
+            context,
+            failures,
         )),
         TaskKind::Netdns => {
             let details = done
@@ -234,10 +212,44 @@ pub async fn execute_with(
                     Done::Http(..) => None,
                 })
                 .collect();
-            KindResult::Netdns(result_of(TARGET_TYPE_NETDNS, details, &context, &failures))
+            KindResult::Netdns(result_of(TARGET_TYPE_NETDNS, details, context, failures))
         }
-    };
-    round_report(&context, plan.task_uid.clone(), result)
+    }
+}
+
+/// Probes with one prober at the plan's rate, its requests counted in `series`.
+fn observed<P: Prober>(
+    prober: P,
+    schedule: Plan,
+    metrics: Option<Metrics>,
+    series: Option<Arc<TargetSeries>>,
+) -> impl std::future::Future<Output = Measurement> + Send + 'static {
+    run_observed(
+        Arc::new(prober),
+        schedule,
+        Arc::new(Progress::default()),
+        metrics,
+        series,
+    )
+}
+
+/// The load a round of `kind` runs: `qps` for each of `targets` (one target for AppHttpHealthy).
+fn running_load(kind: TaskKind, qps: f64, targets: i64) -> TotalRunningLoad {
+    let qps = qps.round() as i64;
+    match kind {
+        TaskKind::NetReach => TotalRunningLoad {
+            net_reach_qps: qps * targets,
+            ..Default::default()
+        },
+        TaskKind::AppHttpHealthy => TotalRunningLoad {
+            app_http_healthy_qps: qps,
+            ..Default::default()
+        },
+        TaskKind::Netdns => TotalRunningLoad {
+            net_dns_qps: qps * targets,
+            ..Default::default()
+        },
+    }
 }
 
 /// The task result of `details` with the round's setup failures and timeouts folded in; the

@@ -5,11 +5,7 @@
 //! `kubectl get kdoctorreport` / `get netreach` read them. docs/local.md says what each target
 //! means on one machine.
 
-pub mod plan;
 pub mod progress;
-pub mod runner;
-pub mod supervisor;
-pub mod task;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
@@ -25,9 +21,9 @@ use kdoctor_apiserver::tasks::TaskObjects;
 use kdoctor_store::{Store, StoreConfig};
 use kdoctor_transport::pki::write_private;
 
-use self::plan::{LocalPorts, StandIns, local_plan, loopback_carrier, resolvers_of};
-use self::runner::Shared;
-use self::supervisor::{Planner, supervise};
+use kdoctor_local::plan::{LocalPorts, StandIns, local_plan, loopback_carrier, resolvers_of};
+use kdoctor_local::runner::{self, Shared};
+use kdoctor_local::supervisor::{Planner, supervise};
 
 /// The agent pod's name in reports and echo answers.
 pub const POD_NAME: &str = "kdoctor-local";
@@ -291,6 +287,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             node,
             max_history: config.crd_max_history.max(1) as usize,
             poll: Duration::from_secs(config.task_poll_interval_in_second.max(1) as u64),
+            say: Arc::new(|event| eprintln!("{}", progress::line(&event))),
         });
         // The files' tasks are created as `kubectl create` would (they are valid: checked above).
         for document in &checked.objects {

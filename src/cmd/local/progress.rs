@@ -4,6 +4,7 @@
 use jiff::Timestamp;
 use kdoctor_api::report::Report;
 use kdoctor_api::task::{StatusHistoryRecord, TaskKind};
+use kdoctor_local::events::Event;
 
 use crate::plural::count;
 
@@ -171,6 +172,50 @@ pub fn finished(kind: TaskKind, name: &str, done: i64, last: Option<&str>) -> St
     )
 }
 
+/// The line that says `event` on the terminal.
+pub fn line(event: &Event) -> String {
+    match event {
+        Event::RoundStarted {
+            kind,
+            name,
+            round,
+            expected,
+            targets,
+            qps,
+            seconds,
+        } => started(*kind, name, *round, *expected, *targets, *qps, *seconds),
+        Event::RoundEnded {
+            kind,
+            name,
+            record,
+            expected,
+            report,
+        } => ended(*kind, name, record, *expected, report.as_deref()),
+        Event::RoundPlanned {
+            kind,
+            name,
+            round,
+            start,
+            now,
+        } => planned(*kind, name, *round, *start, *now),
+        Event::TaskFinished {
+            kind,
+            name,
+            done,
+            last,
+        } => finished(*kind, name, *done, *last),
+        Event::TaskDeleted { kind, name } => format!("{kind} {name:?}: deleted; its reports stay"),
+        Event::CannotRun { kind, name, why } => format!("{kind} {name:?}: cannot run: {why}"),
+        Event::Stopped { kind, name, why } => format!("{kind} {name:?}: stopped: {why}"),
+        Event::DidNotStop { kind, name } => format!("{kind} {name:?}: did not stop in time"),
+        Event::LoopFailed(why) => format!("a task loop failed: {why}"),
+        Event::AllFinished => "kdoctor local: every task finished; serving the reports until \
+                               Ctrl-C (kubectl apply -f adds tasks)"
+            .to_string(),
+        Event::Stopping => "kdoctor local: stopping".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -251,7 +296,7 @@ mod tests {
 
         use kdoctor_agent::config::AgentArgs;
 
-        use crate::cmd::local::plan::{StandIns, local_plan, loopback_carrier};
+        use kdoctor_local::plan::{StandIns, local_plan, loopback_carrier};
 
         let agent = kdoctor_agent::agent::start(&AgentArgs::ephemeral(vec![IpAddr::V4(
             Ipv4Addr::LOCALHOST,

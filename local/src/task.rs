@@ -3,13 +3,14 @@
 //! Each run of `kdoctor local` is a new incarnation of its tasks (as a task deleted and
 //! re-created in a cluster), so earlier runs' reports stay apart in the store.
 
-use anyhow::{Context, Result};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kdoctor_api::defaults::omitted_schedule;
 use kdoctor_api::schedule::Schedule;
 use kdoctor_api::task::{SchedulePlan, Task, TaskKind, TaskStatus};
 use kdoctor_store::TaskRecord;
+
+use crate::LocalError;
 
 /// One task of this run.
 #[derive(Clone, Debug)]
@@ -48,7 +49,7 @@ fn set_status(task: &mut Task, status: TaskStatus) {
 
 impl LocalTask {
     /// The incarnation `uid` of an effective (validated) task created at `now`.
-    pub fn new(mut task: Task, uid: String, now: Timestamp) -> Result<LocalTask> {
+    pub fn new(mut task: Task, uid: String, now: Timestamp) -> Result<LocalTask, LocalError> {
         let meta = metadata_mut(&mut task);
         meta.uid = Some(uid.clone());
         meta.creation_timestamp = Some(Time(now));
@@ -56,9 +57,12 @@ impl LocalTask {
         let plan = task.schedule().cloned().unwrap_or_else(omitted_schedule);
         let text = plan.schedule.clone().unwrap_or_else(|| "0 1".to_string());
         // Validation accepted it; an error here would be a bug, reported rather than hidden.
-        let schedule: Schedule = text
-            .parse()
-            .with_context(|| format!("{} {:?}: schedule {text:?}", task.kind(), task.name()))?;
+        let schedule: Schedule = text.parse().map_err(|e| LocalError::Schedule {
+            kind: task.kind(),
+            name: task.name().to_string(),
+            text: text.clone(),
+            problem: format!("{e}"),
+        })?;
         Ok(LocalTask {
             kind: task.kind(),
             name: task.name().to_string(),

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use anyhow::Result;
 use jiff::Timestamp;
 use kdoctor_agent::round::execute::RoundPlan;
 use kdoctor_api::config::Config;
@@ -19,9 +18,11 @@ use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinSet;
 
-use super::plan::{StandIns, local_plan};
-use super::runner::{self, Shared};
-use super::task::LocalTask;
+use crate::LocalError;
+use crate::events::Event;
+use crate::plan::{StandIns, local_plan};
+use crate::runner::{self, Shared};
+use crate::task::LocalTask;
 
 /// What running a task needs besides the task.
 pub struct Planner {
@@ -69,7 +70,7 @@ impl Planner {
             .map_err(|e| {
                 ErrorList(vec![FieldError::forbidden(
                     FieldPath::new("spec"),
-                    format!("{e:#}"),
+                    e.to_string(),
                 )])
             })?;
         Ok((task, plan))
@@ -98,9 +99,9 @@ pub async fn supervise(
     planner: Arc<Planner>,
     mut feed: broadcast::Receiver<Change>,
     stopped: impl std::future::Future<Output = ()>,
-) -> Result<()> {
+) -> Result<(), LocalError> {
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
-    let mut loops: JoinSet<(String, Result<()>)> = JoinSet::new();
+    let mut loops: JoinSet<(String, Result<(), LocalError>)> = JoinSet::new();
     // Objects already there when the feed started (the files given) are in the feed too: they
     // were created after it subscribed.
     tokio::pin!(stopped);
@@ -122,7 +123,10 @@ pub async fn supervise(
                             }
                             None => end_incarnation(&shared, &uid).await?,
                         }
-                        eprintln!("{} {:?}: deleted; its reports stay", change.kind, name_of(&change.object));
+                        (shared.say)(Event::TaskDeleted {
+                            kind: change.kind,
+                            name: name_of(&change.object).to_string(),
+                        });
                     }
                     ChangeType::Modified => {}
                 },
@@ -136,13 +140,13 @@ pub async fn supervise(
                 let (uid, result) = match joined {
                     Ok(done) => done,
                     Err(e) => {
-                        eprintln!("a task loop failed: {e}");
+                        (shared.say)(Event::LoopFailed(e.to_string()));
                         continue;
                     }
                 };
                 if let Some(task) = running.remove(&uid) {
                     if let Err(e) = result {
-                        eprintln!("{} {:?}: stopped: {e:#}", task.kind, task.name);
+                        (shared.say)(Event::Stopped { kind: task.kind, name: task.name.clone(), why: e.to_string() });
                     }
                     if task.deleted {
                         end_incarnation(&shared, &uid).await?;
@@ -150,13 +154,13 @@ pub async fn supervise(
                 }
                 if running.is_empty() && !announced_idle {
                     announced_idle = true;
-                    eprintln!("kdoctor local: every task finished; serving the reports until Ctrl-C (kubectl apply -f adds tasks)");
+                    (shared.say)(Event::AllFinished);
                 }
             }
             _ = &mut stopped => break,
         }
     }
-    eprintln!("kdoctor local: stopping");
+    (shared.say)(Event::Stopping);
     for task in running.values() {
         let _ = task.stop.send(true);
     }
@@ -167,14 +171,21 @@ pub async fn supervise(
         match tokio::time::timeout_at(deadline, loops.join_next()).await {
             Ok(Some(Ok((uid, result)))) => {
                 if let (Some(task), Err(e)) = (running.remove(&uid), result) {
-                    eprintln!("{} {:?}: stopped: {e:#}", task.kind, task.name);
+                    (shared.say)(Event::Stopped {
+                        kind: task.kind,
+                        name: task.name,
+                        why: e.to_string(),
+                    });
                 }
             }
             Ok(Some(Err(_))) => {}
             Ok(None) => break,
             Err(_) => {
                 for task in running.values() {
-                    eprintln!("{} {:?}: did not stop in time", task.kind, task.name);
+                    (shared.say)(Event::DidNotStop {
+                        kind: task.kind,
+                        name: task.name.clone(),
+                    });
                 }
                 break;
             }
@@ -217,7 +228,7 @@ fn start(
     planner: &Planner,
     change: &Change,
     running: &mut BTreeMap<String, Running>,
-    loops: &mut JoinSet<(String, Result<()>)>,
+    loops: &mut JoinSet<(String, Result<(), LocalError>)>,
 ) {
     let uid = uid_of(&change.object);
     if running.contains_key(&uid) {
@@ -226,7 +237,7 @@ fn start(
     let name = name_of(&change.object).to_string();
     let started = planner
         .plan(&change.object)
-        .map_err(|e| anyhow::anyhow!("{e}"))
+        .map_err(LocalError::from)
         .and_then(|(task, plan)| {
             let created = change
                 .object
@@ -239,7 +250,11 @@ fn start(
     let (task, plan) = match started {
         Ok(started) => started,
         Err(e) => {
-            eprintln!("{} {name:?}: cannot run: {e:#}", change.kind);
+            (shared.say)(Event::CannotRun {
+                kind: change.kind,
+                name,
+                why: e.to_string(),
+            });
             return;
         }
     };
@@ -262,8 +277,8 @@ async fn resync(
     shared: &Arc<Shared>,
     planner: &Planner,
     running: &mut BTreeMap<String, Running>,
-    loops: &mut JoinSet<(String, Result<()>)>,
-) -> Result<()> {
+    loops: &mut JoinSet<(String, Result<(), LocalError>)>,
+) -> Result<(), LocalError> {
     let objects = shared_objects(shared);
     let present: std::collections::BTreeSet<String> = objects.iter().map(uid_of).collect();
     for (uid, task) in running.iter_mut() {
@@ -298,7 +313,7 @@ async fn resync(
 }
 
 /// Marks the incarnation `uid` deleted in the store (its reports stay).
-async fn end_incarnation(shared: &Shared, uid: &str) -> Result<()> {
+async fn end_incarnation(shared: &Shared, uid: &str) -> Result<(), LocalError> {
     let store = shared.store.clone();
     let uid = uid.to_string();
     tokio::task::spawn_blocking(move || {

@@ -5,7 +5,6 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use anyhow::{Result, bail};
 use kdoctor_agent::round::execute::RoundPlan;
 use kdoctor_agent::round::prepare::{Actor, prepare};
 use kdoctor_agent::round::targets::{
@@ -14,6 +13,8 @@ use kdoctor_agent::round::targets::{
 use kdoctor_api::config::Config;
 use kdoctor_api::defaults::ClusterFacts;
 use kdoctor_api::task::Task;
+
+use crate::LocalError;
 
 /// The host name that means local mode's own targets in a task, so that a task file works
 /// whatever ports local picked: AppHttpHealthy `http://kdoctor.localhost/…` (the HTTP echo
@@ -137,7 +138,7 @@ pub fn local_plan(
     node: &str,
     pod: &str,
     stand_ins: &StandIns,
-) -> Result<RoundPlan> {
+) -> Result<RoundPlan, LocalError> {
     let resolved = stand_ins
         .local
         .map(|ports| resolve_local_names(task, ports));
@@ -168,10 +169,10 @@ pub fn local_plan(
         Task::AppHttpHealthy(t) => {
             let target = &t.spec.target;
             if target.body_configmap_name.is_some() || target.tls_secret_name.is_some() {
-                bail!(
+                return Err(LocalError::NeedsTheCluster(format!(
                     "AppHttpHealthy {name:?}: bodyConfigmapName and tlsSecretName need the cluster; \
                      use `kdoctor probe http` with --body-file, --ca, --cert and --key"
-                );
+                )));
             }
             plan.http = vec![app_http_target(&t.spec, None)?];
             Ok(plan)
@@ -181,10 +182,12 @@ pub fn local_plan(
             let resolvers = match (user, &stand_ins.resolvers) {
                 (Some(_), _) => vec![],
                 (None, Some(resolvers)) => resolvers.clone(),
-                (None, None) => bail!(
-                    "Netdns {name:?}: targetDns (the cluster DNS) needs the cluster; give \
+                (None, None) => {
+                    return Err(LocalError::NeedsTheCluster(format!(
+                        "Netdns {name:?}: targetDns (the cluster DNS) needs the cluster; give \
                      targetUser, or use `kdoctor local` (the system resolver stands in)"
-                ),
+                    )));
+                }
             };
             plan.dns = netdns_targets(&t.spec, &resolvers)?;
             if plan.dns.is_empty() {
@@ -197,10 +200,10 @@ pub fn local_plan(
         }
         Task::NetReach(t) => {
             let Some(carrier) = &stand_ins.carrier else {
-                bail!(
+                return Err(LocalError::NeedsTheCluster(format!(
                     "NetReach {name:?}: probes the agents of a cluster; it cannot run from here \
                      (`kdoctor local` runs it against a local echo server)"
-                );
+                )));
             };
             let target = t.spec.target.clone().unwrap_or_default();
             let (targets, missing) = netreach_targets(&target, carrier);

@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
 use jiff::Timestamp;
 use kdoctor_agent::round::execute::{RoundPlan, execute};
 use kdoctor_api::report::Report;
@@ -18,8 +17,9 @@ use kdoctor_reconciler::rounds::{self, Inputs, RoundEvent};
 use kdoctor_store::{IncarnationId, RoundResult, Store};
 use tokio::sync::{mpsc, watch};
 
-use super::progress;
-use super::task::LocalTask;
+use crate::LocalError;
+use crate::events::{Event, Say};
+use crate::task::LocalTask;
 
 /// Why an interrupted round failed.
 pub const FAILURE_REASON_STOPPED: &str = "kdoctor local stopped during the round";
@@ -36,14 +36,14 @@ pub struct Shared {
     pub max_history: usize,
     /// How often an ongoing round is looked at (the report's arrival wakes the loop sooner).
     pub poll: Duration,
+    /// Where what happens is told.
+    pub say: Say,
 }
 
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, kdoctor_store::StoreError> + Send + 'static,
-) -> Result<T> {
-    Ok(tokio::task::spawn_blocking(f)
-        .await
-        .context("a store call panicked")??)
+) -> Result<T, LocalError> {
+    Ok(tokio::task::spawn_blocking(f).await??)
 }
 
 /// The reports stored for the round on top of `status` when it is ongoing: node → succeeded.
@@ -51,7 +51,7 @@ fn ongoing_reports(
     store: &Store,
     id: IncarnationId,
     status: &TaskStatus,
-) -> Result<BTreeMap<String, bool>> {
+) -> Result<BTreeMap<String, bool>, kdoctor_store::StoreError> {
     let Some(top) = status
         .history
         .as_ref()
@@ -83,7 +83,7 @@ pub async fn run(
     task: LocalTask,
     base: RoundPlan,
     mut stop: watch::Receiver<bool>,
-) -> Result<()> {
+) -> Result<(), LocalError> {
     let store = shared.store.clone();
     let (id, _) = {
         let record = task.record(&TaskStatus::default());
@@ -101,9 +101,7 @@ pub async fn run(
         let now = Timestamp::now();
         let reports = {
             let (store, status) = (store.clone(), status.clone());
-            tokio::task::spawn_blocking(move || ongoing_reports(&store, id, &status))
-                .await
-                .context("a store call panicked")??
+            tokio::task::spawn_blocking(move || ongoing_reports(&store, id, &status)).await??
         };
         let outcome = rounds::step(
             &status,
@@ -129,18 +127,15 @@ pub async fn run(
                     plan.round = *n;
                     plan.task_uid = Some(task.uid.clone());
                     plan.round_timeout = kdoctor_agent::cluster::duty::time_box(deadline, now);
-                    eprintln!(
-                        "{}",
-                        progress::started(
-                            task.kind,
-                            &task.name,
-                            *n,
-                            expected,
-                            plan.http.len() + plan.dns.len(),
-                            plan.load.qps,
-                            plan.load.duration.as_secs(),
-                        )
-                    );
+                    (shared.say)(Event::RoundStarted {
+                        kind: task.kind,
+                        name: task.name.clone(),
+                        round: *n,
+                        expected,
+                        targets: plan.http.len() + plan.dns.len(),
+                        qps: plan.load.qps,
+                        seconds: plan.load.duration.as_secs(),
+                    });
                     probing = Some(tokio::spawn(probe(
                         store.clone(),
                         id,
@@ -152,16 +147,13 @@ pub async fn run(
                     let round = summary(record);
                     let store = store.clone();
                     blocking(move || store.put_round(id, &round)).await?;
-                    eprintln!(
-                        "{}",
-                        progress::ended(
-                            task.kind,
-                            &task.name,
-                            record,
-                            expected,
-                            last_report.as_ref()
-                        )
-                    );
+                    (shared.say)(Event::RoundEnded {
+                        kind: task.kind,
+                        name: task.name.clone(),
+                        record: Box::new(record.clone()),
+                        expected,
+                        report: last_report.clone().map(Box::new),
+                    });
                 }
             }
         }
@@ -175,16 +167,13 @@ pub async fn run(
                 && top.status == RoundStatus::Notstarted
                 && top.start_time_stamp.0 > now
             {
-                eprintln!(
-                    "{}",
-                    progress::planned(
-                        task.kind,
-                        &task.name,
-                        top.round_number,
-                        top.start_time_stamp.0,
-                        now
-                    )
-                );
+                (shared.say)(Event::RoundPlanned {
+                    kind: task.kind,
+                    name: task.name.clone(),
+                    round: top.round_number,
+                    start: top.start_time_stamp.0,
+                    now,
+                });
             }
         }
         let Some(wait) = outcome.requeue_after else {
@@ -192,10 +181,12 @@ pub async fn run(
                 kdoctor_api::task::LastRoundStatus::Succeed => "succeed",
                 _ => "fail",
             });
-            eprintln!(
-                "{}",
-                progress::finished(task.kind, &task.name, status.done_round.unwrap_or(0), last)
-            );
+            (shared.say)(Event::TaskFinished {
+                kind: task.kind,
+                name: task.name.clone(),
+                done: status.done_round.unwrap_or(0),
+                last,
+            });
             return Ok(());
         };
         tokio::select! {
@@ -280,7 +271,7 @@ mod tests {
     use kdoctor_store::StoreConfig;
 
     use super::*;
-    use crate::cmd::local::plan::{StandIns, local_plan, loopback_carrier};
+    use crate::plan::{StandIns, local_plan, loopback_carrier};
 
     fn store(test: &str) -> (Arc<Store>, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!(
@@ -316,6 +307,7 @@ mod tests {
             node: "node-a".into(),
             max_history: 10,
             poll: Duration::from_secs(1),
+            say: Arc::new(|_| {}),
         });
         let nr = task(
             "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: nr}\nspec:\n  \
@@ -377,7 +369,12 @@ mod tests {
         assert!(status.finish);
         assert_eq!(status.last_round_status, Some(LastRoundStatus::Succeed));
         // Every request the report counts reached the echo server.
-        let requests = super::super::progress::totals(&report).requests;
+        let requests: i64 = report
+            .task_net_reach
+            .iter()
+            .flat_map(|r| &r.round_task_detail)
+            .map(|d| d.request_target_metrics.requests.request_counts)
+            .sum();
         assert!(requests >= 10, "{requests}");
         assert_eq!(agent.echo.count("default"), requests as u64);
         drop(store);
