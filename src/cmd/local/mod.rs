@@ -119,6 +119,98 @@ fn pick_port(
     }
 }
 
+/// The local targets' ports and the API server's address: those asked for, else the defaults
+/// where free, else free ones.
+fn choose_ports(args: &Args, loopback: &[IpAddr]) -> Result<(LocalPorts, SocketAddr)> {
+    let ports = LocalPorts {
+        http: pick_port(
+            args.app_http_port,
+            18080,
+            "HTTP echo target",
+            loopback,
+            false,
+        )?,
+        https: pick_port(
+            args.app_https_port,
+            18443,
+            "HTTPS echo target",
+            loopback,
+            false,
+        )?,
+        dns: pick_port(args.dns_port, 15353, "DNS test server", loopback, true)?,
+    };
+    let listen = match args.listen {
+        Some(listen) => listen,
+        None => {
+            let ip = [IpAddr::V4(Ipv4Addr::LOCALHOST)];
+            SocketAddr::new(ip[0], pick_port(None, 6443, "API server", &ip, false)?)
+        }
+    };
+    Ok((ports, listen))
+}
+
+/// Says where everything is and how to look at it.
+fn announce(
+    args: &Args,
+    tasks: usize,
+    node: &str,
+    running: &kdoctor_agent::agent::RunningAgent,
+    api: &str,
+) {
+    let kubeconfig = args.kubeconfig_out.display();
+    let list = |addrs: &[SocketAddr]| {
+        addrs
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    eprintln!(
+        "kdoctor local: {} tasks on node {node:?}, reports in {}",
+        tasks,
+        args.data.display()
+    );
+    eprintln!(
+        "  echo targets: http {}, https {}; DNS test server udp {} tcp {}",
+        list(&running.http),
+        list(&running.https),
+        list(&running.dns[0]),
+        list(&running.dns[1])
+    );
+    eprintln!(
+        "  tasks name them kdoctor.localhost (e.g. https://kdoctor.localhost/, targetUser.server: kdoctor.localhost)"
+    );
+    eprintln!("  API server: {} (kubeconfig {kubeconfig})", api);
+    eprintln!("  look: kubectl --kubeconfig {kubeconfig} get kdoctorreport");
+    eprintln!("        kubectl --kubeconfig {kubeconfig} get netreach,apphttphealthy,netdns");
+    eprintln!("  add:  kubectl --kubeconfig {kubeconfig} apply -f TASK.yaml");
+    eprintln!("  Ctrl-C stops.");
+}
+
+/// The report store, with the tasks an earlier run left live ended and retention running.
+async fn open_store(data: &std::path::Path) -> Result<Arc<Store>> {
+    let dir = data.to_path_buf();
+    let store = tokio::task::spawn_blocking(move || Store::open(StoreConfig::new(&dir)))
+        .await?
+        .with_context(|| format!("cannot open the report store in {}", data.display()))?;
+    let store = Arc::new(store);
+    // Tasks of an earlier run ended with it (a killed run could not say so itself).
+    let swept = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || runner::end_earlier_runs(&store, Timestamp::now()))
+            .await??
+    };
+    if swept > 0 {
+        tracing::info!(tasks = swept, "tasks of an earlier run marked ended");
+    }
+    let retained = store.clone();
+    tokio::spawn(kdoctor_store::run_retention(
+        move || kdoctor_store::Writes::Local(retained.clone()),
+        Duration::from_secs(600),
+    ));
+    Ok(store)
+}
+
 /// Runs local mode until SIGINT or SIGTERM.
 pub fn run(args: &Args) -> Result<ExitCode> {
     // Everything about the task files is checked before anything starts.
@@ -152,30 +244,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     if ipv6 {
         loopback.push(IpAddr::V6(Ipv6Addr::LOCALHOST));
     }
-    let ports = LocalPorts {
-        http: pick_port(
-            args.app_http_port,
-            18080,
-            "HTTP echo target",
-            &loopback,
-            false,
-        )?,
-        https: pick_port(
-            args.app_https_port,
-            18443,
-            "HTTPS echo target",
-            &loopback,
-            false,
-        )?,
-        dns: pick_port(args.dns_port, 15353, "DNS test server", &loopback, true)?,
-    };
-    let listen = match args.listen {
-        Some(listen) => listen,
-        None => {
-            let ip = [IpAddr::V4(Ipv4Addr::LOCALHOST)];
-            SocketAddr::new(ip[0], pick_port(None, 6443, "API server", &ip, false)?)
-        }
-    };
+    let (ports, listen) = choose_ports(args, &loopback)?;
     let http_port = ports.http;
     let resolvers = resolvers_of(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
     let stand_ins = StandIns {
@@ -220,26 +289,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             .await
             .context("cannot start the local echo targets (--app-http-port, --app-https-port, --dns-port choose others)")?;
 
-        let data = args.data.clone();
-        let store = tokio::task::spawn_blocking(move || Store::open(StoreConfig::new(&data)))
-            .await?
-            .with_context(|| format!("cannot open the report store in {}", args.data.display()))?;
-        let store = Arc::new(store);
-        // Tasks of an earlier run ended with it (a killed run could not say so itself).
-        let swept = {
-            let store = store.clone();
-            tokio::task::spawn_blocking(move || runner::end_earlier_runs(&store, Timestamp::now()))
-                .await??
-        };
-        if swept > 0 {
-            tracing::info!(tasks = swept, "tasks of an earlier run marked ended");
-        }
-        let retained = store.clone();
-        tokio::spawn(kdoctor_store::run_retention(
-            move || kdoctor_store::Writes::Local(retained.clone()),
-            Duration::from_secs(600),
-        ));
-
+        let store = open_store(&args.data).await?;
         let objects = TaskObjects::new(planner.admit());
         // Before any object exists, so that the files' tasks reach the supervisor too.
         let feed = objects.subscribe();
@@ -252,34 +302,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         .context("cannot start the API server (--listen chooses another address)")?;
         write_private(&args.kubeconfig_out, server.kubeconfig()?.as_bytes())?;
 
-        let kubeconfig = args.kubeconfig_out.display();
-        let list = |addrs: &[SocketAddr]| {
-            addrs
-                .iter()
-                .map(|a| a.to_string())
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        eprintln!(
-            "kdoctor local: {} tasks on node {node:?}, reports in {}",
-            checked.valid.len(),
-            args.data.display()
-        );
-        eprintln!(
-            "  echo targets: http {}, https {}; DNS test server udp {} tcp {}",
-            list(&running.http),
-            list(&running.https),
-            list(&running.dns[0]),
-            list(&running.dns[1])
-        );
-        eprintln!("  tasks name them kdoctor.localhost (e.g. https://kdoctor.localhost/, targetUser.server: kdoctor.localhost)");
-        eprintln!("  API server: {} (kubeconfig {kubeconfig})", server.url());
-        eprintln!("  look: kubectl --kubeconfig {kubeconfig} get kdoctorreport");
-        eprintln!(
-            "        kubectl --kubeconfig {kubeconfig} get netreach,apphttphealthy,netdns"
-        );
-        eprintln!("  add:  kubectl --kubeconfig {kubeconfig} apply -f TASK.yaml");
-        eprintln!("  Ctrl-C stops.");
+        announce(args, checked.valid.len(), &node, &running, &server.url());
 
         let shared = Arc::new(Shared {
             store: store.clone(),
