@@ -6,7 +6,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use hyper::server::conn::{http1, http2};
@@ -15,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
-use kdoctor_transport::accept::{accept_loop, handshake};
+use kdoctor_transport::accept::{H2_PING_INTERVAL, H2_PING_TIMEOUT, accept_loop, handshake};
 use kdoctor_transport::first_bytes::FirstBytes;
 use kdoctor_transport::runtime_threads::RuntimeThreads;
 
@@ -110,8 +109,8 @@ async fn connection(
         // header deadline).
         http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
-            .keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_timeout(Duration::from_secs(20))
+            .keep_alive_interval(H2_PING_INTERVAL)
+            .keep_alive_timeout(H2_PING_TIMEOUT)
             .max_header_list_size(MAX_HEADER_BYTES as u32)
             .serve_connection(TokioIo::new(io), service)
             .await

@@ -24,8 +24,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// How often an idle HTTP/2 connection is pinged, and how long the answer may take: pings find
 /// peers that vanished without closing (an idle HTTP/2 connection has no header deadline).
-const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
-const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
+pub const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+pub const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Accepts connections on `listener` until the returned future is dropped (or the task that
 /// runs it aborted), each served by `serve` in a task of its own; `what` names the listener in

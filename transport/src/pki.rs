@@ -21,6 +21,16 @@ pub struct Pem {
 }
 
 impl Pem {
+    /// Writes the certificate to `cert` and the key to `key` (readable by its owner only),
+    /// creating their folder.
+    pub fn write(&self, cert: &Path, key: &Path) -> Result<(), PkiError> {
+        if let Some(dir) = cert.parent() {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+        }
+        write_private(key, self.key.as_bytes())?;
+        std::fs::write(cert, &self.cert).map_err(io(cert))
+    }
+
     /// The certificate and key as a TLS identity.
     pub fn identity(&self) -> Result<Identity, TlsError> {
         parse_identity(
@@ -109,9 +119,7 @@ impl Ca {
             return Ca::from_pem(Pem { cert, key });
         }
         let ca = Ca::generate(name)?;
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-        write_private(&key_path, ca.pem.key.as_bytes())?;
-        std::fs::write(&cert_path, &ca.pem.cert).map_err(io(&cert_path))?;
+        ca.pem.write(&cert_path, &key_path)?;
         Ok(ca)
     }
 

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kdoctor_transport::pki::{Pem, PkiError, write_private};
+use kdoctor_transport::pki::{Pem, PkiError};
 use kube::Client;
 
 use super::bootstrap::{CertError, CertSettings, Issued, ensure};
@@ -39,14 +39,8 @@ pub async fn ensure_patiently(
 /// owner only) and returns the two paths.
 pub fn write_serving(data: &Path, serving: &Pem) -> Result<(PathBuf, PathBuf), PkiError> {
     let dir = data.join("pki");
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| PkiError::Io { path, source }
-    };
-    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     let (cert, key) = (dir.join("serving.crt"), dir.join("serving.key"));
-    write_private(&key, serving.key.as_bytes())?;
-    std::fs::write(&cert, &serving.cert).map_err(io(&cert))?;
+    serving.write(&cert, &key)?;
     Ok((cert, key))
 }
 

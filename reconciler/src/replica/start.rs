@@ -28,7 +28,7 @@ pub enum StartError {
     Tls(#[from] TlsError),
     /// The replicated store refused to start.
     #[error("starting the replicated store: {0}")]
-    Store(String),
+    Store(#[from] kdoctor_store::StoreError),
     /// Its metrics could not be registered.
     #[error("registering the replicated store's metrics: {0}")]
     Metrics(#[from] prometheus::Error),
@@ -96,8 +96,7 @@ pub async fn start(
     let replica = Replica::start(store, options, Arc::new(transport), || {
         node_id(identity, uid.as_deref())
     })
-    .await
-    .map_err(|e| StartError::Store(e.to_string()))?;
+    .await?;
     replica.metrics().register(registry)?;
     background.spawn(super::serve::serve(replica.clone(), &settings.replication).await?);
     (health.ready)(false);

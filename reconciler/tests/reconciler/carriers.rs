@@ -238,6 +238,19 @@ async fn gone(services: &Api<Service>, name: &str, what: &str) {
     .await;
 }
 
+/// The live task's carrier stays, and the controller's metrics show `line`.
+async fn kept_and_counted(
+    cluster: &Cluster,
+    (dss, ds_name): (&Api<DaemonSet>, &str),
+    (services, service): (&Api<Service>, &str),
+    line: &str,
+) {
+    assert!(dss.get_opt(ds_name).await.unwrap().is_some());
+    assert!(services.get_opt(service).await.unwrap().is_some());
+    let metrics = cluster.metrics_text();
+    assert!(metrics.contains(line), "{line} in {metrics}");
+}
+
 /// A carrier is declared, not created once: a steady state costs no write, a deleted Service
 /// and an edited DaemonSet come back as declared, a controller with a new agent image updates
 /// the running carrier, an object with the task's labels that it no longer declares is deleted,
@@ -362,15 +375,13 @@ async fn a_carrier_converges_to_its_declaration_and_leftovers_and_orphans_are_re
     )
     .await;
     // The live task's carrier stays.
-    assert!(dss.get_opt(ds_name).await.unwrap().is_some());
-    assert!(services.get_opt(service).await.unwrap().is_some());
-    assert!(
-        cluster
-            .metrics_text()
-            .contains("kdoctor_controller_orphans_deleted_total{kind=\"Service\"} 1"),
-        "{}",
-        cluster.metrics_text()
-    );
+    kept_and_counted(
+        &cluster,
+        (&dss, ds_name),
+        (&services, service),
+        "kdoctor_controller_orphans_deleted_total{kind=\"Service\"} 1",
+    )
+    .await;
     // An object with the live task's labels that the task does not declare (an older
     // controller's Service, say) goes at the task's next reconcile; the sweep leaves it, since
     // its task exists.
@@ -393,13 +404,11 @@ async fn a_carrier_converges_to_its_declaration_and_leftovers_and_orphans_are_re
         "the leftover to be deleted",
     )
     .await;
-    assert!(dss.get_opt(ds_name).await.unwrap().is_some());
-    assert!(services.get_opt(service).await.unwrap().is_some());
-    assert!(
-        cluster
-            .metrics_text()
-            .contains("kdoctor_controller_carrier_leftovers_deleted_total{kind=\"Service\"} 1"),
-        "{}",
-        cluster.metrics_text()
-    );
+    kept_and_counted(
+        &cluster,
+        (&dss, ds_name),
+        (&services, service),
+        "kdoctor_controller_carrier_leftovers_deleted_total{kind=\"Service\"} 1",
+    )
+    .await;
 }
