@@ -43,7 +43,11 @@ export CLUSTER_DIR="${E2E_DIR:-$ROOT/.cluster-e2e}"
 export CLUSTER_NETNS="${E2E_NETNS:-kdoctor-e2e}"
 REAL_NODES=(real-1 real-2 real-3)
 
-step() { printf '\n== %s\n' "$*"; }
+STEP=""
+step() {
+  STEP="$*"
+  printf '\n== %s\n' "$*"
+}
 fail() {
   echo "e2e-real-node: FAILED: $*" >&2
   exit 1
@@ -59,7 +63,7 @@ wait_until() {
   done
 }
 cleanup() {
-  local code=$? node
+  local code=$? node warnings
   if [ "$code" -ne 0 ] && [ -d "$CLUSTER_DIR/logs" ]; then
     for node in "${REAL_NODES[@]}"; do
       for log in "kubelet-$node" "containerd-$node"; do
@@ -67,6 +71,15 @@ cleanup() {
         tail -n 20 "$CLUSTER_DIR/logs/$log.log" >&2 || true
       done
     done
+    # A command that failed on its own (a rollout that timed out, say) printed no FAILED line:
+    # the cluster's last warnings and the disk the kubelets share with the build say why, last,
+    # where a log cut to its tail still shows them.
+    warnings="$("${KUBECTL:-false}" get events -A --field-selector type=Warning \
+      --sort-by=.lastTimestamp -o custom-columns=OBJ:.involvedObject.name,REASON:.reason,MSG:.message \
+      --no-headers 2>/dev/null | tail -n 5 || true)"
+    echo "--- the cluster's last warning events" >&2
+    echo "${warnings:-none}" >&2
+    echo "e2e-real-node: FAILED (exit $code) in step '$STEP'; disk: $(df -h --output=pcent,avail "$CLUSTER_DIR" | tail -n 1 | xargs) used/free; last warning: $(tail -n 1 <<<"${warnings:-none}" | tr -s ' ')" >&2
   fi
   if [ -n "${E2E_KEEP:-}" ]; then
     echo "e2e-real-node: cluster kept: KUBECONFIG=$CLUSTER_DIR/kubeconfig; CLUSTER_DIR=$CLUSTER_DIR CLUSTER_NETNS=$CLUSTER_NETNS hack/cluster.sh down" >&2

@@ -35,7 +35,11 @@ if [ "$IPV6" = 1 ] && [ "$FROM" != chart ]; then
   exit 2
 fi
 
-step() { printf '\n== %s\n' "$*"; }
+STEP=""
+step() {
+  STEP="$*"
+  printf '\n== %s\n' "$*"
+}
 fail() {
   echo "e2e: FAILED: $*" >&2
   exit 1
@@ -46,7 +50,7 @@ cleanup() {
   # A background watch of a step that failed would outlive the run and hold its output open.
   jobs -p | xargs -r kill -TERM 2>/dev/null || true
   if [ "$code" -ne 0 ] && [ -d "$CLUSTER_DIR" ]; then
-    echo "e2e: FAILED (exit $code); the last lines of each pod's containers and of kube-sim:" >&2
+    echo "e2e: FAILED (exit $code) in step '$STEP'; disk: $(df -h --output=pcent,avail "$CLUSTER_DIR" | tail -n 1 | xargs) used/free; the last lines of each pod's containers and of kube-sim:" >&2
     for log in "$CLUSTER_DIR"/kubelet/pods/*/*.log; do
       [ -f "$log" ] || continue
       echo "--- $log (last 20 lines)" >&2

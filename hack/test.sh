@@ -92,7 +92,12 @@ e2e() {
   local parts
   parts="$(grep -h '^MISSING: ' "$log" | sed 's/^MISSING: //' | sort -u | paste -sd ';' || true)"
   if [ "$status" -ne 0 ]; then
-    failed+=("$name (exit $status; its log: $log)")
+    # CI keeps only the run's last lines, and the cluster's teardown fills them: the step the
+    # run was in and its first FAILED line go into the tally, so the reason outlives the log.
+    local where why
+    where="$(grep -h '^== ' "$log" | tail -n 1 || true)"
+    why="$(grep -h -m 1 'FAILED' "$log" || true)"
+    failed+=("$name (exit $status; its log: $log)${where:+; last step: ${where#== }}${why:+; ${why}}")
     e2e_blocked=e2e
   elif [ -n "$parts" ]; then
     skipped+=("$name: $parts")
