@@ -1,12 +1,15 @@
-//! One probe run outside any task (`kdoctor probe http|dns`): build the prober, run it with a
+//! One probe run outside any task (`kdoctor probe http|tcp|dns`): build the prober, run it with a
 //! progress counter, and return the agent report a round with that one target would produce.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kdoctor_api::report::protocol::{Protocol, TCP_METHOD};
 use kdoctor_api::report::{
-    AppHttpHealthyTaskDetail, Report, TargetOutcome, TaskResult, TotalRunningLoad,
+    AppHttpHealthyTaskDetail, NetReachTaskDetail, Report, TargetOutcome, TaskResult,
+    TotalRunningLoad,
 };
 use kdoctor_api::task::NetSuccessCondition;
 use kdoctor_transport::tls::{Identity, ServerTrust, TlsError, client_config, read_roots};
@@ -16,10 +19,12 @@ use crate::metrics::Metrics;
 use crate::pacer::ScheduleError;
 use crate::probe::dns::{DnsProber, DnsRequestSpec, DnsSetupError};
 use crate::probe::http::{HttpProber, HttpRequestSpec, HttpSetupError, client_alpn};
-use crate::probe::{Measurement, Plan, Progress, run};
+use crate::probe::tcp::TcpProber;
+use crate::probe::{Measurement, Plan, Prober, Progress, run};
 use crate::report::{
     APP_HTTP_HEALTHY_TARGET_NAME, KindResult, RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY,
-    TARGET_TYPE_NETDNS, dns_detail, http_detail, round_report, task_result,
+    TARGET_TYPE_NETDNS, TARGET_TYPE_NETREACH, dns_detail, http_detail, round_report,
+    task_result,
 };
 use crate::resource::Sampler;
 
@@ -141,6 +146,20 @@ fn outcome<D: TargetOutcome>(
     }
 }
 
+/// Runs `prober` at the load's plan from this process: the measurement, when it started, and
+/// the CPU and memory this process used meanwhile (the report's `systemResource`).
+async fn measure<P: Prober>(
+    prober: P,
+    plan: Plan,
+    progress: Arc<Progress>,
+    metrics: Option<Metrics>,
+) -> (Measurement, jiff::Timestamp, crate::resource::Usage) {
+    let started = jiff::Timestamp::now();
+    let sampler = Sampler::start(Duration::from_secs(1));
+    let measurement = run(Arc::new(prober), plan, progress, metrics).await;
+    (measurement, started, sampler.finish().await)
+}
+
 /// Probes one HTTP target.
 pub async fn probe_http(
     spec: HttpRequestSpec,
@@ -157,10 +176,7 @@ pub async fn probe_http(
     if let Some(max) = load.max_connections {
         prober = prober.with_max_connections(max);
     }
-    let started = jiff::Timestamp::now();
-    let sampler = Sampler::start(Duration::from_secs(1));
-    let measurement = run(Arc::new(prober), plan, progress, metrics).await;
-    let usage = sampler.finish().await;
+    let (measurement, started, usage) = measure(prober, plan, progress, metrics).await;
     let detail: AppHttpHealthyTaskDetail = http_detail(
         APP_HTTP_HEALTHY_TARGET_NAME,
         &url,
@@ -185,6 +201,46 @@ pub async fn probe_http(
     ))
 }
 
+/// The target name of a one-shot TCP run: `TCP_` and the address, as a NetReach round names a
+/// TCP entry (`TCP_` and the target's name).
+pub fn tcp_target_name(addr: SocketAddr) -> String {
+    Protocol::Tcp.entry_name(&addr.to_string())
+}
+
+/// Times TCP connects to one address; the report is a NetReach round's with that one entry.
+pub async fn probe_tcp(
+    addr: SocketAddr,
+    load: &Load,
+    progress: Arc<Progress>,
+    metrics: Option<Metrics>,
+) -> Result<Outcome, SetupError> {
+    let plan = plan(load)?;
+    let (measurement, started, usage) =
+        measure(TcpProber::new(addr), plan, progress, metrics).await;
+    let detail: NetReachTaskDetail = http_detail(
+        &tcp_target_name(addr),
+        &format!("tcp://{addr}"),
+        TCP_METHOD,
+        &measurement,
+        load.expect.as_ref(),
+    );
+    let context = context(
+        started,
+        usage,
+        TotalRunningLoad {
+            net_reach_qps: load.qps.round() as i64,
+            ..TotalRunningLoad::default()
+        },
+    );
+    Ok(outcome(
+        &context,
+        TARGET_TYPE_NETREACH,
+        detail,
+        measurement,
+        KindResult::NetReach,
+    ))
+}
+
 /// Upstream's DNS target name: `typeA_<server:port>_<domain>` / `typeAAAA_…`.
 pub fn dns_target_name(spec: &DnsRequestSpec) -> String {
     format!("type{}_{}_{}", spec.record_type, spec.server, spec.domain)
@@ -205,10 +261,7 @@ pub async fn probe_dns(
     let protocol = spec.protocol.as_str();
     let prober = DnsProber::new(spec, Some(config))?;
     let domain = prober.name().to_string();
-    let started = jiff::Timestamp::now();
-    let sampler = Sampler::start(Duration::from_secs(1));
-    let measurement = run(Arc::new(prober), plan, progress, metrics).await;
-    let usage = sampler.finish().await;
+    let (measurement, started, usage) = measure(prober, plan, progress, metrics).await;
     let detail = dns_detail(
         &name,
         &server,

@@ -25,6 +25,7 @@ use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry}
 
 use crate::probe::outcome::{Attempt, ErrorClass};
 use crate::report::names::APP_HTTP_HEALTHY_TARGET_NAME;
+use kdoctor_api::report::protocol::Protocol;
 
 /// Upper bounds (seconds) of the latency buckets: 1-2.5-5 steps from 100 µs (pod to pod on one
 /// node) to 10 s (a timeout's worth). Classic buckets: the `prometheus` crate has no native
@@ -48,7 +49,7 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub const EVICT_IDLE: Duration = Duration::from_secs(600);
 
 const REQUESTS: &str = "probe_target_requests_total";
-const REQUESTS_HELP: &str = "Probe requests finished, by task, target type, IP family, source node, zones, result (succeed, fail) and error class.";
+const REQUESTS_HELP: &str = "Probe requests finished, by task, target type, protocol (http, tcp, dns), IP family, source node, zones, result (succeed, fail) and error class.";
 const UNSENT: &str = "probe_target_unsent_requests_total";
 const UNSENT_HELP: &str = "Planned probe requests not sent (in-flight cap reached or the run overran), by task and target labels.";
 const LATENCY: &str = "probe_latency_seconds";
@@ -84,6 +85,7 @@ impl Phase {
 
 /// The bounded `target_type` of an upstream target name.
 pub fn target_type(name: &str) -> &'static str {
+    let (_, name) = Protocol::split(name);
     if name == APP_HTTP_HEALTHY_TARGET_NAME {
         return "app";
     }
@@ -98,8 +100,18 @@ pub fn target_type(name: &str) -> &'static str {
     }
 }
 
+/// How a target is probed (`http`, `tcp`, `dns`): a NetReach target with `spec.target.tcp`
+/// has an HTTP and a TCP series of the same type and family.
+pub fn target_protocol(name: &str) -> &'static str {
+    match (target_type(name), Protocol::split(name).0) {
+        ("dns", _) => "dns",
+        (_, protocol) => protocol.as_str(),
+    }
+}
+
 /// `ipv4`, `ipv6`, or "" when neither the address nor the name tells.
 pub fn ip_family(name: &str, address: Option<IpAddr>) -> &'static str {
+    let (_, name) = Protocol::split(name);
     match address {
         Some(IpAddr::V4(_)) => "ipv4",
         Some(IpAddr::V6(_)) => "ipv6",
@@ -116,6 +128,7 @@ pub fn target_pod(name: &str) -> Option<&str> {
     if target_type(name) != "pod" {
         return None;
     }
+    let (_, name) = Protocol::split(name);
     let (_, rest) = name.split_once('_')?;
     let (pod, _) = rest.rsplit_once('_')?;
     Some(pod)
@@ -200,6 +213,7 @@ impl RoundLabels {
             ("task_kind".to_string(), self.task_kind.clone()),
             ("task".to_string(), self.task.clone()),
             ("target_type".to_string(), target_type(target).to_string()),
+            ("protocol".to_string(), target_protocol(target).to_string()),
             (
                 "ip_family".to_string(),
                 ip_family(target, address).to_string(),
@@ -628,10 +642,24 @@ mod tests {
             ("typeA_10.96.0.10:53_kubernetes.default", "dns", "ipv4"),
             ("typeAAAA_[fd00::a]:53_kubernetes.default", "dns", "ipv6"),
             ("something else", "other", ""),
+            ("TCP_AgentPodV6IP_kdoctor-agent-x1_fd00::1", "pod", "ipv6"),
+            ("TCP_AgentNodePortV4IP_172.18.0.2_31000", "node_port", "ipv4"),
         ];
         for (name, kind, family) in cases {
             assert_eq!(target_type(name), kind, "{name}");
             assert_eq!(ip_family(name, None), family, "{name}");
+        }
+        assert_eq!(
+            target_pod("TCP_AgentPodV4IP_kdoctor-agent-x1_10.0.0.1"),
+            Some("kdoctor-agent-x1")
+        );
+        for (name, protocol) in [
+            ("TCP_AgentClusterV4IP_10.96.0.3:80", "tcp"),
+            ("AgentClusterV4IP_10.96.0.3:80", "http"),
+            ("HttpAppHealthy target", "http"),
+            ("typeA_10.96.0.10:53_kubernetes.default", "dns"),
+        ] {
+            assert_eq!(target_protocol(name), protocol, "{name}");
         }
         assert_eq!(
             ip_family("HttpAppHealthy target", "::1".parse().ok()),
@@ -746,7 +774,7 @@ mod tests {
             .unwrap();
             String::from_utf8(out).unwrap()
         };
-        assert!(text.contains(r#"error_class="",ip_family="ipv4",result="succeed",source_node="",source_zone="",target_type="pod",target_zone="",task="t",task_kind="NetReach"} 1"#), "{text}");
+        assert!(text.contains(r#"error_class="",ip_family="ipv4",protocol="http",result="succeed",source_node="",source_zone="",target_type="pod",target_zone="",task="t",task_kind="NetReach"} 1"#), "{text}");
         assert!(text.contains(r#"probe_target_requests_total{error_class="timeout""#));
         assert!(text.contains(r#"probe_target_unsent_requests_total{"#));
         assert!(text.contains(r#"phase="total""#));

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::report::Report;
+use crate::report::protocol::Protocol;
 
 /// `kind` of the matrix view of a KdoctorReport.
 pub const KIND: &str = "KdoctorReportMatrix";
@@ -124,6 +125,9 @@ pub struct Matrix {
     /// Zone of each node that has one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub zones: BTreeMap<String, String>,
+    /// The probes the cells count (absent from a server that knows only HTTP).
+    #[serde(default)]
+    pub protocol: Protocol,
 }
 
 impl Matrix {
@@ -177,6 +181,7 @@ impl Matrix {
                 })
                 .collect(),
             zones: zones.clone(),
+            protocol: self.protocol,
         }
     }
 }
@@ -184,6 +189,7 @@ impl Matrix {
 /// The column of a target name (upstream's names: `AgentPodV4IP_<pod>_<ip>`,
 /// `AgentClusterV6IP_<ip>:<port>`, `AgentIngress_v4_<url>`, …) given which node runs each pod.
 pub fn column_of(name: &str, pod_nodes: &HashMap<String, String>) -> Column {
+    let (_, name) = Protocol::split(name);
     let (prefix, rest) = name.split_once('_').unwrap_or((name, ""));
     let family = if prefix.contains("V6") || rest.starts_with("v6") {
         "v6"
@@ -212,6 +218,7 @@ pub fn column_of(name: &str, pod_nodes: &HashMap<String, String>) -> Column {
 /// (a thousand rows of a thousand probes are a hundred megabytes as [`ProbeRow`]s).
 #[derive(Debug, Default)]
 pub struct Builder {
+    protocol: Protocol,
     pod_nodes: HashMap<String, String>,
     nodes: Vec<String>,
     row_of: HashMap<String, usize>,
@@ -247,12 +254,23 @@ impl Builder {
         }
     }
 
+    /// The matrix of the targets probed with `protocol` (default: HTTP, upstream's only one):
+    /// a round with `spec.target.tcp` reports each address twice, and a cell never sums the
+    /// two.
+    pub fn protocol(mut self, protocol: Protocol) -> Builder {
+        self.protocol = protocol;
+        self
+    }
+
     /// Adds what one source measured (a source not given to [`Builder::new`] is skipped).
     pub fn add(&mut self, row: &ProbeRow) {
         let Some(&r) = self.row_of.get(&row.node) else {
             return;
         };
         for probe in &row.probes {
+            if Protocol::split(&probe.target).0 != self.protocol {
+                continue;
+            }
             // Each distinct target name is mapped once; a million probes cost a lookup each.
             let id = match self.by_target.get(probe.target.as_str()) {
                 Some(&id) => id,
@@ -300,6 +318,7 @@ impl Builder {
                 .collect(),
             rows: self.nodes,
             zones: BTreeMap::new(),
+            protocol: self.protocol,
         }
     }
 }
@@ -399,5 +418,34 @@ mod tests {
         let wire = serde_json::to_string(&g).expect("json");
         assert!(wire.contains("[20,15,1.5]"), "{wire}");
         assert_eq!(serde_json::from_str::<Matrix>(&wire).expect("back"), g);
+    }
+
+    #[test]
+    fn a_matrix_shows_one_protocol_and_never_sums_http_with_tcp() {
+        let rows = [
+            row(
+                "a",
+                &[
+                    ("AgentPodV4IP_agent-b_1", 10),
+                    ("TCP_AgentPodV4IP_agent-b_1", 4),
+                    ("TCP_AgentClusterV4IP_x", 7),
+                ],
+            ),
+            row("b", &[]),
+        ];
+        let cell = |m: &Matrix, column: Column| {
+            let c = m.columns.iter().position(|c| *c == column)?;
+            m.cells[0][c].map(|c| (c.requests, c.successes))
+        };
+        let http = build(&rows);
+        assert_eq!(cell(&http, Column::Node("b".into())), Some((10, 10)));
+        assert_eq!(cell(&http, Column::Kind("ClusterIP v4".into())), None);
+        let mut tcp = Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone())))
+            .protocol(Protocol::Tcp);
+        rows.iter().for_each(|r| tcp.add(r));
+        let tcp = tcp.finish();
+        assert_eq!((http.protocol, tcp.protocol), (Protocol::Http, Protocol::Tcp));
+        assert_eq!(cell(&tcp, Column::Node("b".into())), Some((10, 4)));
+        assert_eq!(cell(&tcp, Column::Kind("ClusterIP v4".into())), Some((10, 7)));
     }
 }

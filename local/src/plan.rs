@@ -8,7 +8,7 @@ use std::time::Duration;
 use kdoctor_agent::round::execute::RoundPlan;
 use kdoctor_agent::round::prepare::{Actor, prepare};
 use kdoctor_agent::round::targets::{
-    Carrier, CarrierPod, app_http_target, netdns_targets, netreach_targets,
+    Carrier, CarrierPod, app_http_target, netdns_targets, netreach_targets, tcp_targets,
 };
 use kdoctor_api::config::Config;
 use kdoctor_api::defaults::ClusterFacts;
@@ -207,6 +207,7 @@ pub fn local_plan(
             };
             let target = t.spec.target.clone().unwrap_or_default();
             let (targets, missing) = netreach_targets(&target, carrier);
+            plan.tcp = tcp_targets(&target, &targets);
             plan.http = targets;
             plan.setup_failures = missing;
             Ok(plan)

@@ -11,6 +11,7 @@ use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::ApiResource;
+use kdoctor_api::report::protocol::Protocol;
 
 use crate::plugin::matrix::{Matrix, Metric, SourceReport, build};
 use crate::plugin::rounds::{Round, nodes, table_rows};
@@ -74,6 +75,10 @@ struct MatrixArgs {
     /// What the cells show.
     #[arg(long, value_enum, default_value = "success")]
     metric: Metric,
+    /// Which probes the cells count: `http` (the task's requests) or `tcp` (its TCP connects,
+    /// with `spec.target.tcp`).
+    #[arg(long, default_value = "http", value_parser = ["http", "tcp"])]
+    protocol: String,
     /// The page of columns to print (wide clusters).
     #[arg(long, default_value_t = 1)]
     page: usize,
@@ -237,11 +242,12 @@ fn refusal(name: &str, code: u16, message: &str) -> anyhow::Error {
 async fn get_report(
     client: &kube::Client,
     name: &str,
+    query: &str,
     accept: &str,
 ) -> Result<Result<http::Response<kube::client::Body>, (u16, String)>> {
     use http_body_util::BodyExt;
     let path = format!(
-        "/apis/{}/{}/{name}",
+        "/apis/{}/{}/{name}{query}",
         kdoctor_api::report::API_VERSION,
         kdoctor_api::report::PLURAL
     );
@@ -270,7 +276,7 @@ async fn read_object<T: serde::de::DeserializeOwned + Send + 'static>(
     client: &kube::Client,
     name: &str,
 ) -> Result<T> {
-    let response = get_report(client, name, "application/json")
+    let response = get_report(client, name, "", "application/json")
         .await?
         .map_err(|(code, message)| refusal(name, code, &message))?;
     let chunks =
@@ -297,9 +303,12 @@ struct MatrixView {
 const MATRIX_VIEW: &str = "application/json;as=KdoctorReportMatrix;g=system.kdoctor.io;v=v1beta1";
 
 /// The matrix of a report's round: the server's view, or built here from the whole object when
-/// the server has no view (zones not yet applied).
-async fn load_matrix(client: &kube::Client, name: &str) -> Result<MatrixView> {
-    if let Some(view) = read_matrix_view(client, name).await? {
+/// the server has no view (zones not yet applied) or one of HTTP only (asked for another
+/// protocol, a server from before TCP probes ignores the parameter and says none).
+async fn load_matrix(client: &kube::Client, name: &str, protocol: Protocol) -> Result<MatrixView> {
+    if let Some(view) = read_matrix_view(client, name, protocol).await?
+        && view.matrix.protocol == protocol
+    {
         return Ok(view);
     }
     let object: MatrixObject = read_object(client, name).await?;
@@ -313,15 +322,23 @@ async fn load_matrix(client: &kube::Client, name: &str) -> Result<MatrixView> {
     Ok(MatrixView {
         task: object.task,
         round_number: object.status.round_number,
-        matrix: build(reports),
+        matrix: build(reports, protocol),
     })
 }
 
 /// The matrix view of a report, computed by the server from its probe rows; None from a server
 /// that has no such view (406), whose whole object is read instead.
-async fn read_matrix_view(client: &kube::Client, name: &str) -> Result<Option<MatrixView>> {
+async fn read_matrix_view(
+    client: &kube::Client,
+    name: &str,
+    protocol: Protocol,
+) -> Result<Option<MatrixView>> {
     use http_body_util::BodyExt;
-    let response = match get_report(client, name, MATRIX_VIEW).await? {
+    let query = match protocol {
+        Protocol::Http => String::new(),
+        other => format!("?protocol={}", other.as_str()),
+    };
+    let response = match get_report(client, name, &query, MATRIX_VIEW).await? {
         Ok(response) => response,
         Err((406, _)) => return Ok(None),
         Err((code, message)) => return Err(refusal(name, code, &message)),
@@ -363,7 +380,8 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
         Some(round) => format!("{}.round-{round}", args.name),
         None => args.name.clone(),
     };
-    let view = load_matrix(&client, &name).await?;
+    let protocol: Protocol = args.protocol.parse().map_err(anyhow::Error::msg)?;
+    let view = load_matrix(&client, &name, protocol).await?;
     if view.matrix.rows.is_empty() {
         bail!("kdoctorreport {name:?} has no node reports yet");
     }
@@ -389,11 +407,15 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
     let colour =
         !args.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal();
     super::output::print(&format!(
-        "{name}: round {} of {} {}, {}\n",
+        "{name}: round {} of {} {}, {}{}\n",
         view.round_number,
         view.task.kind,
         view.task.name,
-        crate::plural::count(matrix.rows.len(), "node")
+        crate::plural::count(matrix.rows.len(), "node"),
+        match protocol {
+            Protocol::Http => "",
+            Protocol::Tcp => ", TCP connects",
+        }
     ))?;
     super::output::print(&render(
         &matrix,
@@ -567,11 +589,27 @@ async fn run_tasks(client: kube::Client, args: &RunArgs) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugin::matrix::Cell;
     use crate::plugin::matrix::tests::mesh;
 
     /// A Kubernetes API answering GETs of one report: its matrix view only when `with_view`.
     fn server(with_view: bool) -> kube::Client {
-        let reports = mesh(3);
+        let mut reports = mesh(3);
+        // Each target also timed as a TCP connect, every connect failed: a TCP matrix counted
+        // from these differs from the HTTP one in every cell.
+        for report in &mut reports {
+            let details = &mut report.task_net_reach.as_mut().expect("NetReach").round_task_detail;
+            let tcp: Vec<_> = details
+                .iter()
+                .map(|d| {
+                    let mut d = d.clone();
+                    d.name = Protocol::Tcp.entry_name(&d.name);
+                    d.request_target_metrics.requests.success_counts = 0;
+                    d
+                })
+                .collect();
+            details.extend(tcp);
+        }
         let object = serde_json::json!({
             "apiVersion": "system.kdoctor.io/v1beta1", "kind": "KdoctorReport",
             "metadata": {"name": "netreach-mesh"},
@@ -612,10 +650,10 @@ mod tests {
 
     #[tokio::test]
     async fn the_matrix_is_the_servers_view_or_built_from_the_object_of_a_server_without_one() {
-        let with_view = load_matrix(&server(true), "netreach-mesh")
+        let with_view = load_matrix(&server(true), "netreach-mesh", Protocol::Http)
             .await
             .expect("view");
-        let without = load_matrix(&server(false), "netreach-mesh")
+        let without = load_matrix(&server(false), "netreach-mesh", Protocol::Http)
             .await
             .expect("object");
         assert_eq!(with_view.round_number, 4);
@@ -623,5 +661,24 @@ mod tests {
         assert_eq!(without.task.name, "mesh");
         assert_eq!(with_view.matrix.rows.len(), 3);
         assert_eq!(with_view.matrix, without.matrix);
+    }
+
+    #[tokio::test]
+    async fn a_tcp_matrix_is_never_a_servers_http_view() {
+        // This server's view is HTTP's whatever the query, as a server from before TCP probes
+        // answers: the TCP matrix is built from the object instead.
+        let http = load_matrix(&server(true), "netreach-mesh", Protocol::Http)
+            .await
+            .expect("view");
+        let tcp = load_matrix(&server(true), "netreach-mesh", Protocol::Tcp)
+            .await
+            .expect("object");
+        assert_eq!(tcp.matrix.protocol, Protocol::Tcp);
+        assert_eq!(tcp.matrix.rows.len(), 3);
+        assert_eq!(tcp.matrix.columns, http.matrix.columns);
+        let cells = |m: &Matrix| -> Vec<Cell> { m.cells.iter().flatten().flatten().copied().collect() };
+        assert!(cells(&http.matrix).iter().any(|c| c.successes > 0));
+        assert!(!cells(&tcp.matrix).is_empty());
+        assert!(cells(&tcp.matrix).iter().all(|c| c.successes == 0 && c.requests > 0));
     }
 }

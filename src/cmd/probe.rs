@@ -1,4 +1,5 @@
-//! `kdoctor probe http URL` and `kdoctor probe dns SERVER`: one probe run from this machine,
+//! `kdoctor probe http URL`, `kdoctor probe tcp ADDRESS` and `kdoctor probe dns SERVER`: one
+//! probe run from this machine,
 //! at a fixed rate for a fixed time, printing a summary (or the full agent report with
 //! `-o json|yaml`) and a progress line on standard error while it runs. Exit 0 when the target
 //! met the success condition, 1 when it did not, 2 on a usage or environment error.
@@ -12,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use kdoctor_agent::oneshot::{ClientTls, Load, Outcome, probe_dns, probe_http};
+use kdoctor_agent::oneshot::{ClientTls, Load, Outcome, probe_dns, probe_http, probe_tcp};
 use kdoctor_agent::probe::Progress;
 use kdoctor_agent::probe::dns::{DnsProtocol, DnsRequestSpec, RecordType};
 use kdoctor_agent::probe::http::HttpRequestSpec;
@@ -39,6 +40,8 @@ pub struct Args {
 enum Command {
     /// Probe an HTTP(S) URL.
     Http(HttpArgs),
+    /// Time TCP connects (SYN to established) to an address and port.
+    Tcp(TcpArgs),
     /// Probe a DNS server.
     Dns(DnsArgs),
     /// Run one round of each AppHttpHealthy or Netdns (targetUser) task in a file, from here.
@@ -134,6 +137,14 @@ struct HttpArgs {
 }
 
 #[derive(clap::Args)]
+struct TcpArgs {
+    /// `IP:PORT`, `[IPv6]:PORT` or `HOST:PORT` (a name is resolved once, before the run).
+    address: String,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+#[derive(clap::Args)]
 struct DnsArgs {
     /// Server: `IP` or `IP:PORT` (port 53, or 853 for tcp-tls).
     server: String,
@@ -177,6 +188,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     runtime.block_on(async {
         match &args.command {
             Command::Http(a) => run_http(a).await,
+            Command::Tcp(a) => run_tcp(a).await,
             Command::Dns(a) => run_dns(a).await,
             Command::Task(a) => run_task(a).await,
         }
@@ -244,6 +256,40 @@ async fn run_http(args: &HttpArgs) -> Result<ExitCode> {
     finish_progress(args.load.quiet);
     let outcome = outcome?;
     print(&outcome, &args.url, &load, args.load.output)
+}
+
+async fn run_tcp(args: &TcpArgs) -> Result<ExitCode> {
+    if args.load.ca.is_some() {
+        bail!("--ca: a TCP probe opens no TLS session");
+    }
+    let addr = tcp_address(&args.address).await?;
+    let load = load(&args.load)?;
+    let progress = Arc::new(Progress::default());
+    let ticker = progress_line(progress.clone(), &load, args.load.quiet);
+    let outcome = probe_tcp(addr, &load, progress, None).await;
+    ticker.abort();
+    finish_progress(args.load.quiet);
+    let outcome = outcome?;
+    print(&outcome, &addr.to_string(), &load, args.load.output)
+}
+
+/// The address of `kdoctor probe tcp`: a socket address, or a name and port resolved once (the
+/// first address; a run measures connects, not the resolver).
+async fn tcp_address(text: &str) -> Result<SocketAddr> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        bail!("address {text:?}: must be IP:PORT, [IPv6]:PORT or HOST:PORT");
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| anyhow::anyhow!("address {text:?}: {port:?} is not a port"))?;
+    tokio::net::lookup_host((host, port))
+        .await
+        .with_context(|| format!("address {text:?}: cannot resolve {host:?}"))?
+        .next()
+        .with_context(|| format!("address {text:?}: {host:?} has no address"))
 }
 
 async fn run_dns(args: &DnsArgs) -> Result<ExitCode> {
@@ -549,10 +595,11 @@ fn summary(outcome: &Outcome, target: &str, load: &Load) -> String {
         ("PACER LATE (ms)", quantiles(&r.lateness)),
         ("CONNECT (ms)", quantiles(&r.connect)),
     ];
-    if r.rcodes.is_empty() {
-        rows.push(("STATUS", counts(r.http_status.iter().map(|(k, v)| (k, *v)))));
-    } else {
+    if !r.rcodes.is_empty() {
         rows.push(("RCODE", counts(r.rcodes.iter().map(|(k, v)| (k, *v)))));
+    } else if outcome.report.task_net_reach.is_none() {
+        // TCP (the one-shot run reported as NetReach) has no answer to count.
+        rows.push(("STATUS", counts(r.http_status.iter().map(|(k, v)| (k, *v)))));
     }
     rows.push(("ERRORS", counts(r.errors.iter().map(|(k, v)| (k, *v)))));
     rows.push(("BYTES", r.bytes.to_string()));
@@ -692,6 +739,50 @@ mod tests {
         assert!(text.contains("STATUS              200: 20"), "{text}");
         let json = serde_json::to_string_pretty(&outcome.report).unwrap();
         assert!(json.contains("\"taskAppHealthy\""), "{json}");
+    }
+
+    #[tokio::test]
+    async fn tcp_probe_times_connects_and_a_closed_port_fails_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = accepted.clone();
+        let server = tokio::spawn(async move {
+            while listener.accept().await.is_ok() {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let load = load(&load_args()).unwrap();
+        let outcome = probe_tcp(addr, &load, Arc::default(), None).await.unwrap();
+        let text = summary(&outcome, &addr.to_string(), &load);
+        assert!(
+            text.contains("20 sent of 20 planned, 20 succeeded"),
+            "{text}"
+        );
+        assert!(!text.contains("STATUS"), "a TCP run has no status: {text}");
+        let report = serde_json::to_value(&outcome.report).unwrap();
+        let detail = &report["taskNetReach"]["roundTaskDetail"][0];
+        assert_eq!(detail["name"], format!("TCP_{addr}"));
+        assert_eq!(detail["method"], "TCP");
+        assert_eq!(detail["url"], format!("tcp://{addr}"));
+        assert_eq!(report["taskNetReach"]["roundSucceed"], true);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(accepted.load(Ordering::Relaxed), 20, "every connect reached the listener");
+        server.abort();
+
+        let args = |address: String| TcpArgs {
+            address,
+            load: load_args(),
+        };
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let code = run_tcp(&args(format!("127.0.0.1:{port}"))).await.unwrap();
+        assert_eq!(code, super::super::exit_failed());
+        let err = run_tcp(&args("localhost".to_string())).await.unwrap_err();
+        assert!(err.to_string().contains("HOST:PORT"), "{err:#}");
+        let err = run_tcp(&args("localhost:http".to_string())).await.unwrap_err();
+        assert!(err.to_string().contains("is not a port"), "{err:#}");
     }
 
     #[tokio::test]

@@ -2,6 +2,7 @@
 //! whole report objects when the server offers no matrix view, and what a cell shows.
 
 use kdoctor_api::matrix::{Builder, Probe, ProbeRow};
+use kdoctor_api::report::protocol::Protocol;
 pub use kdoctor_api::matrix::{Cell, Matrix};
 use serde::Deserialize;
 
@@ -106,13 +107,14 @@ impl CellValue for Cell {
 }
 
 /// Builds the matrix of a round's reports (parsed client-side, when the server has no matrix
-/// view), one report at a time.
-pub fn build(reports: Vec<SourceReport>) -> Matrix {
+/// view), one report at a time, its cells counting the probes of `protocol`.
+pub fn build(reports: Vec<SourceReport>, protocol: Protocol) -> Matrix {
     let mut builder = Builder::new(
         reports
             .iter()
             .map(|r| (r.node_name.clone(), r.pod_name.clone())),
-    );
+    )
+    .protocol(protocol);
     for report in reports {
         builder.add(&ProbeRow::from(report));
     }

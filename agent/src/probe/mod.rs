@@ -8,6 +8,7 @@ pub mod http;
 pub mod outcome;
 pub mod queueing;
 pub mod record;
+pub mod tcp;
 pub mod threads;
 
 use std::future::Future;

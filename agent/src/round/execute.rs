@@ -4,16 +4,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kdoctor_api::report::protocol::TCP_METHOD;
 use kdoctor_api::report::{HttpTargetResult, Report, TargetOutcome, TaskResult, TotalRunningLoad};
 use kdoctor_api::task::{NetSuccessCondition, TaskKind};
 use kdoctor_transport::tls::{ServerTrust, client_config};
 use rustls::ClientConfig;
 use tokio::task::JoinSet;
 
-use super::targets::{DnsTarget, HttpTarget, Load};
+use super::targets::{DnsTarget, HttpTarget, Load, TcpTarget};
 use crate::metrics::Metrics;
 use crate::probe::dns::DnsProber;
 use crate::probe::http::{HttpProber, client_alpn};
+use crate::probe::tcp::TcpProber;
 use crate::probe::{Measurement, Plan, Prober, Progress, run_observed};
 use crate::probe_metrics::{RoundLabels, TargetSeries};
 use crate::report::{
@@ -37,6 +39,8 @@ pub struct RoundPlan {
     pub pod: String,
     /// HTTP targets (NetReach, AppHttpHealthy).
     pub http: Vec<HttpTarget>,
+    /// TCP connect targets (NetReach with `spec.target.tcp`).
+    pub tcp: Vec<TcpTarget>,
     /// DNS targets (Netdns).
     pub dns: Vec<DnsTarget>,
     /// Load per target.
@@ -53,8 +57,16 @@ pub struct RoundPlan {
     pub resources: Source,
 }
 
+impl RoundPlan {
+    /// Targets probed, whatever their protocol (the report's `targetNumber`).
+    pub fn target_count(&self) -> i64 {
+        (self.http.len() + self.tcp.len() + self.dns.len()) as i64
+    }
+}
+
 enum Done {
     Http(HttpTarget, Measurement),
+    Tcp(TcpTarget, Measurement),
     Dns(DnsTarget, Measurement),
 }
 
@@ -109,6 +121,12 @@ pub async fn execute_with(
                     Err(e) => failures.push(format!("test {}: {e}", target.name)),
                 }
             }
+            for target in plan.tcp.clone() {
+                let prober = TcpProber::new(target.addr);
+                let series = series(&target.name, Some(target.addr.ip()));
+                let probing = observed(prober, schedule, metrics.clone(), series);
+                set.spawn(async move { Done::Tcp(target, probing.await) });
+            }
             for target in plan.dns.clone() {
                 let tls = client_config(ServerTrust::Any, None, &[])
                     .map(Arc::new)
@@ -143,7 +161,7 @@ pub async fn execute_with(
         ));
     }
     let usage = sampler.finish().await;
-    let target_count = (plan.http.len() + plan.dns.len()) as i64;
+    let target_count = plan.target_count();
     let load = running_load(plan.kind, plan.load.qps, target_count);
     let context = RoundContext {
         round: plan.round,
@@ -159,12 +177,14 @@ pub async fn execute_with(
         plan.http
             .iter()
             .map(|t| t.name.as_str())
+            .chain(plan.tcp.iter().map(|t| t.name.as_str()))
             .chain(plan.dns.iter().map(|t| t.name.as_str()))
             .position(|n| n == name)
             .unwrap_or(usize::MAX)
     };
     done.sort_by_key(|d| match d {
         Done::Http(t, _) => position(&t.name),
+        Done::Tcp(t, _) => position(&t.name),
         Done::Dns(t, _) => position(&t.name),
     });
     let result = kind_result(&plan, &done, &context, &failures);
@@ -188,7 +208,7 @@ fn kind_result(
                 context,
                 failures,
             );
-            result.target_number = (plan.http.len() + plan.dns.len()) as i64;
+            result.target_number = plan.target_count();
             KindResult::NetReach(result)
         }
         TaskKind::AppHttpHealthy => KindResult::AppHttpHealthy(result_of(
@@ -209,7 +229,7 @@ fn kind_result(
                         m,
                         expect,
                     )),
-                    Done::Http(..) => None,
+                    Done::Http(..) | Done::Tcp(..) => None,
                 })
                 .collect();
             KindResult::Netdns(result_of(TARGET_TYPE_NETDNS, details, context, failures))
@@ -279,6 +299,13 @@ fn http_details<D: From<HttpTargetResult>>(
                 &t.name,
                 &t.spec.url,
                 t.spec.method.as_ref(),
+                m,
+                expect,
+            )),
+            Done::Tcp(t, m) => Some(http_detail(
+                &t.name,
+                &format!("tcp://{}", t.addr),
+                TCP_METHOD,
                 m,
                 expect,
             )),

@@ -59,6 +59,7 @@ pub fn prepare(
         node: actor.node.clone(),
         pod: actor.pod.clone(),
         http: Vec::new(),
+        tcp: Vec::new(),
         dns: Vec::new(),
         load,
         expect,

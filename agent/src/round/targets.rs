@@ -5,13 +5,14 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use bytes::Bytes;
+use kdoctor_api::report::protocol::Protocol;
 use kdoctor_api::task::apphttphealthy::parse_header;
 use kdoctor_api::task::{
     AppHttpHealthySpec, NetHttpRequest, NetReachTarget, NetdnsRequest, NetdnsSpec,
 };
 
 use crate::probe::dns::{DnsRequestSpec, RecordType};
-use crate::probe::http::{HttpRequestSpec, Method};
+use crate::probe::http::{HttpRequestSpec, Method, parse_url};
 use crate::report::APP_HTTP_HEALTHY_TARGET_NAME;
 
 /// The per-request timeout when the spec has none (`netHttpDefaultRequestPerRequestTimeoutInMS`).
@@ -63,6 +64,15 @@ pub struct HttpTarget {
     pub name: String,
     /// What to send.
     pub spec: HttpRequestSpec,
+}
+
+/// A TCP connect target of a round (NetReach with `spec.target.tcp`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TcpTarget {
+    /// `TCP_` and the name of the HTTP target at the same address.
+    pub name: String,
+    /// Where to connect.
+    pub addr: SocketAddr,
 }
 
 /// A DNS target of a round.
@@ -281,6 +291,33 @@ pub fn netreach_targets(
     (targets, missing)
 }
 
+/// The TCP connect targets of a NetReach round: with `spec.target.tcp`, one at the address and
+/// port of each HTTP target (an Ingress URL's address, port 80 unless it names one); none
+/// without it.
+pub fn tcp_targets(target: &NetReachTarget, http: &[HttpTarget]) -> Vec<TcpTarget> {
+    if !target.tcp {
+        return Vec::new();
+    }
+    http.iter()
+        .filter_map(|t| {
+            Some(TcpTarget {
+                name: Protocol::Tcp.entry_name(&t.name),
+                addr: socket_addr(&t.spec.url)?,
+            })
+        })
+        .collect()
+}
+
+/// The address and port of a URL whose host is an IP address (NetReach's are: discovery puts
+/// addresses in them, never names).
+fn socket_addr(url: &str) -> Option<SocketAddr> {
+    let uri = parse_url(url).ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let default_port = if uri.scheme_str() == Some("https") { 443 } else { 80 };
+    let ip: IpAddr = host.parse().ok()?;
+    Some(SocketAddr::new(ip, uri.port_u16().unwrap_or(default_port)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,6 +404,7 @@ mod tests {
             node_port: true,
             load_balancer: true,
             ingress: true,
+            tcp: false,
             enable_latency_metric: false,
             max_peers: None,
         };
@@ -416,6 +454,32 @@ mod tests {
                     "http://172.18.0.50/kdoctoragent"
                 ),
             ]
+        );
+        assert!(tcp_targets(&target, &targets).is_empty(), "tcp is off");
+        let tcp: Vec<(String, SocketAddr)> = tcp_targets(
+            &NetReachTarget {
+                tcp: true,
+                ..target.clone()
+            },
+            &targets,
+        )
+        .into_iter()
+        .map(|t| (t.name, t.addr))
+        .collect();
+        assert_eq!(tcp.len(), targets.len(), "one TCP target per HTTP target");
+        assert_eq!(
+            tcp[1],
+            (
+                "TCP_AgentPodV6IP_kdoctor-agent-x_fd00::5".to_string(),
+                "[fd00::5]:80".parse().unwrap()
+            )
+        );
+        assert_eq!(
+            tcp[6],
+            (
+                "TCP_AgentIngress_v4_http://172.18.0.50/kdoctoragent".to_string(),
+                "172.18.0.50:80".parse().unwrap()
+            )
         );
         assert_eq!(
             missing,

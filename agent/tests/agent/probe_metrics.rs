@@ -79,6 +79,7 @@ fn plan(kind: TaskKind, http: Vec<HttpTarget>, load: Load) -> RoundPlan {
         node: "node-a".into(),
         pod: "kdoctor-agent-a".into(),
         http,
+        tcp: vec![],
         dns: vec![],
         load,
         expect: None,

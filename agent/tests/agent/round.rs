@@ -22,6 +22,7 @@ fn plan(kind: TaskKind, load: Load) -> RoundPlan {
         node: "node-1".into(),
         pod: "kdoctor-agent-abc".into(),
         http: vec![],
+        tcp: vec![],
         dns: vec![],
         load,
         expect: None,
@@ -68,6 +69,7 @@ async fn netreach_round_against_the_echo_targets() {
         node_port: true,
         load_balancer: false,
         ingress: false,
+        tcp: false,
         enable_latency_metric: true,
         max_peers: None,
     };

@@ -502,3 +502,4 @@ pub struct DnsMetrics {
 
 pub mod files;
 pub mod legacy;
+pub mod protocol;

@@ -79,6 +79,11 @@ pub struct NetReachTarget {
     /// Probe the carrier Ingress.
     #[serde(default)]
     pub ingress: bool,
+    /// Also time a TCP connect (SYN to established) to every target's address and port, at
+    /// the request's rate, beside its HTTP requests (beyond upstream): each target gets a second
+    /// entry in the report, named `TCP_<its name>`, judged by the same `expect`.
+    #[serde(default)]
+    pub tcp: bool,
     /// Report the full latency distribution, not only the mean.
     #[serde(default)]
     pub enable_latency_metric: bool,
@@ -102,6 +107,7 @@ impl Default for NetReachTarget {
             node_port: true,
             load_balancer: false,
             ingress: false,
+            tcp: false,
             enable_latency_metric: false,
             max_peers: None,
         }

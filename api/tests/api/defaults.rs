@@ -36,6 +36,7 @@ fn omitted_net_reach_blocks_take_upstream_webhook_defaults() {
             node_port: true,
             load_balancer: false,
             ingress: false,
+            tcp: false,
             enable_latency_metric: false,
             max_peers: None,
         })

@@ -5,6 +5,7 @@
 
 use kdoctor_api::matrix::{Builder, KIND, Matrix};
 use kdoctor_api::report::API_VERSION;
+use kdoctor_api::report::protocol::Protocol;
 use kdoctor_api::task::TaskKind;
 use kdoctor_store::Store;
 use serde::Serialize;
@@ -38,8 +39,12 @@ struct TaskRef<'a> {
     name: &'a str,
 }
 
-/// The JSON of the matrix view of `target`.
-pub fn matrix_json(store: &Store, target: &Target) -> Result<Vec<u8>, ApiError> {
+/// The JSON of the matrix view of `target`, its cells counting the probes of `protocol`.
+pub fn matrix_json(
+    store: &Store,
+    target: &Target,
+    protocol: Protocol,
+) -> Result<Vec<u8>, ApiError> {
     let task = &target.task;
     if task.kind != TaskKind::NetReach {
         return Err(ApiError::bad_request(format!(
@@ -56,7 +61,7 @@ pub fn matrix_json(store: &Store, target: &Target) -> Result<Vec<u8>, ApiError> 
     })?;
     // Two passes over the rows, so that only one is in memory at a time: their sources first
     // (which pod is on which node names the node columns), then their probes.
-    let mut builder = Builder::new(store.probe_row_sources(task.id, round)?);
+    let mut builder = Builder::new(store.probe_row_sources(task.id, round)?).protocol(protocol);
     store.for_each_probe_row(task.id, round, |row| builder.add(&row))?;
     let object = MatrixObject {
         api_version: API_VERSION,

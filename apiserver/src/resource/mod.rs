@@ -14,6 +14,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
+use kdoctor_api::report::protocol::Protocol;
 use kdoctor_api::report::{API_VERSION, LIST_KIND};
 use kdoctor_store::{Store, TaskSummary};
 use serde::{Deserialize, Serialize};
@@ -205,11 +206,17 @@ pub async fn get(
     let wanted = match negotiate_object(&headers)? {
         ObjectView::Plain(wanted) => wanted,
         ObjectView::Matrix => {
+            let protocol = match query.get("protocol") {
+                None => Protocol::Http,
+                Some(text) => text
+                    .parse()
+                    .map_err(|e: String| ApiError::bad_request(format!("protocol: {e}")))?,
+            };
             let store = state.store()?;
             return tokio::task::spawn_blocking(move || -> Result<Response, ApiError> {
                 let target = resolve(&store, &name).ok_or_else(|| ApiError::not_found(&name))?;
                 Ok(json_response(Body::from(matrix::matrix_json(
-                    &store, &target,
+                    &store, &target, protocol,
                 )?)))
             })
             .await

@@ -505,7 +505,29 @@ async fn the_matrix_view_is_the_rounds_matrix_from_stored_probe_rows() {
         );
         let object = get(&s.router, &uri).await.json();
         assert_eq!(view["matrix"], matrix_of_object(&object), "{name}");
+        assert_eq!(view["matrix"]["protocol"], "http");
     }
+    // The TCP connect entries' matrix is asked for by name; another protocol is refused.
+    let tcp = send(
+        &s.router,
+        Method::GET,
+        &format!("{BASE}/netreach-task?protocol=tcp"),
+        Some("admin-token"),
+        Some(MATRIX),
+    )
+    .await;
+    assert_eq!(tcp.status, StatusCode::OK, "{}", tcp.text());
+    assert_eq!(tcp.json()["matrix"]["protocol"], "tcp");
+    let udp = send(
+        &s.router,
+        Method::GET,
+        &format!("{BASE}/netreach-task?protocol=udp"),
+        Some("admin-token"),
+        Some(MATRIX),
+    )
+    .await;
+    assert_eq!(udp.status, StatusCode::BAD_REQUEST, "{}", udp.text());
+    assert!(udp.text().contains("protocol: \"udp\" is not a protocol"), "{}", udp.text());
     // Only NetReach reports have a matrix; a list has no matrix view.
     let dns = send(
         &s.router,

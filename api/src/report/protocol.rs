@@ -1,0 +1,81 @@
+//! Which probe a NetReach target entry is. A target probed over HTTP keeps upstream's name
+//! (`AgentPodV4IP_<pod>_<ip>`, …); with `spec.target.tcp` the same address is also timed as a
+//! bare TCP connect and reported as a second entry, named `TCP_` and the HTTP entry's name. The
+//! prefix rather than a new field keeps the report upstream's shape (readers that know nothing
+//! of TCP see one more target) and every name unique, and a reader that strips it finds the
+//! name it already parses (pod, family, Service kind).
+
+use serde::{Deserialize, Serialize};
+
+/// The name prefix of a TCP connect entry.
+pub const TCP_PREFIX: &str = "TCP_";
+/// The `method` of a TCP connect entry (where an HTTP entry says `GET`).
+pub const TCP_METHOD: &str = "TCP";
+
+/// How a target entry was probed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// An HTTP request (NetReach, AppHttpHealthy), upstream's only kind.
+    #[default]
+    Http,
+    /// A TCP connect, SYN to established.
+    Tcp,
+}
+
+impl Protocol {
+    /// Every protocol, in the order they are listed.
+    pub const ALL: [Protocol; 2] = [Protocol::Http, Protocol::Tcp];
+
+    /// The lowercase name (`http`, `tcp`): a metric label value and a query parameter's.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Http => "http",
+            Protocol::Tcp => "tcp",
+        }
+    }
+
+    /// The protocol of an entry's name and the name without its prefix.
+    pub fn split(name: &str) -> (Protocol, &str) {
+        match name.strip_prefix(TCP_PREFIX) {
+            Some(base) => (Protocol::Tcp, base),
+            None => (Protocol::Http, name),
+        }
+    }
+
+    /// The entry name of `base` (an HTTP entry's name) probed with this protocol.
+    pub fn entry_name(self, base: &str) -> String {
+        match self {
+            Protocol::Http => base.to_string(),
+            Protocol::Tcp => format!("{TCP_PREFIX}{base}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Protocol, String> {
+        Protocol::ALL
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(text))
+            .ok_or_else(|| format!("{text:?} is not a protocol (http, tcp)"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tcp_entry_is_its_http_entry_s_name_behind_a_prefix() {
+        let base = "AgentPodV4IP_kdoctor-agent-x_10.0.0.1";
+        let tcp = Protocol::Tcp.entry_name(base);
+        assert_eq!(tcp, "TCP_AgentPodV4IP_kdoctor-agent-x_10.0.0.1");
+        assert_eq!(Protocol::split(&tcp), (Protocol::Tcp, base));
+        assert_eq!(Protocol::split(base), (Protocol::Http, base));
+        assert_eq!(Protocol::Http.entry_name(base), base);
+        assert_eq!("TCP".parse::<Protocol>(), Ok(Protocol::Tcp));
+        assert!("udp".parse::<Protocol>().unwrap_err().contains("http, tcp"));
+    }
+}
