@@ -21,12 +21,13 @@
 #   - a NetReach round: its report, served through the aggregation layer, has a row from each
 #     real node, each reached every target (pods, ClusterIP, NodePort, LoadBalancer, Ingress;
 #     over IPv4 and, on the chart's dual-stack install, IPv6), and each agent's pod IP was
-#     reached from every node: six pairs across node boundaries per family.
+#     reached from every node: six pairs across node boundaries per family; each target is also
+#     timed as a TCP connect (spec.target.tcp), every TCP_ entry reached too.
 #   On the chart's install besides:
 #   - the agent listens on the ports the chart declares, with the chart's sysctl;
 #   - a cut between the agents of real-1 and real-2 (their pod addresses of each family dropped
 #     in the network's forwarding, both ways) shows in the next round's report as exactly those two
-#     pairs failing, every other pair reached, and the round failed;
+#     pairs failing, by HTTP and by TCP connect, every other pair reached, and the round failed;
 #   - from real-1's agent pod, the agents' ClusterIP (each family) and the Ingress are answered
 #     by the agents of more than one node: the Services cross node boundaries;
 #   - `externalTrafficPolicy: Local` on the agents' Service: from outside the nodes, each node's
@@ -197,27 +198,30 @@ check_pods() {
 }
 
 # One NetReach round of examples/netreach.yaml as the task NAME, over IPv6 too when ROUND_IPV6
-# is 1, once it finished: sets ROWS to its report's rows (the node, then target=successRate for
-# each target) and ROUND_RESULT.
+# is 1, each target also timed as a TCP connect (spec.target.tcp, entries TCP_<name>), once it
+# finished: sets ROWS to its report's rows (the node, then target=successRate for each target)
+# and ROUND_RESULT.
 ROUND_RESULT="" ROWS="" ROUND_IPV6=0
 finished() { [ "$(k get netreach "$1" -o jsonpath='{.status.finish}')" = true ]; }
 round() { # name
   local v6=()
   [ "$ROUND_IPV6" = 0 ] || v6=(-e 's/^    ipv4: true$/    ipv4: true\n    ipv6: true/')
-  sed -e "s/^  name: task$/  name: $1/" "${v6[@]}" examples/netreach.yaml | k apply -f - >/dev/null
+  sed -e "s/^  name: task$/  name: $1/" -e 's/^    nodePort: true$/    nodePort: true\n    tcp: true/' "${v6[@]}" examples/netreach.yaml |
+    k apply -f - >/dev/null
   wait_until 180 "the NetReach $1 round did not finish" finished "$1"
   ROUND_RESULT="$(k get netreach "$1" -o jsonpath='{.status.lastRoundStatus}')"
   ROWS="$(k get kdoctorreport "netreach-$1" -o jsonpath='{range .report.latestRoundReport[*]}{.nodeName}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestSucceedRate}{end}{"\n"}{end}')"
 }
-# The success rate of the pod target POD over IP FAMILY (4, 6) in NODE's row of ROWS.
-pod_rate() { # rows node pod family
-  awk -v node="$2" -v pod="AgentPodV$4IP_$3_" '$1 == node { for (i = 2; i <= NF; i++) if (index($i, pod) == 1) { sub(/.*=/, "", $i); print $i } }' <<<"$1"
+# The success rate of the pod target POD over IP FAMILY (4, 6) in NODE's row of ROWS, its HTTP
+# entry or, with PREFIX TCP_, its TCP connect entry.
+pod_rate() { # rows node pod family [prefix]
+  awk -v node="$2" -v pod="${5:-}AgentPodV$4IP_$3_" '$1 == node { for (i = 2; i <= NF; i++) if (index($i, pod) == 1) { sub(/.*=/, "", $i); print $i } }' <<<"$1"
 }
 # Checks ROWS: a row per real node, and each agent's pod reached from every node at rate 1
-# over each family the round probed, except the pairs between CUT_A and CUT_B (both ways), which
-# must be 0; with no cut, every other target at rate 1 too.
+# over each family the round probed, by HTTP and by TCP connect, except the pairs between CUT_A
+# and CUT_B (both ways), which must be 0; with no cut, every other target at rate 1 too.
 check_rows() { # rows [cut_a cut_b]
-  local rows="$1" cut_a="${2:-}" cut_b="${3:-}" nodes from pod to rate want family families=4 pairs=0
+  local rows="$1" cut_a="${2:-}" cut_b="${3:-}" nodes from pod to rate want family families=4 pairs=0 prefix
   [ "$ROUND_IPV6" = 0 ] || families="4 6"
   echo "$rows" | cut -c1-200
   nodes="$(awk '{ print $1 }' <<<"$rows" | sort | tr '\n' ' ')"
@@ -228,10 +232,12 @@ check_rows() { # rows [cut_a cut_b]
       want=1
       if [ -n "$cut_a" ] && { [ "$from $to" = "$cut_a $cut_b" ] || [ "$from $to" = "$cut_b $cut_a" ]; }; then want=0; fi
       for family in $families; do
-        rate="$(pod_rate "$rows" "$from" "$pod" "$family")"
-        [ -n "$rate" ] || fail "$from's row has no target for $pod's IPv$family pod IP"
-        awk -v r="$rate" -v w="$want" 'BEGIN { exit !(r + 0 == w + 0) }' ||
-          fail "$from reached $pod (on $to) over IPv$family at rate $rate, expected $want"
+        for prefix in "" TCP_; do
+          rate="$(pod_rate "$rows" "$from" "$pod" "$family" "$prefix")"
+          [ -n "$rate" ] || fail "$from's row has no ${prefix}target for $pod's IPv$family pod IP"
+          awk -v r="$rate" -v w="$want" 'BEGIN { exit !(r + 0 == w + 0) }' ||
+            fail "$from reached $pod (on $to) over IPv$family ${prefix:+by TCP connect }at rate $rate, expected $want"
+        done
         [ "$from" = "$to" ] || pairs=$((pairs + 1))
       done
     done
@@ -241,7 +247,7 @@ check_rows() { # rows [cut_a cut_b]
     failed="$(tr ' ' '\n' <<<"$rows" | grep '=' | grep -v '=1$' || true)"
     [ -z "$failed" ] || fail "targets not reached every time: $failed"
   fi
-  echo "every node's row checked: $pairs pairs across node boundaries (IPv${families// / and IPv})"
+  echo "every node's row checked: $pairs pairs across node boundaries (IPv${families// / and IPv}), by HTTP and by TCP connect"
 }
 
 # Checks an install: every pod, the APIService, and a round (task NAME) across the real nodes.

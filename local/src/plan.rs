@@ -285,7 +285,7 @@ mod tests {
         let nr = task(
             "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: nr}\nspec:\n  \
              target: {endpoint: true, clusterIP: true, nodePort: true, loadBalancer: true, \
-             ingress: true, ipv4: true, ipv6: true}\n",
+             ingress: true, ipv4: true, ipv6: true, tcp: true}\n",
         );
         let none = local_plan(&nr, &Config::default(), "n", "p", &StandIns::default()).unwrap_err();
         assert!(none.to_string().contains("cannot run from here"), "{none}");
@@ -316,6 +316,20 @@ mod tests {
                 "AgentLoadbalancerV6IP_[::1]:18080",
                 "AgentIngress_v4_http://127.0.0.1:18080/kdoctoragent",
             ]
+        );
+        // With `tcp`, the same addresses are timed as connects (the Ingress's at port 18080).
+        let tcp: Vec<(&str, String)> = plan
+            .tcp
+            .iter()
+            .map(|t| (t.name.as_str(), t.addr.to_string()))
+            .collect();
+        assert_eq!(tcp.len(), names.len());
+        assert_eq!(
+            tcp[8],
+            (
+                "TCP_AgentIngress_v4_http://127.0.0.1:18080/kdoctoragent",
+                "127.0.0.1:18080".to_string()
+            )
         );
         assert!(plan.setup_failures.is_empty());
         assert_eq!(plan.node, "node-a");

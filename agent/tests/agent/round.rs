@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use kdoctor_agent::round::execute::{RoundPlan, execute};
 use kdoctor_agent::round::prepare::{Actor, prepare};
-use kdoctor_agent::round::targets::{Carrier, CarrierPod, Load, netdns_targets, netreach_targets};
+use kdoctor_agent::round::targets::{
+    Carrier, CarrierPod, Load, netdns_targets, netreach_targets, tcp_targets,
+};
 use kdoctor_api::task::{
     NetDnsTarget, NetDnsTargetUser, NetReachTarget, NetdnsRequest, NetdnsSpec, TaskKind,
 };
@@ -108,6 +110,79 @@ async fn netreach_round_against_the_echo_targets() {
     assert_eq!(report.round_number, 3);
     assert_eq!(report.task_uid.as_deref(), Some("0b7f4c3e-uid"));
     assert_eq!(agent.echo.count("default"), 80);
+}
+
+#[tokio::test]
+async fn netreach_with_tcp_reports_a_connect_entry_beside_each_http_target() {
+    let _shared = crate::support::shared().await;
+    let agent = agent().await;
+    let v4 = agent.http.iter().find(|a| a.is_ipv4()).copied().unwrap();
+    // The ClusterIP stand-in is a port nothing listens on: its HTTP and TCP entries both fail,
+    // the pod's both succeed.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = closed.local_addr().unwrap();
+    drop(closed);
+    let carrier = Carrier {
+        pods: vec![CarrierPod {
+            name: "kdoctor-agent-abc".into(),
+            ips: vec![v4.ip()],
+            multus: vec![],
+        }],
+        http_port: v4.port(),
+        cluster_ip: [Some(dead), None],
+        ..Carrier::default()
+    };
+    let target = NetReachTarget {
+        node_port: false,
+        tcp: true,
+        ..NetReachTarget::default()
+    };
+    let (http, missing) = netreach_targets(&target, &carrier);
+    assert!(missing.is_empty(), "{missing:?}");
+    let mut p = plan(TaskKind::NetReach, load(1));
+    p.tcp = tcp_targets(&target, &http);
+    p.http = http;
+    let report = execute(p, None).await;
+    let result = report.task_net_reach.as_ref().expect("NetReach result");
+    let entries: Vec<(&str, &str, &str, bool, i64)> = result
+        .round_task_detail
+        .iter()
+        .map(|d| {
+            (
+                d.name.as_str(),
+                d.method.as_str(),
+                d.url.as_str(),
+                d.request_succeed,
+                d.request_target_metrics.requests.request_counts,
+            )
+        })
+        .collect();
+    let pod = format!("AgentPodV4IP_kdoctor-agent-abc_{}", v4.ip());
+    let cluster = format!("AgentClusterV4IP_{dead}");
+    assert_eq!(
+        entries,
+        vec![
+            (pod.as_str(), "GET", format!("http://{v4}").as_str(), true, 20),
+            (cluster.as_str(), "GET", format!("http://{dead}").as_str(), false, 20),
+            (format!("TCP_{pod}").as_str(), "TCP", format!("tcp://{v4}").as_str(), true, 20),
+            (format!("TCP_{cluster}").as_str(), "TCP", format!("tcp://{dead}").as_str(), false, 20),
+        ]
+        .iter()
+        .map(|(n, m, u, ok, c)| (*n, *m, *u, *ok, *c))
+        .collect::<Vec<_>>(),
+    );
+    assert_eq!(result.target_number, 4);
+    assert_eq!(result.running_load_total.net_reach_qps, 80);
+    let tcp = &result.round_task_detail[2];
+    assert!(tcp.request_mean_delay > 0.0, "a connect takes time: {tcp:?}");
+    let failed = &result.round_task_detail[3];
+    let errors = &failed.request_target_metrics.requests.errors;
+    assert!(
+        errors.keys().all(|e| e.starts_with("refused")) && errors.values().sum::<i64>() == 20,
+        "{errors:?}"
+    );
+    // The HTTP requests are the echo server's; the connects never reach HTTP.
+    assert_eq!(agent.echo.count("default"), 20);
 }
 
 #[tokio::test]
