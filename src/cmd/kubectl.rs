@@ -57,6 +57,10 @@ struct RunArgs {
     /// How often the tasks' status is read, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 2, hide = true)]
     poll_seconds: u64,
+    /// When the wait ends, write JUnit XML here: a test suite per task, a case per round, per
+    /// source node and target, and per node that did not report.
+    #[arg(long, value_name = "FILE", requires = "wait")]
+    junit: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -501,6 +505,91 @@ async fn history(client: kube::Client, name: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Writes the JUnit XML of the tasks' finished rounds (see `crate::plugin::junit`), reading
+/// each round's report; a task not finished gets a failed case saying `still`.
+async fn write_junit(
+    client: &kube::Client,
+    path: &std::path::Path,
+    tasks: &[(kdoctor_api::task::TaskKind, String, kdoctor_api::task::TaskStatus)],
+    still: &str,
+) -> Result<()> {
+    use crate::plugin::junit::{Pair, RoundCase, Suite, render};
+    let mut suites = Vec::new();
+    for (kind, task, status) in tasks {
+        let mut history = status.history.clone().unwrap_or_default();
+        history.reverse();
+        let mut rounds = Vec::new();
+        for round in history.iter().filter(|r| r.status.is_finished()) {
+            let name = format!(
+                "{}.round-{}",
+                kdoctor_api::report::report_name(*kind, task),
+                round.round_number
+            );
+            // A round the store no longer keeps still has its verdict from the status.
+            let reports = match read_object::<ReportsObject>(client, &name).await {
+                Ok(object) => object.report.latest_round_report.unwrap_or_default(),
+                Err(error) => {
+                    tracing::debug!(%error, report = %name, "no reports for the JUnit cases");
+                    Vec::new()
+                }
+            };
+            let pairs = reports
+                .iter()
+                .flat_map(|r| {
+                    r.target_outcomes()
+                        .into_iter()
+                        .map(|(target, succeed, why)| Pair {
+                            source: r.node_name.clone(),
+                            target: target.to_string(),
+                            failure: (!succeed)
+                                .then(|| why.unwrap_or("the target did not meet expect").to_string()),
+                        })
+                })
+                .collect();
+            rounds.push(RoundCase {
+                number: round.round_number,
+                failure: (round.status != kdoctor_api::task::RoundStatus::Succeed).then(|| {
+                    round
+                        .failure_reason
+                        .clone()
+                        .unwrap_or_else(|| "the round failed".to_string())
+                }),
+                seconds: round
+                    .duration
+                    .as_deref()
+                    // Go's form (`1m2.5s`) is jiff's friendly form too.
+                    .and_then(|d| d.parse::<jiff::SignedDuration>().ok())
+                    .map(|d| d.as_secs_f64()),
+                pairs,
+                not_reported: round.not_report_agent_node_list.clone(),
+            });
+        }
+        suites.push(Suite {
+            kind: kind.as_str().to_string(),
+            task: task.clone(),
+            rounds,
+            unfinished: (!status.finish).then(|| still.to_string()),
+        });
+    }
+    std::fs::write(path, render(&suites))
+        .with_context(|| format!("--junit {}: cannot write", path.display()))?;
+    Ok(())
+}
+
+/// What `--junit` reads of a round's KdoctorReport: its agent reports.
+#[derive(serde::Deserialize)]
+struct ReportsObject {
+    #[serde(default)]
+    report: RoundReports,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RoundReports {
+    #[serde(default)]
+    latest_round_report: Option<Vec<kdoctor_api::report::Report>>,
+}
+
 /// The API of one task kind.
 fn tasks_api(client: &kube::Client, kind: kdoctor_api::task::TaskKind) -> Api<DynamicObject> {
     let resource = ApiResource {
@@ -534,10 +623,12 @@ async fn run_tasks(client: kube::Client, args: &RunArgs) -> Result<ExitCode> {
     loop {
         let mut finished = 0;
         let mut failed = Vec::new();
+        let mut statuses = Vec::new();
         for task in &checked.valid {
             let object = tasks_api(&client, task.kind()).get(task.name()).await?;
             let status: kdoctor_api::task::TaskStatus =
                 serde_json::from_value(object.data["status"].clone()).unwrap_or_default();
+            statuses.push((task.kind(), task.name().to_string(), status.clone()));
             let key = format!("{} {:?}", task.kind(), task.name());
             let mut history = status.history.clone().unwrap_or_default();
             // Newest first in the status: print oldest first, each finished round once.
@@ -565,6 +656,13 @@ async fn run_tasks(client: kube::Client, args: &RunArgs) -> Result<ExitCode> {
                 }
             }
         }
+        let timed_out = tokio::time::Instant::now() >= deadline;
+        if let Some(path) = &args.junit
+            && (finished == checked.valid.len() || timed_out)
+        {
+            let still = format!("still running after {} s", args.timeout_seconds);
+            write_junit(&client, path, &statuses, &still).await?;
+        }
         if finished == checked.valid.len() {
             if failed.is_empty() {
                 super::output::print("every task finished and its last round succeeded\n")?;
@@ -573,7 +671,7 @@ async fn run_tasks(client: kube::Client, args: &RunArgs) -> Result<ExitCode> {
             super::output::print(&format!("failed: {}\n", failed.join(", ")))?;
             return Ok(super::exit_failed());
         }
-        if tokio::time::Instant::now() >= deadline {
+        if timed_out {
             eprintln!(
                 "error: {} of {} tasks still running after {} s",
                 checked.valid.len() - finished,
@@ -605,6 +703,8 @@ mod tests {
                     let mut d = d.clone();
                     d.name = Protocol::Tcp.entry_name(&d.name);
                     d.request_target_metrics.requests.success_counts = 0;
+                    d.request_succeed = false;
+                    d.failure_reason = Some("Success Rate 0 is lower than request 1".into());
                     d
                 })
                 .collect();
@@ -661,6 +761,59 @@ mod tests {
         assert_eq!(without.task.name, "mesh");
         assert_eq!(with_view.matrix.rows.len(), 3);
         assert_eq!(with_view.matrix, without.matrix);
+    }
+
+    #[tokio::test]
+    async fn junit_has_a_case_per_round_source_and_target_and_for_a_task_still_running() {
+        let dir = std::env::temp_dir().join(format!("kdoctor-junit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("junit.xml");
+        let status: kdoctor_api::task::TaskStatus = serde_json::from_value(serde_json::json!({
+            "finish": true, "lastRoundStatus": "fail",
+            "history": [{
+                "status": "fail", "roundNumber": 4, "failureReason": "some agents failed",
+                "duration": "1m2.5s",
+                "startTimeStamp": "2026-01-01T00:00:00Z", "deadLineTimeStamp": "2026-01-01T00:01:00Z",
+                "notReportAgentNodeList": ["node-9"],
+            }],
+        }))
+        .expect("status");
+        let running = kdoctor_api::task::TaskStatus::default();
+        let tasks = [
+            (kdoctor_api::task::TaskKind::NetReach, "mesh".to_string(), status),
+            (kdoctor_api::task::TaskKind::Netdns, "dns".to_string(), running),
+        ];
+        write_junit(&server(true), &path, &tasks, "still running after 60 s")
+            .await
+            .expect("written");
+        let xml = std::fs::read_to_string(&path).expect("read");
+        let _ = std::fs::remove_dir_all(&dir);
+        // 3 sources × (4 HTTP + 4 TCP targets), the round, node-9's missing report, the
+        // unfinished task; every TCP entry failed.
+        assert!(
+            xml.contains("<testsuites name=\"kdoctor\" tests=\"27\" failures=\"15\">"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains(
+                "<testcase classname=\"NetReach.mesh\" name=\"round 4\" time=\"62.500\">\n      <failure message=\"some agents failed\">"
+            ),
+            "{xml}"
+        );
+        assert!(
+            xml.contains(
+                "<testcase classname=\"NetReach.mesh.round-4\" name=\"node-1 -&gt; TCP_AgentPodV4IP_kdoctor-agent-2_10.0.0.2\">\n      <failure message=\"Success Rate 0 is lower than request 1\">"
+            ),
+            "{xml}"
+        );
+        assert!(
+            xml.contains(
+                "<testcase classname=\"NetReach.mesh.round-4\" name=\"node-0 -&gt; AgentClusterV4IP_10.96.0.10:80\"/>"
+            ),
+            "{xml}"
+        );
+        assert!(xml.contains("name=\"node-9: report\""), "{xml}");
+        assert!(xml.contains("<testcase classname=\"Netdns.dns\" name=\"finished\">"), "{xml}");
     }
 
     #[tokio::test]

@@ -3,6 +3,7 @@
 //! what a mistyped report name meant. `cmd/kubectl.rs` fetches the reports and prints these.
 
 pub mod heatmap;
+pub mod junit;
 pub mod matrix;
 pub mod names;
 pub mod rounds;

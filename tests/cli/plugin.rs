@@ -359,8 +359,10 @@ fn kubectl_kdoctor_run_applies_follows_the_round_and_exits_by_its_result() {
                 "60",
                 "--poll-seconds",
                 "1",
-                "-f",
+                "--junit",
             ])
+            .arg(dir.join(format!("junit-{result}.xml")))
+            .arg("-f")
             .arg(dir.join("web.yaml"))
             .arg("--kubeconfig")
             .arg(dir.join("kubeconfig"))
@@ -402,5 +404,22 @@ fn kubectl_kdoctor_run_applies_follows_the_round_and_exits_by_its_result() {
             text.contains(&format!("AppHttpHealthy \"web\" round 1: {result}")),
             "{text}"
         );
+        // The round's verdict as a test case (this cluster serves no reports: no pair cases).
+        let junit = std::fs::read_to_string(dir.join(format!("junit-{result}.xml")))
+            .expect("--junit wrote its file");
+        let round = "<testcase classname=\"AppHttpHealthy.web\" name=\"round 1\"";
+        match result {
+            "succeed" => assert!(junit.contains(&format!("{round}/>")), "{junit}"),
+            _ => assert!(
+                junit.contains(&format!(
+                    "{round}>\n      <failure message=\"some agents failed\">"
+                )),
+                "{junit}"
+            ),
+        }
     }
+    // --junit without --wait is a usage error.
+    let no_wait = plugin(&dir, &["run", "--junit", "x.xml", "-f", "web.yaml"]);
+    assert_eq!(no_wait.status.code(), Some(2), "{}", stderr(&no_wait));
+    assert!(stderr(&no_wait).contains("--wait"), "{}", stderr(&no_wait));
 }

@@ -284,6 +284,21 @@ target_outcome!(
     NetDnsTaskDetail
 );
 
+impl Report {
+    /// Every target of the report, whatever its kind: name, whether it met `expect`, why not.
+    pub fn target_outcomes(&self) -> Vec<(&str, bool, Option<&str>)> {
+        fn of<D: TargetOutcome>(r: &Option<TaskResult<D>>) -> Vec<(&str, bool, Option<&str>)> {
+            r.iter()
+                .flat_map(|r| r.round_task_detail.iter().map(TargetOutcome::outcome))
+                .collect()
+        }
+        let mut all = of(&self.task_net_reach);
+        all.extend(of(&self.task_app_http_healthy));
+        all.extend(of(&self.task_net_dns));
+        all
+    }
+}
+
 /// What an HTTP target's detail says, the same for NetReach and AppHttpHealthy: the two
 /// kinds differ only in the JSON name of the failure reason, so a prober builds this once and
 /// converts it into its kind's detail.

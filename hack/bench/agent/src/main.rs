@@ -1,6 +1,7 @@
 //! Runs `kdoctor probe http` and oha at the same fixed rate and up a ladder of rates against
 //! one nginx; `kdoctor probe dns` and dnsperf against one unbound; the agent's idle RSS; and
-//! this library probing 100 targets at 100 requests/s each. Prints markdown.
+//! this library probing 100 targets at 100 requests/s each; `kdoctor probe tcp` and nping's
+//! connect mode against the same nginx. Prints markdown.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 use kdoctor_agent::probe::http::{HttpProber, HttpRequestSpec};
 use kdoctor_agent::probe::{Plan, Progress, run};
 
+mod tcp;
 mod untuned;
 
 struct Options {
@@ -23,7 +25,9 @@ struct Options {
     dns_rates: Vec<u64>,
     stream_rates: Vec<u64>,
     untuned_rates: Vec<u64>,
+    tcp_rates: Vec<u64>,
     only_untuned: bool,
+    only_tcp: bool,
 }
 
 fn options() -> Options {
@@ -41,7 +45,9 @@ fn options() -> Options {
         dns_rates: vec![1_000, 5_000, 10_000, 20_000],
         stream_rates: vec![1_000, 5_000],
         untuned_rates: vec![20_000, 40_000, 60_000, 80_000, 100_000],
+        tcp_rates: vec![100, 1_000, 5_000],
         only_untuned: false,
+        only_tcp: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -62,7 +68,9 @@ fn options() -> Options {
             "--dns-rates" => o.dns_rates = rates(&value, "--dns-rates a,b"),
             "--stream-rates" => o.stream_rates = rates(&value, "--stream-rates a,b"),
             "--untuned-rates" => o.untuned_rates = rates(&value, "--untuned-rates a,b"),
+            "--tcp-rates" => o.tcp_rates = rates(&value, "--tcp-rates a,b"),
             "--only" if value == "untuned-dns" => o.only_untuned = true,
+            "--only" if value == "tcp" => o.only_tcp = true,
             other => panic!("unknown option {other}"),
         }
         i += 2;
@@ -630,6 +638,10 @@ async fn main() {
         .map(|n| n.get())
         .unwrap_or(1);
     let (_nginx, http_port) = nginx();
+    if o.only_tcp {
+        tcp::section(&o, http_port);
+        return;
+    }
     let url = format!("http://127.0.0.1:{http_port}/");
     let secs = o.secs;
 
@@ -785,5 +797,6 @@ async fn main() {
         hwm100 as f64 / 1024.0
     );
     println!();
+    tcp::section(&o, http_port);
     untuned::section(&o);
 }
