@@ -477,6 +477,21 @@ fn the_local_examples_run_as_they_are() {
     }
     let list = json(&kubectl(&dir, &["get", "kdr", "-o", "json"]));
     assert_eq!(list["items"].as_array().map(Vec::len), Some(3), "{list}");
+    // The NetReach example asks for TCP connects too: each target has its TCP_ entry.
+    let reach = json(&kubectl(&dir, &["get", "kdr", "netreach-local-reach", "-o", "json"]));
+    let details = &reach["report"]["latestRoundReport"][0]["taskNetReach"]["roundTaskDetail"];
+    let names: Vec<&str> = details
+        .as_array()
+        .expect("details")
+        .iter()
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    let tcp = names.iter().filter(|n| n.starts_with("TCP_")).count();
+    assert!(tcp > 0 && tcp * 2 == names.len(), "{names:?}");
+    assert!(
+        names.contains(&"TCP_AgentPodV4IP_kdoctor-local_127.0.0.1"),
+        "{names:?}"
+    );
     assert!(
         local
             .log()
