@@ -23,8 +23,7 @@ use crate::probe::tcp::TcpProber;
 use crate::probe::{Measurement, Plan, Prober, Progress, run};
 use crate::report::{
     APP_HTTP_HEALTHY_TARGET_NAME, KindResult, RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY,
-    TARGET_TYPE_NETDNS, TARGET_TYPE_NETREACH, dns_detail, http_detail, round_report,
-    task_result,
+    TARGET_TYPE_NETDNS, TARGET_TYPE_NETREACH, dns_detail, http_detail, round_report, task_result,
 };
 use crate::resource::Sampler;
 

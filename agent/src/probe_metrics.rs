@@ -643,7 +643,11 @@ mod tests {
             ("typeAAAA_[fd00::a]:53_kubernetes.default", "dns", "ipv6"),
             ("something else", "other", ""),
             ("TCP_AgentPodV6IP_kdoctor-agent-x1_fd00::1", "pod", "ipv6"),
-            ("TCP_AgentNodePortV4IP_172.18.0.2_31000", "node_port", "ipv4"),
+            (
+                "TCP_AgentNodePortV4IP_172.18.0.2_31000",
+                "node_port",
+                "ipv4",
+            ),
         ];
         for (name, kind, family) in cases {
             assert_eq!(target_type(name), kind, "{name}");

@@ -444,8 +444,14 @@ mod tests {
             .protocol(Protocol::Tcp);
         rows.iter().for_each(|r| tcp.add(r));
         let tcp = tcp.finish();
-        assert_eq!((http.protocol, tcp.protocol), (Protocol::Http, Protocol::Tcp));
+        assert_eq!(
+            (http.protocol, tcp.protocol),
+            (Protocol::Http, Protocol::Tcp)
+        );
         assert_eq!(cell(&tcp, Column::Node("b".into())), Some((10, 4)));
-        assert_eq!(cell(&tcp, Column::Kind("ClusterIP v4".into())), Some((10, 7)));
+        assert_eq!(
+            cell(&tcp, Column::Kind("ClusterIP v4".into())),
+            Some((10, 7))
+        );
     }
 }

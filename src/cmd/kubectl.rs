@@ -9,9 +9,9 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Node;
+use kdoctor_api::report::protocol::Protocol;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::ApiResource;
-use kdoctor_api::report::protocol::Protocol;
 
 use crate::plugin::matrix::{Matrix, Metric, SourceReport, build};
 use crate::plugin::rounds::{Round, nodes, table_rows};
@@ -510,7 +510,11 @@ async fn history(client: kube::Client, name: &str) -> Result<ExitCode> {
 async fn write_junit(
     client: &kube::Client,
     path: &std::path::Path,
-    tasks: &[(kdoctor_api::task::TaskKind, String, kdoctor_api::task::TaskStatus)],
+    tasks: &[(
+        kdoctor_api::task::TaskKind,
+        String,
+        kdoctor_api::task::TaskStatus,
+    )],
     still: &str,
 ) -> Result<()> {
     use crate::plugin::junit::{Pair, RoundCase, Suite, render};
@@ -541,8 +545,9 @@ async fn write_junit(
                         .map(|(target, succeed, why)| Pair {
                             source: r.node_name.clone(),
                             target: target.to_string(),
-                            failure: (!succeed)
-                                .then(|| why.unwrap_or("the target did not meet expect").to_string()),
+                            failure: (!succeed).then(|| {
+                                why.unwrap_or("the target did not meet expect").to_string()
+                            }),
                         })
                 })
                 .collect();
@@ -696,7 +701,11 @@ mod tests {
         // Each target also timed as a TCP connect, every connect failed: a TCP matrix counted
         // from these differs from the HTTP one in every cell.
         for report in &mut reports {
-            let details = &mut report.task_net_reach.as_mut().expect("NetReach").round_task_detail;
+            let details = &mut report
+                .task_net_reach
+                .as_mut()
+                .expect("NetReach")
+                .round_task_detail;
             let tcp: Vec<_> = details
                 .iter()
                 .map(|d| {
@@ -780,8 +789,16 @@ mod tests {
         .expect("status");
         let running = kdoctor_api::task::TaskStatus::default();
         let tasks = [
-            (kdoctor_api::task::TaskKind::NetReach, "mesh".to_string(), status),
-            (kdoctor_api::task::TaskKind::Netdns, "dns".to_string(), running),
+            (
+                kdoctor_api::task::TaskKind::NetReach,
+                "mesh".to_string(),
+                status,
+            ),
+            (
+                kdoctor_api::task::TaskKind::Netdns,
+                "dns".to_string(),
+                running,
+            ),
         ];
         write_junit(&server(true), &path, &tasks, "still running after 60 s")
             .await
@@ -813,7 +830,10 @@ mod tests {
             "{xml}"
         );
         assert!(xml.contains("name=\"node-9: report\""), "{xml}");
-        assert!(xml.contains("<testcase classname=\"Netdns.dns\" name=\"finished\">"), "{xml}");
+        assert!(
+            xml.contains("<testcase classname=\"Netdns.dns\" name=\"finished\">"),
+            "{xml}"
+        );
     }
 
     #[tokio::test]
@@ -829,9 +849,14 @@ mod tests {
         assert_eq!(tcp.matrix.protocol, Protocol::Tcp);
         assert_eq!(tcp.matrix.rows.len(), 3);
         assert_eq!(tcp.matrix.columns, http.matrix.columns);
-        let cells = |m: &Matrix| -> Vec<Cell> { m.cells.iter().flatten().flatten().copied().collect() };
+        let cells =
+            |m: &Matrix| -> Vec<Cell> { m.cells.iter().flatten().flatten().copied().collect() };
         assert!(cells(&http.matrix).iter().any(|c| c.successes > 0));
         assert!(!cells(&tcp.matrix).is_empty());
-        assert!(cells(&tcp.matrix).iter().all(|c| c.successes == 0 && c.requests > 0));
+        assert!(
+            cells(&tcp.matrix)
+                .iter()
+                .all(|c| c.successes == 0 && c.requests > 0)
+        );
     }
 }

@@ -767,7 +767,11 @@ mod tests {
         assert_eq!(detail["url"], format!("tcp://{addr}"));
         assert_eq!(report["taskNetReach"]["roundSucceed"], true);
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(accepted.load(Ordering::Relaxed), 20, "every connect reached the listener");
+        assert_eq!(
+            accepted.load(Ordering::Relaxed),
+            20,
+            "every connect reached the listener"
+        );
         server.abort();
 
         let args = |address: String| TcpArgs {
@@ -781,7 +785,9 @@ mod tests {
         assert_eq!(code, super::super::exit_failed());
         let err = run_tcp(&args("localhost".to_string())).await.unwrap_err();
         assert!(err.to_string().contains("HOST:PORT"), "{err:#}");
-        let err = run_tcp(&args("localhost:http".to_string())).await.unwrap_err();
+        let err = run_tcp(&args("localhost:http".to_string()))
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("is not a port"), "{err:#}");
     }
 

@@ -193,7 +193,9 @@ mod tests {
                         pairs: vec![Pair {
                             source: "node-1".into(),
                             target: "TCP_AgentPodV4IP_a_10.0.0.1".into(),
-                            failure: Some("Success Rate 0 is lower than request 1 <&\"\u{1}>".into()),
+                            failure: Some(
+                                "Success Rate 0 is lower than request 1 <&\"\u{1}>".into(),
+                            ),
                         }],
                         not_reported: vec!["node-2".into()],
                     },
@@ -213,11 +215,19 @@ mod tests {
     fn every_round_pair_and_missing_report_is_a_case_and_failures_say_why() {
         let xml = render(&suites());
         // 2 rounds + 2 pairs + 1 missing report, and the unfinished task.
-        assert!(xml.contains("<testsuites name=\"kdoctor\" tests=\"6\" failures=\"4\">"), "{xml}");
-        assert!(xml.contains("<testsuite name=\"NetReach mesh\" tests=\"5\" failures=\"3\">"), "{xml}");
-        assert!(xml.contains(
-            "<testcase classname=\"NetReach.mesh\" name=\"round 1\" time=\"12.500\"/>"
-        ));
+        assert!(
+            xml.contains("<testsuites name=\"kdoctor\" tests=\"6\" failures=\"4\">"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<testsuite name=\"NetReach mesh\" tests=\"5\" failures=\"3\">"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains(
+                "<testcase classname=\"NetReach.mesh\" name=\"round 1\" time=\"12.500\"/>"
+            )
+        );
         assert!(xml.contains(
             "<testcase classname=\"NetReach.mesh.round-1\" name=\"node-1 -&gt; AgentPodV4IP_a_10.0.0.1\"/>"
         ), "{xml}");

@@ -2,8 +2,8 @@
 //! whole report objects when the server offers no matrix view, and what a cell shows.
 
 use kdoctor_api::matrix::{Builder, Probe, ProbeRow};
-use kdoctor_api::report::protocol::Protocol;
 pub use kdoctor_api::matrix::{Cell, Matrix};
+use kdoctor_api::report::protocol::Protocol;
 use serde::Deserialize;
 
 /// What the matrix needs of one node's report: read straight from the report's JSON (every

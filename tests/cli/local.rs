@@ -478,7 +478,10 @@ fn the_local_examples_run_as_they_are() {
     let list = json(&kubectl(&dir, &["get", "kdr", "-o", "json"]));
     assert_eq!(list["items"].as_array().map(Vec::len), Some(3), "{list}");
     // The NetReach example asks for TCP connects too: each target has its TCP_ entry.
-    let reach = json(&kubectl(&dir, &["get", "kdr", "netreach-local-reach", "-o", "json"]));
+    let reach = json(&kubectl(
+        &dir,
+        &["get", "kdr", "netreach-local-reach", "-o", "json"],
+    ));
     let details = &reach["report"]["latestRoundReport"][0]["taskNetReach"]["roundTaskDetail"];
     let names: Vec<&str> = details
         .as_array()

@@ -42,7 +42,10 @@ impl TcpProber {
         .map_err(|e| classify_io(&e))?;
         socket.set_zero_linger().map_err(|e| classify_io(&e))?;
         let began = Instant::now();
-        let stream = socket.connect(self.addr).await.map_err(|e| classify_io(&e))?;
+        let stream = socket
+            .connect(self.addr)
+            .await
+            .map_err(|e| classify_io(&e))?;
         let connected = began.elapsed();
         drop(stream);
         Ok(connected)
@@ -89,7 +92,10 @@ mod tests {
         let attempt = prober.probe().await;
         assert_eq!(attempt.result, Ok(()));
         assert!(attempt.connect.is_some() && attempt.phases.tcp == attempt.connect);
-        accepted.await.expect("join").expect("the listener saw the connection");
+        accepted
+            .await
+            .expect("join")
+            .expect("the listener saw the connection");
 
         // A port bound but not listening refuses.
         let closed = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
@@ -98,7 +104,10 @@ mod tests {
         let refused = TcpProber::new(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
             .probe()
             .await;
-        assert_eq!(refused.result.map_err(|e| e.class), Err(ErrorClass::Refused));
+        assert_eq!(
+            refused.result.map_err(|e| e.class),
+            Err(ErrorClass::Refused)
+        );
     }
 
     #[tokio::test]

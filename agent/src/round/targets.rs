@@ -313,7 +313,11 @@ pub fn tcp_targets(target: &NetReachTarget, http: &[HttpTarget]) -> Vec<TcpTarge
 fn socket_addr(url: &str) -> Option<SocketAddr> {
     let uri = parse_url(url).ok()?;
     let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
-    let default_port = if uri.scheme_str() == Some("https") { 443 } else { 80 };
+    let default_port = if uri.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
     let ip: IpAddr = host.parse().ok()?;
     Some(SocketAddr::new(ip, uri.port_u16().unwrap_or(default_port)))
 }

@@ -264,6 +264,7 @@ async fn netreach_round_metrics_match_the_report_during_and_after_the_round() {
         ("task_kind", "NetReach"),
         ("task", "reach"),
         ("target_type", "pod"),
+        ("protocol", "http"),
         ("ip_family", "ipv4"),
         ("source_node", "node-a"),
         ("source_zone", "zone-1"),

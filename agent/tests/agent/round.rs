@@ -144,14 +144,14 @@ async fn netreach_with_tcp_reports_a_connect_entry_beside_each_http_target() {
     p.http = http;
     let report = execute(p, None).await;
     let result = report.task_net_reach.as_ref().expect("NetReach result");
-    let entries: Vec<(&str, &str, &str, bool, i64)> = result
+    let entries: Vec<(String, String, String, bool, i64)> = result
         .round_task_detail
         .iter()
         .map(|d| {
             (
-                d.name.as_str(),
-                d.method.as_str(),
-                d.url.as_str(),
+                d.name.clone(),
+                d.method.clone(),
+                d.url.clone(),
                 d.request_succeed,
                 d.request_target_metrics.requests.request_counts,
             )
@@ -159,22 +159,30 @@ async fn netreach_with_tcp_reports_a_connect_entry_beside_each_http_target() {
         .collect();
     let pod = format!("AgentPodV4IP_kdoctor-agent-abc_{}", v4.ip());
     let cluster = format!("AgentClusterV4IP_{dead}");
+    let entry = |name: &str, method: &str, url: String, ok: bool| {
+        (name.to_string(), method.to_string(), url, ok, 20)
+    };
     assert_eq!(
         entries,
-        vec![
-            (pod.as_str(), "GET", format!("http://{v4}").as_str(), true, 20),
-            (cluster.as_str(), "GET", format!("http://{dead}").as_str(), false, 20),
-            (format!("TCP_{pod}").as_str(), "TCP", format!("tcp://{v4}").as_str(), true, 20),
-            (format!("TCP_{cluster}").as_str(), "TCP", format!("tcp://{dead}").as_str(), false, 20),
+        [
+            entry(&pod, "GET", format!("http://{v4}"), true),
+            entry(&cluster, "GET", format!("http://{dead}"), false),
+            entry(&format!("TCP_{pod}"), "TCP", format!("tcp://{v4}"), true),
+            entry(
+                &format!("TCP_{cluster}"),
+                "TCP",
+                format!("tcp://{dead}"),
+                false
+            ),
         ]
-        .iter()
-        .map(|(n, m, u, ok, c)| (*n, *m, *u, *ok, *c))
-        .collect::<Vec<_>>(),
     );
     assert_eq!(result.target_number, 4);
     assert_eq!(result.running_load_total.net_reach_qps, 80);
     let tcp = &result.round_task_detail[2];
-    assert!(tcp.request_mean_delay > 0.0, "a connect takes time: {tcp:?}");
+    assert!(
+        tcp.request_mean_delay > 0.0,
+        "a connect takes time: {tcp:?}"
+    );
     let failed = &result.round_task_detail[3];
     let errors = &failed.request_target_metrics.requests.errors;
     assert!(

@@ -13,7 +13,9 @@ pub const TCP_PREFIX: &str = "TCP_";
 pub const TCP_METHOD: &str = "TCP";
 
 /// How a target entry was probed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     /// An HTTP request (NetReach, AppHttpHealthy), upstream's only kind.

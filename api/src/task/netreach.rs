@@ -82,7 +82,8 @@ pub struct NetReachTarget {
     /// Also time a TCP connect (SYN to established) to every target's address and port, at
     /// the request's rate, beside its HTTP requests (beyond upstream): each target gets a second
     /// entry in the report, named `TCP_<its name>`, judged by the same `expect`.
-    #[serde(default)]
+    // Left out when false, so that an upstream task or report round-trips key for key.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tcp: bool,
     /// Report the full latency distribution, not only the mean.
     #[serde(default)]

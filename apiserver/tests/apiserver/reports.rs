@@ -527,7 +527,10 @@ async fn the_matrix_view_is_the_rounds_matrix_from_stored_probe_rows() {
     )
     .await;
     assert_eq!(udp.status, StatusCode::BAD_REQUEST, "{}", udp.text());
-    assert!(udp.text().contains("protocol: \"udp\" is not a protocol"), "{}", udp.text());
+    assert_eq!(
+        udp.json()["message"],
+        "protocol: \"udp\" is not a protocol (http, tcp)"
+    );
     // Only NetReach reports have a matrix; a list has no matrix view.
     let dns = send(
         &s.router,
