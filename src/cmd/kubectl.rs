@@ -610,6 +610,11 @@ fn tasks_api(client: &kube::Client, kind: kdoctor_api::task::TaskKind) -> Api<Dy
 async fn run_tasks(client: kube::Client, args: &RunArgs) -> Result<ExitCode> {
     let checked =
         super::validate::check_files(&args.files, &kdoctor_api::config::Config::default())?;
+    // An unwritable --junit fails now, not after an hour of waiting.
+    if let Some(path) = &args.junit {
+        std::fs::File::create(path)
+            .with_context(|| format!("--junit {}: cannot write", path.display()))?;
+    }
     let params = kube::api::PatchParams::apply("kubectl-kdoctor").force();
     for task in &checked.valid {
         let api = tasks_api(&client, task.kind());

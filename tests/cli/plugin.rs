@@ -418,6 +418,24 @@ fn kubectl_kdoctor_run_applies_follows_the_round_and_exits_by_its_result() {
             ),
         }
     }
+    // An unwritable --junit fails before anything is applied.
+    let unwritable = plugin(
+        &dir,
+        &[
+            "run",
+            "--wait",
+            "--junit",
+            "/nonexistent-dir/junit.xml",
+            "-f",
+            &dir.join("web.yaml").display().to_string(),
+        ],
+    );
+    assert_eq!(unwritable.status.code(), Some(2), "{}", stderr(&unwritable));
+    assert!(
+        stderr(&unwritable).contains("--junit /nonexistent-dir/junit.xml: cannot write"),
+        "{}",
+        stderr(&unwritable)
+    );
     // --junit without --wait is a usage error.
     let no_wait = plugin(&dir, &["run", "--junit", "x.xml", "-f", "web.yaml"]);
     assert_eq!(no_wait.status.code(), Some(2), "{}", stderr(&no_wait));
