@@ -110,36 +110,30 @@ fn plan(load: &Load) -> Result<Plan, SetupError> {
     Ok(plan)
 }
 
-fn context(
-    started: jiff::Timestamp,
-    sampler_usage: crate::resource::Usage,
-    load: TotalRunningLoad,
-) -> RoundContext {
-    let host = host_name();
-    RoundContext {
-        round: 1,
-        node: host.clone(),
-        pod: format!("kdoctor-probe-{}", std::process::id()),
-        started,
-        ended: jiff::Timestamp::now(),
-        resources: sampler_usage.system_resource(),
-        load,
-    }
-}
-
-/// The one-target report of a probe and its verdict; `kind` says which of the report's task
-/// results it is.
+/// The one-target report of a probe that started at `started`, used `usage` and ran `load`,
+/// and its verdict; `kind` says which of the report's task results it is.
 fn outcome<D: TargetOutcome>(
-    context: &RoundContext,
+    (started, usage): (jiff::Timestamp, crate::resource::Usage),
+    load: TotalRunningLoad,
     target_type: &str,
     detail: D,
     measurement: Measurement,
     kind: fn(TaskResult<D>) -> KindResult,
 ) -> Outcome {
-    let result = task_result(target_type, vec![detail], context);
+    let host = host_name();
+    let context = RoundContext {
+        round: 1,
+        node: host.clone(),
+        pod: format!("kdoctor-probe-{}", std::process::id()),
+        started,
+        ended: jiff::Timestamp::now(),
+        resources: usage.system_resource(),
+        load,
+    };
+    let result = task_result(target_type, vec![detail], &context);
     let succeed = result.round_succeed;
     Outcome {
-        report: round_report(context, None, kind(result)),
+        report: round_report(&context, None, kind(result)),
         measurement,
         succeed,
     }
@@ -183,16 +177,12 @@ pub async fn probe_http(
         &measurement,
         load.expect.as_ref(),
     );
-    let context = context(
-        started,
-        usage,
+    Ok(outcome(
+        (started, usage),
         TotalRunningLoad {
             app_http_healthy_qps: load.qps.round() as i64,
             ..TotalRunningLoad::default()
         },
-    );
-    Ok(outcome(
-        &context,
         TARGET_TYPE_APP_HTTP_HEALTHY,
         detail,
         measurement,
@@ -223,16 +213,12 @@ pub async fn probe_tcp(
         &measurement,
         load.expect.as_ref(),
     );
-    let context = context(
-        started,
-        usage,
+    Ok(outcome(
+        (started, usage),
         TotalRunningLoad {
             net_reach_qps: load.qps.round() as i64,
             ..TotalRunningLoad::default()
         },
-    );
-    Ok(outcome(
-        &context,
         TARGET_TYPE_NETREACH,
         detail,
         measurement,
@@ -269,16 +255,12 @@ pub async fn probe_dns(
         &measurement,
         load.expect.as_ref(),
     );
-    let context = context(
-        started,
-        usage,
+    Ok(outcome(
+        (started, usage),
         TotalRunningLoad {
             net_dns_qps: load.qps.round() as i64,
             ..TotalRunningLoad::default()
         },
-    );
-    Ok(outcome(
-        &context,
         TARGET_TYPE_NETDNS,
         detail,
         measurement,

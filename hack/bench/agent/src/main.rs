@@ -293,11 +293,10 @@ fn timed(program: &Path, args: &[String]) -> (String, f64, u64) {
     )
 }
 
-fn kdoctor_http(o: &Options, url: &str, rate: u64, secs: u64) -> Run {
-    let args: Vec<String> = [
-        "probe",
-        "http",
-        url,
+/// `kdoctor probe PROBE… --qps RATE --duration SECS` with the agent report's first target of
+/// `result` (`taskAppHealthy`, `taskNetReach`) as a run.
+fn kdoctor_probe(o: &Options, probe: &[&str], result: &str, rate: u64, secs: u64) -> Run {
+    let load = [
         "--qps",
         &rate.to_string(),
         "--duration",
@@ -308,17 +307,25 @@ fn kdoctor_http(o: &Options, url: &str, rate: u64, secs: u64) -> Run {
         "json",
         "-q",
     ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    .map(String::from);
+    let args: Vec<String> = ["probe"]
+        .iter()
+        .chain(probe)
+        .map(|s| s.to_string())
+        .chain(load)
+        .collect();
     let (out, cpu_s, max_rss_kib) = timed(&o.kdoctor, &args);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
     kdoctor_run(
-        &v["taskAppHealthy"]["roundTaskDetail"][0]["requestTargetMetrics"],
+        &v[result]["roundTaskDetail"][0]["requestTargetMetrics"],
         secs,
         cpu_s,
         max_rss_kib,
     )
+}
+
+fn kdoctor_http(o: &Options, url: &str, rate: u64, secs: u64) -> Run {
+    kdoctor_probe(o, &["http", url], "taskAppHealthy", rate, secs)
 }
 
 fn oha_http(o: &Options, url: &str, rate: u64, secs: u64) -> Run {

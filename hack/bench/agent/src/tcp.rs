@@ -5,34 +5,11 @@
 //! quoted, with CPU per connect and the rate each held. nping prints its mean, never
 //! percentiles, so means are what the two are compared on.
 
-use super::{Options, Run, f, kdoctor_run, timed};
+use super::{Options, Run, f, kdoctor_probe, timed};
 
 fn kdoctor_tcp(o: &Options, port: u16, rate: u64, secs: u64) -> Run {
-    let args: Vec<String> = [
-        "probe",
-        "tcp",
-        &format!("127.0.0.1:{port}"),
-        "--qps",
-        &rate.to_string(),
-        "--duration",
-        &format!("{secs}s"),
-        "--timeout",
-        "2s",
-        "-o",
-        "json",
-        "-q",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let (out, cpu_s, max_rss_kib) = timed(&o.kdoctor, &args);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-    kdoctor_run(
-        &v["taskNetReach"]["roundTaskDetail"][0]["requestTargetMetrics"],
-        secs,
-        cpu_s,
-        max_rss_kib,
-    )
+    let address = format!("127.0.0.1:{port}");
+    kdoctor_probe(o, &["tcp", &address], "taskNetReach", rate, secs)
 }
 
 /// The number after `label` in nping's summary (`Avg rtt: 0.034ms`, `in 4.06 seconds`).
