@@ -12,7 +12,7 @@ use crate::dns_server::{Counters, serve_tcp, serve_udp};
 use crate::echo::Echo;
 use crate::metrics::Metrics;
 use crate::server::health::{Health, health_router, metrics_router};
-use crate::server::{ListenError, bind, serve};
+use crate::server::{ListenError, serve};
 use crate::spool::{Spool, SpoolError};
 
 /// Why the agent could not start.
@@ -38,6 +38,8 @@ pub struct RunningAgent {
     pub http: Vec<SocketAddr>,
     /// HTTPS echo target addresses.
     pub https: Vec<SocketAddr>,
+    /// UDP echo target addresses.
+    pub udp_echo: Vec<SocketAddr>,
     /// Health endpoint addresses.
     pub health: Vec<SocketAddr>,
     /// `/metrics` addresses.
@@ -78,25 +80,37 @@ impl Drop for RunningAgent {
 
 /// Binds every port on every address of `args.bind`. An IPv6 wildcard that the host cannot
 /// open is replaced by the IPv4 wildcard.
-async fn bind_all(
+fn bind_all(
     what: &'static str,
     addrs: &[IpAddr],
     port: u16,
 ) -> Result<Vec<tokio::net::TcpListener>, ListenError> {
-    let mut listeners = Vec::new();
+    bind_each(what, addrs, port, crate::server::socket::tcp)
+}
+
+/// Opens a socket with `open` on each address at `port`; the default `::` alone falls back to
+/// IPv4 where IPv6 is disabled.
+fn bind_each<T>(
+    what: &'static str,
+    addrs: &[IpAddr],
+    port: u16,
+    open: impl Fn(SocketAddr) -> std::io::Result<T>,
+) -> Result<Vec<T>, ListenError> {
+    let mut sockets = Vec::new();
+    let failed = |addr, source| ListenError { what, addr, source };
     for ip in addrs {
         let addr = SocketAddr::new(*ip, port);
-        match bind(what, addr).await {
-            Ok(l) => listeners.push(l),
+        match open(addr) {
+            Ok(socket) => sockets.push(socket),
             Err(e) if ip.is_ipv6() && ip.is_unspecified() && addrs.len() == 1 => {
-                tracing::warn!(error = %e, "IPv6 unavailable, listening on IPv4 only");
-                listeners
-                    .push(bind(what, SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port)).await?);
+                tracing::warn!(error = %e, what, "IPv6 unavailable, listening on IPv4 only");
+                let v4 = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port);
+                sockets.push(open(v4).map_err(|e| failed(v4, e))?);
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(failed(addr, e)),
         }
     }
-    Ok(listeners)
+    Ok(sockets)
 }
 
 /// Starts the echo targets, health and metrics servers.
@@ -139,6 +153,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
     let mut running = RunningAgent {
         http: Vec::new(),
         https: Vec::new(),
+        udp_echo: Vec::new(),
         health: Vec::new(),
         metrics: Vec::new(),
         reports: Vec::new(),
@@ -154,7 +169,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
     // Each listener has its own connection cap: clients holding every slot of an echo target
     // leave the health and report listeners theirs.
     let limits = ServeLimits::default();
-    for listener in bind_all("HTTP echo target", &args.bind, args.app_http_port).await? {
+    for listener in bind_all("HTTP echo target", &args.bind, args.app_http_port)? {
         running.http.extend(local(&listener));
         running.tasks.push(serve(
             listener,
@@ -164,7 +179,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
             limits,
         ));
     }
-    for listener in bind_all("HTTPS echo target", &args.bind, args.app_https_port).await? {
+    for listener in bind_all("HTTPS echo target", &args.bind, args.app_https_port)? {
         running.https.extend(local(&listener));
         running.tasks.push(serve(
             listener,
@@ -174,8 +189,20 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
             limits,
         ));
     }
+    let udp_echo = bind_each(
+        "UDP echo target",
+        &args.bind,
+        args.udp_echo_port,
+        crate::udp_echo::bind,
+    )?;
+    for socket in udp_echo {
+        running.udp_echo.extend(socket.local_addr().ok());
+        running
+            .tasks
+            .push(crate::udp_echo::serve(socket, metrics.clone()));
+    }
     let health_routes = health_router(health.clone()).merge(metrics_router(metrics.clone()));
-    for listener in bind_all("health", &args.bind, args.health_port).await? {
+    for listener in bind_all("health", &args.bind, args.health_port)? {
         running.health.extend(local(&listener));
         running.tasks.push(serve(
             listener,
@@ -185,7 +212,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
             limits,
         ));
     }
-    for listener in bind_all("metrics", &args.bind, args.metrics_port).await? {
+    for listener in bind_all("metrics", &args.bind, args.metrics_port)? {
         running.metrics.extend(local(&listener));
         running.tasks.push(serve(
             listener,
@@ -197,7 +224,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
     }
     if let (Some(dir), Some(report_tls)) = (&args.report_dir, report_tls) {
         let spool = Arc::new(Spool::open(dir)?);
-        for listener in bind_all("report API", &args.bind, args.report_port).await? {
+        for listener in bind_all("report API", &args.bind, args.report_port)? {
             running.reports.extend(local(&listener));
             running.tasks.push(serve(
                 listener,
@@ -215,19 +242,19 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
     }
     if let Some(dot_tls) = dot_tls {
         let counters = running.dns_counters.clone();
-        for ip in &args.bind {
-            let addr = SocketAddr::new(*ip, args.dns_udp_port);
-            let socket = crate::server::socket::udp(addr).map_err(|source| ListenError {
-                what: "DNS test server (UDP)",
-                addr,
-                source,
-            })?;
+        let udp = bind_each(
+            "DNS test server (UDP)",
+            &args.bind,
+            args.dns_udp_port,
+            crate::server::socket::udp,
+        )?;
+        for socket in udp {
             running.dns[0].extend(socket.local_addr().ok());
             running
                 .tasks
                 .push(serve_udp(socket, counters.clone(), args.dns_upstream));
         }
-        for listener in bind_all("DNS test server (TCP)", &args.bind, args.dns_tcp_port).await? {
+        for listener in bind_all("DNS test server (TCP)", &args.bind, args.dns_tcp_port)? {
             running.dns[1].extend(local(&listener));
             running.tasks.push(serve_tcp(
                 listener,
@@ -237,7 +264,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
                 limits,
             ));
         }
-        for listener in bind_all("DNS test server (TLS)", &args.bind, args.dns_tls_port).await? {
+        for listener in bind_all("DNS test server (TLS)", &args.bind, args.dns_tls_port)? {
             running.dns[2].extend(local(&listener));
             running.tasks.push(serve_tcp(
                 listener,
@@ -250,7 +277,7 @@ pub async fn start(args: &AgentArgs) -> Result<RunningAgent, StartError> {
     }
     health.set_ready(true);
     tracing::info!(
-        http = ?running.http, https = ?running.https, health = ?running.health,
+        http = ?running.http, https = ?running.https, udp_echo = ?running.udp_echo, health = ?running.health,
         metrics = ?running.metrics, reports = ?running.reports, dns = ?running.dns, server_name = %name, "agent servers listening"
     );
     Ok(running)

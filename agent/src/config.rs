@@ -15,6 +15,11 @@ pub struct AgentArgs {
     #[arg(long, env = "ENV_AGENT_APP_HTTPS_PORT", default_value_t = 443)]
     pub app_https_port: u16,
 
+    /// Port of the UDP echo target (NetReach `spec.target.udp` sends it kdoctor's echo
+    /// datagrams; anything else is dropped). 7 is the echo service's port.
+    #[arg(long, env = "ENV_AGENT_APP_UDP_ECHO_PORT", default_value_t = 7)]
+    pub udp_echo_port: u16,
+
     /// Port of the health endpoints (`/healthy/startup|readiness|liveness`).
     #[arg(long, env = "ENV_AGENT_HEALTH_HTTP_PORT", default_value_t = 5710)]
     pub health_port: u16,
@@ -97,6 +102,7 @@ impl AgentArgs {
         AgentArgs {
             app_http_port: 0,
             app_https_port: 0,
+            udp_echo_port: 0,
             health_port: 0,
             metrics_port: 0,
             bind,

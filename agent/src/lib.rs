@@ -21,3 +21,4 @@ pub mod resource;
 pub mod round;
 pub mod server;
 pub mod spool;
+pub mod udp_echo;

@@ -20,6 +20,8 @@ pub struct Metrics {
     pub probe_unsent: IntCounterVec,
     /// Task rounds run and spooled, by kind and result.
     pub rounds: IntCounterVec,
+    /// Datagrams the UDP echo port read, by outcome (`echoed`, `malformed`, `limited`).
+    pub udp_echo: IntCounterVec,
     /// Per-probe series (task, target type, zones, phases), under the series cap.
     pub probes: ProbeMetrics,
 }
@@ -73,6 +75,12 @@ impl Metrics {
             "Task rounds this agent ran, by task kind and result (succeed, fail).",
             &["kind", "result"],
         );
+        let udp_echo = counter(
+            "udp_echo_datagrams_total",
+            "Datagrams the UDP echo port read, by outcome (echoed; malformed: not a kdoctor \
+             request, dropped; limited: over the echo rate cap, dropped).",
+            &["outcome"],
+        );
         let tls_handshake_failures = IntCounter::new(
             "target_tls_handshake_failures_total",
             "TLS handshakes that failed on the HTTPS probe-target server.",
@@ -90,6 +98,7 @@ impl Metrics {
             probe_requests,
             probe_unsent,
             rounds,
+            udp_echo,
             probes,
         }
     }

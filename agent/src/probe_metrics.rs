@@ -746,6 +746,7 @@ mod tests {
                 tls: None,
                 first_byte: Some(Duration::from_micros(300)),
             },
+            echo: None,
         }
     }
 

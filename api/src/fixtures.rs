@@ -49,6 +49,7 @@ pub fn net_reach_report(node: &str, round: i64, targets: usize, seed: u64) -> Re
                     total_data_size: format!("{} byte", 36_000 + n % 1000),
                     status_codes: BTreeMap::from([(200, 100)]),
                     histograms: None,
+                    datagrams: None,
                 },
             }
         })

@@ -9,6 +9,7 @@ use kdoctor_agent::round::execute::RoundPlan;
 use kdoctor_agent::round::prepare::{Actor, prepare};
 use kdoctor_agent::round::targets::{
     Carrier, CarrierPod, app_http_target, netdns_targets, netreach_targets, tcp_targets,
+    udp_targets,
 };
 use kdoctor_api::config::Config;
 use kdoctor_api::defaults::ClusterFacts;
@@ -32,6 +33,8 @@ pub struct LocalPorts {
     pub https: u16,
     /// The DNS test server (UDP and TCP).
     pub dns: u16,
+    /// The UDP echo target.
+    pub udp_echo: u16,
 }
 
 /// What stands in for the cluster when a task runs on this machine.
@@ -94,7 +97,7 @@ fn resolve_local_names(task: &Task, ports: LocalPorts) -> Task {
 /// same server as its ClusterIP, NodePort, LoadBalancer and Ingress (there is no Service layer
 /// on one machine; the target names show the loopback addresses, so no report pretends
 /// otherwise).
-pub fn loopback_carrier(pod: &str, http_port: u16, ipv6: bool) -> Carrier {
+pub fn loopback_carrier(pod: &str, http_port: u16, udp_port: u16, ipv6: bool) -> Carrier {
     let v4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), http_port);
     let v6 = ipv6.then(|| SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), http_port));
     let mut ips = vec![v4.ip()];
@@ -106,6 +109,7 @@ pub fn loopback_carrier(pod: &str, http_port: u16, ipv6: bool) -> Carrier {
             multus: vec![],
         }],
         http_port,
+        udp_port,
         cluster_ip: [Some(v4), v6],
         node_port: [Some(v4), v6],
         load_balancer: [Some(v4), v6],
@@ -208,6 +212,7 @@ pub fn local_plan(
             let target = t.spec.target.clone().unwrap_or_default();
             let (targets, missing) = netreach_targets(&target, carrier);
             plan.tcp = tcp_targets(&target, &targets);
+            plan.udp = udp_targets(&target, &targets, carrier.udp_port);
             plan.http = targets;
             plan.setup_failures = missing;
             Ok(plan)
@@ -228,6 +233,7 @@ mod tests {
             http: 1080,
             https: 1443,
             dns: 1053,
+            udp_echo: 1007,
         };
         for (url, resolved) in [
             (
@@ -291,7 +297,7 @@ mod tests {
         assert!(none.to_string().contains("cannot run from here"), "{none}");
         let stand_ins = StandIns {
             local: None,
-            carrier: Some(loopback_carrier("kdoctor-local", 18080, true)),
+            carrier: Some(loopback_carrier("kdoctor-local", 18080, 17007, true)),
             resolvers: None,
         };
         let plan = local_plan(
@@ -336,7 +342,7 @@ mod tests {
         // Without IPv6 on the machine, asked-for IPv6 Service targets fail the round by name.
         let stand_ins = StandIns {
             local: None,
-            carrier: Some(loopback_carrier("kdoctor-local", 18080, false)),
+            carrier: Some(loopback_carrier("kdoctor-local", 18080, 17007, false)),
             resolvers: None,
         };
         let plan = local_plan(
@@ -405,7 +411,7 @@ mod tests {
         let facts = ClusterFacts::default();
         let stand_ins = StandIns {
             local: None,
-            carrier: Some(loopback_carrier("kdoctor-local", 18080, true)),
+            carrier: Some(loopback_carrier("kdoctor-local", 18080, 17007, true)),
             resolvers: Some(vec![
                 "10.0.0.2".parse().unwrap(),
                 "fd00::2".parse().unwrap(),

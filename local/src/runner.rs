@@ -320,6 +320,7 @@ mod tests {
             carrier: Some(loopback_carrier(
                 "kdoctor-local",
                 agent.http[0].port(),
+                agent.udp_echo[0].port(),
                 false,
             )),
             resolvers: None,

@@ -419,6 +419,7 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
         match protocol {
             Protocol::Http => "",
             Protocol::Tcp => ", TCP connects",
+            Protocol::Udp => ", UDP echoes",
         }
     ))?;
     super::output::print(&render(

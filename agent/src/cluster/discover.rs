@@ -73,6 +73,7 @@ pub struct Discovery {
     namespace: String,
     node: String,
     http_port: u16,
+    udp_port: u16,
     args: TaskArgs,
     config: Config,
     default_agent: bool,
@@ -111,11 +112,13 @@ impl Zones {
 }
 
 impl Discovery {
-    /// Discovery for the agent on `node` whose echo target listens on `http_port`.
+    /// Discovery for the agent on `node` whose echo targets listen on `http_port` (HTTP) and
+    /// `udp_port` (UDP echo).
     pub fn new(
         client: Client,
         node: String,
         http_port: u16,
+        udp_port: u16,
         args: TaskArgs,
         config: Config,
     ) -> Discovery {
@@ -125,6 +128,7 @@ impl Discovery {
             namespace: args.namespace.clone(),
             node,
             http_port,
+            udp_port,
             default_agent: args.default_agent,
             args,
             config,
@@ -367,6 +371,7 @@ impl Discovery {
     ) -> (Carrier, Vec<String>) {
         let mut carrier = Carrier {
             http_port: self.http_port,
+            udp_port: self.udp_port,
             ..Carrier::default()
         };
         let mut problems = Vec::new();

@@ -13,7 +13,9 @@ use crate::round::execute::RoundPlan;
 use crate::round::peers;
 pub use crate::round::prepare::Actor;
 use crate::round::prepare::prepare;
-use crate::round::targets::{app_http_target, netdns_targets, netreach_targets, tcp_targets};
+use crate::round::targets::{
+    app_http_target, netdns_targets, netreach_targets, tcp_targets, udp_targets,
+};
 
 /// Builds the plan of `duty` for `task`, probing for at most `time_box`.
 pub async fn plan(
@@ -37,6 +39,7 @@ pub async fn plan(
             }
             let (targets, missing) = netreach_targets(&target, &carrier);
             plan.tcp = tcp_targets(&target, &targets);
+            plan.udp = udp_targets(&target, &targets, carrier.udp_port);
             plan.http = targets;
             plan.setup_failures.extend(problems);
             plan.setup_failures.extend(missing);

@@ -90,7 +90,14 @@ impl Runner {
                 pod,
                 resources: crate::resource::Source::own_cgroup_or_process(),
             },
-            discovery: Discovery::new(client, node, agent.app_http_port, tasks.clone(), config),
+            discovery: Discovery::new(
+                client,
+                node,
+                agent.app_http_port,
+                agent.udp_echo_port,
+                tasks.clone(),
+                config,
+            ),
             spool,
             metrics,
             report_expiry: SignedDuration::from_hours(

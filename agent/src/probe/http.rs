@@ -419,6 +419,7 @@ impl HttpProber {
                         connect,
                         queued,
                         phases,
+                        echo: None,
                     };
                 }
             }
@@ -442,6 +443,7 @@ impl HttpProber {
             connect,
             queued,
             phases,
+            echo: None,
         }
     }
 }

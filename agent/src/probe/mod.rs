@@ -10,6 +10,7 @@ pub mod queueing;
 pub mod record;
 pub mod tcp;
 pub mod threads;
+pub mod udp;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +30,7 @@ use record::Recorder;
 
 /// Something that sends one request to one target.
 pub trait Prober: Send + Sync + 'static {
-    /// `http` or `dns` (metric label).
+    /// `http`, `tcp`, `udp` or `dns` (metric label).
     fn kind(&self) -> &'static str;
     /// Sends one request and reads the whole answer. The engine bounds it by the timeout.
     fn probe(&self) -> impl Future<Output = Attempt> + Send;
@@ -37,6 +38,8 @@ pub trait Prober: Send + Sync + 'static {
     fn wake_quantum(&self) -> Duration {
         crate::pacer::WAKE_QUANTUM
     }
+    /// Adds what the prober knows only at the end of a run (every request has finished).
+    fn finish(&self, _recorder: &mut Recorder) {}
 }
 
 /// How one target is probed.
@@ -333,7 +336,11 @@ async fn pace<P: Prober>(
     } else {
         last_woke.saturating_duration_since(start) + interval
     };
-    let recorder = locked(&shared.tally).recorder.clone();
+    let recorder = {
+        let mut tally = locked(&shared.tally);
+        shared.prober.finish(&mut tally.recorder);
+        tally.recorder.clone()
+    };
     Measurement {
         recorder,
         started,

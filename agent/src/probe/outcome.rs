@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+pub use super::udp::tally::EchoReading;
+
 /// Classes of failure a report counts separately (they point at different network faults).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ErrorClass {
@@ -96,6 +98,8 @@ pub struct Attempt {
     pub queued: Duration,
     /// The parts of the request the prober timed separately (HTTP; metrics only).
     pub phases: Phases,
+    /// What a UDP echo told beyond its latency.
+    pub echo: Option<EchoReading>,
 }
 
 /// Disjoint parts of one HTTP request, where the prober measured them: exported as latency
@@ -120,6 +124,7 @@ impl Attempt {
             connect: None,
             queued: Duration::ZERO,
             phases: Phases::default(),
+            echo: None,
         }
     }
 

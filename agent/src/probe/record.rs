@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::histogram::{Latencies, new_latencies, record};
 use crate::probe::outcome::{Attempt, Code};
+use crate::probe::udp::tally::DatagramTally;
 
 /// Most distinct error-map keys with a detail; further details count under the bare class,
 /// so that a flood of distinct messages cannot grow a report without end.
@@ -46,6 +47,8 @@ pub struct Recorder {
     /// Timeouts lost while the server's queue was full (probe::queueing): answers to requests
     /// sent next to them waited far longer than the median.
     pub lost_while_queued: u64,
+    /// Loss, order, jitter and hops of a UDP echo target.
+    pub datagrams: Option<DatagramTally>,
 }
 
 impl Default for Recorder {
@@ -65,6 +68,7 @@ impl Default for Recorder {
             bytes: 0,
             unsent: 0,
             lost_while_queued: 0,
+            datagrams: None,
         }
     }
 }
@@ -90,6 +94,9 @@ impl Recorder {
             record(&mut self.connect, micros(connect));
         }
         self.bytes += attempt.bytes;
+        if let Some(echo) = &attempt.echo {
+            self.datagrams.get_or_insert_default().observe(echo);
+        }
         match &attempt.code {
             Some(Code::Http(status)) => {
                 *self.http_status.entry(i64::from(*status)).or_default() += 1
@@ -153,6 +160,7 @@ mod tests {
             connect: None,
             queued: Duration::ZERO,
             phases: Default::default(),
+            echo: None,
         }
     }
 
@@ -220,6 +228,7 @@ mod tests {
             connect: None,
             queued: Duration::ZERO,
             phases: Default::default(),
+            echo: None,
         };
         r.record(&nx, Duration::ZERO, Duration::ZERO, Duration::ZERO);
         assert_eq!(r.rcodes, BTreeMap::from([("NXDOMAIN".to_string(), 1)]));

@@ -69,6 +69,7 @@ impl Prober for TcpProber {
                     tcp: Some(connect),
                     ..Phases::default()
                 },
+                echo: None,
             },
             Err(error) => Attempt::failed(error),
         }

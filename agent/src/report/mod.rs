@@ -7,15 +7,16 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kdoctor_api::go_duration;
 use kdoctor_api::report::{
-    AppHttpHealthyTaskDetail, DnsMetrics, EncodedHistogram, HttpMetrics, HttpTargetResult,
-    LatencyDistribution, NetDnsTaskDetail, NetReachTaskDetail, Report, RequestMetrics,
-    SystemResource, TargetOutcome, TaskResult, TotalRunningLoad,
+    AppHttpHealthyTaskDetail, DatagramMetrics, DnsMetrics, EncodedHistogram, HttpMetrics,
+    HttpTargetResult, LatencyDistribution, NetDnsTaskDetail, NetReachTaskDetail, Report,
+    RequestMetrics, SystemResource, TargetOutcome, TaskResult, TotalRunningLoad,
 };
 use kdoctor_api::task::NetSuccessCondition;
 
 use crate::histogram::{Latencies, encode, micros_to_ms};
 use crate::judge::{Counts, Verdict, judge};
 use crate::probe::Measurement;
+use crate::probe::udp::tally::DatagramTally;
 
 pub mod names;
 pub use names::*;
@@ -86,6 +87,32 @@ pub fn http_metrics(m: &Measurement) -> HttpMetrics {
         total_data_size: format!("{} byte", m.recorder.bytes),
         status_codes: m.recorder.http_status.clone(),
         histograms: Some(histograms(m)),
+        datagrams: m
+            .recorder
+            .datagrams
+            .as_ref()
+            .map(|d| datagram_metrics(m, d)),
+    }
+}
+
+/// The datagram side of a UDP echo target: loss is every datagram not echoed in time.
+fn datagram_metrics(m: &Measurement, d: &DatagramTally) -> DatagramMetrics {
+    let r = &m.recorder;
+    let loss_percent = if r.requests == 0 {
+        0.0
+    } else {
+        (r.requests - r.successes) as f64 * 100.0 / r.requests as f64
+    };
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    DatagramMetrics {
+        payload_bytes: count(d.payload_bytes),
+        loss_percent,
+        late: count(d.late),
+        duplicates: count(d.duplicates),
+        reordered: count(d.reordered),
+        jitter_ms: d.jitter_ms(),
+        forward_hops: d.forward_hops.most_seen().map(i64::from),
+        return_hops: d.return_hops.most_seen().map(i64::from),
     }
 }
 
@@ -295,6 +322,7 @@ mod tests {
             connect: None,
             queued: Duration::ZERO,
             phases: Default::default(),
+            echo: None,
         };
         let d = Duration::from_micros(micros);
         r.record(&a, d, d, Duration::ZERO);

@@ -4,18 +4,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kdoctor_api::report::protocol::TCP_METHOD;
+use kdoctor_api::report::protocol::{TCP_METHOD, UDP_METHOD};
 use kdoctor_api::report::{HttpTargetResult, Report, TargetOutcome, TaskResult, TotalRunningLoad};
 use kdoctor_api::task::{NetSuccessCondition, TaskKind};
 use kdoctor_transport::tls::{ServerTrust, client_config};
 use rustls::ClientConfig;
 use tokio::task::JoinSet;
 
-use super::targets::{DnsTarget, HttpTarget, Load, TcpTarget};
+use super::targets::{DnsTarget, HttpTarget, Load, SocketTarget};
 use crate::metrics::Metrics;
 use crate::probe::dns::DnsProber;
 use crate::probe::http::{HttpProber, client_alpn};
 use crate::probe::tcp::TcpProber;
+use crate::probe::udp::{DEFAULT_PAYLOAD_BYTES, UdpProber};
 use crate::probe::{Measurement, Plan, Prober, Progress, run_observed};
 use crate::probe_metrics::{RoundLabels, TargetSeries};
 use crate::report::{
@@ -40,7 +41,9 @@ pub struct RoundPlan {
     /// HTTP targets (NetReach, AppHttpHealthy).
     pub http: Vec<HttpTarget>,
     /// TCP connect targets (NetReach with `spec.target.tcp`).
-    pub tcp: Vec<TcpTarget>,
+    pub tcp: Vec<SocketTarget>,
+    /// UDP echo targets (NetReach with `spec.target.udp`).
+    pub udp: Vec<SocketTarget>,
     /// DNS targets (Netdns).
     pub dns: Vec<DnsTarget>,
     /// Load per target.
@@ -60,13 +63,14 @@ pub struct RoundPlan {
 impl RoundPlan {
     /// Targets probed, whatever their protocol (the report's `targetNumber`).
     pub fn target_count(&self) -> i64 {
-        (self.http.len() + self.tcp.len() + self.dns.len()) as i64
+        (self.http.len() + self.tcp.len() + self.udp.len() + self.dns.len()) as i64
     }
 }
 
 enum Done {
     Http(HttpTarget, Measurement),
-    Tcp(TcpTarget, Measurement),
+    Tcp(SocketTarget, Measurement),
+    Udp(SocketTarget, Measurement),
     Dns(DnsTarget, Measurement),
 }
 
@@ -127,6 +131,16 @@ pub async fn execute_with(
                 let probing = observed(prober, schedule, metrics.clone(), series);
                 set.spawn(async move { Done::Tcp(target, probing.await) });
             }
+            for target in plan.udp.clone() {
+                match UdpProber::new(target.addr, DEFAULT_PAYLOAD_BYTES) {
+                    Ok(prober) => {
+                        let series = series(&target.name, Some(target.addr.ip()));
+                        let probing = observed(prober, schedule, metrics.clone(), series);
+                        set.spawn(async move { Done::Udp(target, probing.await) });
+                    }
+                    Err(e) => failures.push(format!("test {}: {e}", target.name)),
+                }
+            }
             for target in plan.dns.clone() {
                 let tls = client_config(ServerTrust::Any, None, &[])
                     .map(Arc::new)
@@ -178,13 +192,14 @@ pub async fn execute_with(
             .iter()
             .map(|t| t.name.as_str())
             .chain(plan.tcp.iter().map(|t| t.name.as_str()))
+            .chain(plan.udp.iter().map(|t| t.name.as_str()))
             .chain(plan.dns.iter().map(|t| t.name.as_str()))
             .position(|n| n == name)
             .unwrap_or(usize::MAX)
     };
     done.sort_by_key(|d| match d {
         Done::Http(t, _) => position(&t.name),
-        Done::Tcp(t, _) => position(&t.name),
+        Done::Tcp(t, _) | Done::Udp(t, _) => position(&t.name),
         Done::Dns(t, _) => position(&t.name),
     });
     let result = kind_result(&plan, &done, &context, &failures);
@@ -229,7 +244,7 @@ fn kind_result(
                         m,
                         expect,
                     )),
-                    Done::Http(..) | Done::Tcp(..) => None,
+                    Done::Http(..) | Done::Tcp(..) | Done::Udp(..) => None,
                 })
                 .collect();
             KindResult::Netdns(result_of(TARGET_TYPE_NETDNS, details, context, failures))
@@ -306,6 +321,13 @@ fn http_details<D: From<HttpTargetResult>>(
                 &t.name,
                 &format!("tcp://{}", t.addr),
                 TCP_METHOD,
+                m,
+                expect,
+            )),
+            Done::Udp(t, m) => Some(http_detail(
+                &t.name,
+                &format!("udp://{}", t.addr),
+                UDP_METHOD,
                 m,
                 expect,
             )),

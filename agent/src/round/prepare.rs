@@ -60,6 +60,7 @@ pub fn prepare(
         pod: actor.pod.clone(),
         http: Vec::new(),
         tcp: Vec::new(),
+        udp: Vec::new(),
         dns: Vec::new(),
         load,
         expect,

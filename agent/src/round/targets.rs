@@ -66,12 +66,13 @@ pub struct HttpTarget {
     pub spec: HttpRequestSpec,
 }
 
-/// A TCP connect target of a round (NetReach with `spec.target.tcp`).
+/// A target probed at a socket address: a TCP connect (NetReach with `spec.target.tcp`) or a
+/// UDP echo port (`spec.target.udp`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct TcpTarget {
-    /// `TCP_` and the name of the HTTP target at the same address.
+pub struct SocketTarget {
+    /// The protocol's prefix and the name of the HTTP target at the same address.
     pub name: String,
-    /// Where to connect.
+    /// Where to connect or send.
     pub addr: SocketAddr,
 }
 
@@ -182,6 +183,8 @@ pub struct Carrier {
     pub pods: Vec<CarrierPod>,
     /// Port of the echo target (`ENV_AGENT_APP_HTTP_PORT`).
     pub http_port: u16,
+    /// Port of the UDP echo target (`ENV_AGENT_APP_UDP_ECHO_PORT`).
+    pub udp_port: u16,
     /// Service ClusterIP and port, IPv4 then IPv6.
     pub cluster_ip: [Option<SocketAddr>; 2],
     /// This node's address (IPv4, IPv6) and the Service's NodePort.
@@ -202,6 +205,9 @@ pub struct CarrierPod {
     /// Multus secondary IPs (interfaces other than eth0).
     pub multus: Vec<IpAddr>,
 }
+
+/// How the name of every agent pod IP target begins (`AgentPodV4IP_…`, `AgentPodV6IP_…`).
+const POD_TARGET_PREFIX: &str = "AgentPodV";
 
 fn get(name: String, url: String) -> HttpTarget {
     HttpTarget {
@@ -246,7 +252,7 @@ pub fn netreach_targets(
                 if wanted {
                     let addr = SocketAddr::new(*ip, carrier.http_port);
                     targets.push(get(
-                        format!("AgentPodV{family}IP_{}_{ip}", pod.name),
+                        format!("{POD_TARGET_PREFIX}{family}IP_{}_{ip}", pod.name),
                         format!("http://{addr}"),
                     ));
                 }
@@ -294,15 +300,37 @@ pub fn netreach_targets(
 /// The TCP connect targets of a NetReach round: with `spec.target.tcp`, one at the address and
 /// port of each HTTP target (an Ingress URL's address, port 80 unless it names one); none
 /// without it.
-pub fn tcp_targets(target: &NetReachTarget, http: &[HttpTarget]) -> Vec<TcpTarget> {
+pub fn tcp_targets(target: &NetReachTarget, http: &[HttpTarget]) -> Vec<SocketTarget> {
     if !target.tcp {
         return Vec::new();
     }
     http.iter()
         .filter_map(|t| {
-            Some(TcpTarget {
+            Some(SocketTarget {
                 name: Protocol::Tcp.entry_name(&t.name),
                 addr: socket_addr(&t.spec.url)?,
+            })
+        })
+        .collect()
+}
+
+/// The UDP echo targets of a NetReach round: with `spec.target.udp`, the UDP echo port
+/// (`udp_port`) of every agent pod IP the HTTP targets probe; none without it. Only pods: a
+/// Service's UDP port would be a second port on every carrier Service.
+pub fn udp_targets(
+    target: &NetReachTarget,
+    http: &[HttpTarget],
+    udp_port: u16,
+) -> Vec<SocketTarget> {
+    if !target.udp {
+        return Vec::new();
+    }
+    http.iter()
+        .filter(|t| t.name.starts_with(POD_TARGET_PREFIX))
+        .filter_map(|t| {
+            Some(SocketTarget {
+                name: Protocol::Udp.entry_name(&t.name),
+                addr: SocketAddr::new(socket_addr(&t.spec.url)?.ip(), udp_port),
             })
         })
         .collect()
@@ -409,6 +437,7 @@ mod tests {
             load_balancer: true,
             ingress: true,
             tcp: false,
+            udp: false,
             enable_latency_metric: false,
             max_peers: None,
         };
@@ -419,6 +448,7 @@ mod tests {
                 multus: vec!["192.168.1.5".parse().unwrap()],
             }],
             http_port: 80,
+            udp_port: 7,
             cluster_ip: [Some("10.96.1.1:80".parse().unwrap()), None],
             node_port: [
                 Some("172.18.0.2:31000".parse().unwrap()),
@@ -484,6 +514,36 @@ mod tests {
                 "TCP_AgentIngress_v4_http://172.18.0.50/kdoctoragent".to_string(),
                 "172.18.0.50:80".parse().unwrap()
             )
+        );
+        assert!(udp_targets(&target, &targets, 7).is_empty(), "udp is off");
+        let udp: Vec<(String, SocketAddr)> = udp_targets(
+            &NetReachTarget {
+                udp: true,
+                ..target.clone()
+            },
+            &targets,
+            7,
+        )
+        .into_iter()
+        .map(|t| (t.name, t.addr))
+        .collect();
+        assert_eq!(
+            udp,
+            vec![
+                (
+                    "UDP_AgentPodV4IP_kdoctor-agent-x_10.1.0.5".to_string(),
+                    "10.1.0.5:7".parse().unwrap()
+                ),
+                (
+                    "UDP_AgentPodV6IP_kdoctor-agent-x_fd00::5".to_string(),
+                    "[fd00::5]:7".parse().unwrap()
+                ),
+                (
+                    "UDP_AgentPodV4IP_kdoctor-agent-x_192.168.1.5".to_string(),
+                    "192.168.1.5:7".parse().unwrap()
+                ),
+            ],
+            "one UDP target per agent pod IP, none for Services"
         );
         assert_eq!(
             missing,

@@ -80,6 +80,7 @@ fn plan(kind: TaskKind, http: Vec<HttpTarget>, load: Load) -> RoundPlan {
         pod: "kdoctor-agent-a".into(),
         http,
         tcp: vec![],
+        udp: vec![],
         dns: vec![],
         load,
         expect: None,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use kdoctor_agent::round::execute::{RoundPlan, execute};
 use kdoctor_agent::round::prepare::{Actor, prepare};
 use kdoctor_agent::round::targets::{
-    Carrier, CarrierPod, Load, netdns_targets, netreach_targets, tcp_targets,
+    Carrier, CarrierPod, Load, netdns_targets, netreach_targets, tcp_targets, udp_targets,
 };
 use kdoctor_api::task::{
     NetDnsTarget, NetDnsTargetUser, NetReachTarget, NetdnsRequest, NetdnsSpec, TaskKind,
@@ -25,6 +25,7 @@ fn plan(kind: TaskKind, load: Load) -> RoundPlan {
         pod: "kdoctor-agent-abc".into(),
         http: vec![],
         tcp: vec![],
+        udp: vec![],
         dns: vec![],
         load,
         expect: None,
@@ -57,6 +58,7 @@ async fn netreach_round_against_the_echo_targets() {
             multus: vec![],
         }],
         http_port: v4.port(),
+        udp_port: 0,
         cluster_ip: [Some(v4), Some(v6)],
         node_port: [Some(SocketAddr::new(v4.ip(), v4.port())), None],
         load_balancer: [None, None],
@@ -72,6 +74,7 @@ async fn netreach_round_against_the_echo_targets() {
         load_balancer: false,
         ingress: false,
         tcp: false,
+        udp: false,
         enable_latency_metric: true,
         max_peers: None,
     };
@@ -191,6 +194,100 @@ async fn netreach_with_tcp_reports_a_connect_entry_beside_each_http_target() {
     );
     // The HTTP requests are the echo server's; the connects never reach HTTP.
     assert_eq!(agent.echo.count("default"), 20);
+}
+
+#[tokio::test]
+async fn netreach_with_udp_reports_loss_order_jitter_and_hops_for_each_pod() {
+    let _shared = crate::support::shared().await;
+    let agent = agent().await;
+    let v4 = agent.http.iter().find(|a| a.is_ipv4()).copied().unwrap();
+    let udp = agent
+        .udp_echo
+        .iter()
+        .find(|a| a.is_ipv4())
+        .copied()
+        .unwrap();
+    // Two "pods" on loopback: the agent's echo port, and a second address of the loopback
+    // range where nothing answers UDP (its port is refused).
+    let carrier = Carrier {
+        pods: vec![
+            CarrierPod {
+                name: "kdoctor-agent-abc".into(),
+                ips: vec![v4.ip()],
+                multus: vec![],
+            },
+            CarrierPod {
+                name: "kdoctor-agent-gone".into(),
+                ips: vec!["127.0.0.2".parse().unwrap()],
+                multus: vec![],
+            },
+        ],
+        http_port: v4.port(),
+        udp_port: udp.port(),
+        ..Carrier::default()
+    };
+    let target = NetReachTarget {
+        cluster_ip: false,
+        node_port: false,
+        udp: true,
+        ..NetReachTarget::default()
+    };
+    let (http, missing) = netreach_targets(&target, &carrier);
+    assert!(missing.is_empty(), "{missing:?}");
+    let mut p = plan(TaskKind::NetReach, load(1));
+    p.udp = udp_targets(&target, &http, carrier.udp_port);
+    // Only the UDP entries are judged here.
+    p.setup_failures = vec![];
+    p.http = vec![];
+    let report = execute(p, None).await;
+    let result = report.task_net_reach.as_ref().expect("NetReach result");
+    assert_eq!(result.target_number, 2);
+    let [alive, gone] = &result.round_task_detail[..] else {
+        panic!("two UDP entries: {:?}", result.round_task_detail);
+    };
+    assert_eq!(
+        (
+            alive.name.as_str(),
+            alive.method.as_str(),
+            alive.url.as_str()
+        ),
+        (
+            format!("UDP_AgentPodV4IP_kdoctor-agent-abc_{}", v4.ip()).as_str(),
+            "UDP",
+            format!("udp://{}:{}", v4.ip(), udp.port()).as_str()
+        )
+    );
+    assert!(alive.request_succeed, "{alive:?}");
+    let datagrams = alive
+        .request_target_metrics
+        .datagrams
+        .as_ref()
+        .expect("datagram measurements");
+    assert_eq!(datagrams.payload_bytes, 64);
+    assert_eq!(datagrams.loss_percent, 0.0);
+    assert_eq!((datagrams.duplicates, datagrams.reordered), (0, 0));
+    assert_eq!(
+        (datagrams.forward_hops, datagrams.return_hops),
+        (Some(0), Some(0)),
+        "loopback crosses no router"
+    );
+    assert!(datagrams.jitter_ms >= 0.0 && datagrams.jitter_ms < 50.0);
+    assert_eq!(alive.request_target_metrics.requests.request_counts, 20);
+
+    assert!(!gone.request_succeed);
+    let lost = gone
+        .request_target_metrics
+        .datagrams
+        .as_ref()
+        .expect("datagrams");
+    assert_eq!(lost.loss_percent, 100.0);
+    assert_eq!(lost.forward_hops, None);
+    let errors = &gone.request_target_metrics.requests.errors;
+    assert!(
+        errors.keys().all(|e| e.starts_with("refused")),
+        "an ICMP port unreachable is a refusal: {errors:?}"
+    );
+    assert_eq!(report.round_result, "fail");
 }
 
 #[tokio::test]

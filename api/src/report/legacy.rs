@@ -272,6 +272,7 @@ impl LegacyMetrics {
             total_data_size: self.total_data_size,
             status_codes: self.status_codes.unwrap_or_default(),
             histograms: None,
+            datagrams: None,
         }
     }
 

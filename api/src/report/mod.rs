@@ -491,6 +491,35 @@ pub struct HttpMetrics {
     /// Serialized latency histograms by name (e.g. `serviceTime`), beyond upstream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub histograms: Option<BTreeMap<String, EncodedHistogram>>,
+    /// What only a stream of datagrams shows (UDP echo entries, beyond upstream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datagrams: Option<DatagramMetrics>,
+}
+
+/// Loss, order, jitter and path length of a UDP echo target's datagrams.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DatagramMetrics {
+    /// Bytes of each datagram (UDP payload).
+    pub payload_bytes: i64,
+    /// Datagrams with no echo within the per-request timeout, in percent of those sent.
+    pub loss_percent: f64,
+    /// Echoes that came after their timeout (counted as lost).
+    pub late: i64,
+    /// Echoes of a datagram already echoed (a duplicating path).
+    pub duplicates: i64,
+    /// Echoes that came after the echo of a later datagram.
+    pub reordered: i64,
+    /// Interarrival jitter of the path to the target (RFC 3550 §6.4.1, from the target's
+    /// receive times), milliseconds.
+    pub jitter_ms: f64,
+    /// Routers on the path to the target (64 less the TTL or hop limit the target read), the
+    /// value most datagrams saw; absent when the target could not read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_hops: Option<i64>,
+    /// Routers on the way back, read the same way by the prober.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_hops: Option<i64>,
 }
 
 /// Measurements of one DNS target.

@@ -3,7 +3,8 @@
 //! bare TCP connect and reported as a second entry, named `TCP_` and the HTTP entry's name. The
 //! prefix rather than a new field keeps the report upstream's shape (readers that know nothing
 //! of TCP see one more target) and every name unique, and a reader that strips it finds the
-//! name it already parses (pod, family, Service kind).
+//! name it already parses (pod, family, Service kind). With `spec.target.udp` each agent pod
+//! is also sent UDP echo datagrams, reported as `UDP_` and the pod's HTTP entry's name.
 
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +12,10 @@ use serde::{Deserialize, Serialize};
 pub const TCP_PREFIX: &str = "TCP_";
 /// The `method` of a TCP connect entry (where an HTTP entry says `GET`).
 pub const TCP_METHOD: &str = "TCP";
+/// The name prefix of a UDP echo entry.
+pub const UDP_PREFIX: &str = "UDP_";
+/// The `method` of a UDP echo entry.
+pub const UDP_METHOD: &str = "UDP";
 
 /// How a target entry was probed.
 #[derive(
@@ -23,34 +28,44 @@ pub enum Protocol {
     Http,
     /// A TCP connect, SYN to established.
     Tcp,
+    /// A UDP datagram echoed by an agent.
+    Udp,
 }
 
 impl Protocol {
     /// Every protocol, in the order they are listed.
-    pub const ALL: [Protocol; 2] = [Protocol::Http, Protocol::Tcp];
+    pub const ALL: [Protocol; 3] = [Protocol::Http, Protocol::Tcp, Protocol::Udp];
 
-    /// The lowercase name (`http`, `tcp`): a metric label value and a query parameter's.
+    /// The lowercase name (`http`, `tcp`, `udp`): a metric label value and a query
+    /// parameter's.
     pub fn as_str(self) -> &'static str {
         match self {
             Protocol::Http => "http",
             Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+
+    /// The name prefix of this protocol's entries (empty for HTTP, upstream's names).
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Protocol::Http => "",
+            Protocol::Tcp => TCP_PREFIX,
+            Protocol::Udp => UDP_PREFIX,
         }
     }
 
     /// The protocol of an entry's name and the name without its prefix.
     pub fn split(name: &str) -> (Protocol, &str) {
-        match name.strip_prefix(TCP_PREFIX) {
-            Some(base) => (Protocol::Tcp, base),
-            None => (Protocol::Http, name),
-        }
+        [Protocol::Tcp, Protocol::Udp]
+            .into_iter()
+            .find_map(|p| name.strip_prefix(p.prefix()).map(|base| (p, base)))
+            .unwrap_or((Protocol::Http, name))
     }
 
     /// The entry name of `base` (an HTTP entry's name) probed with this protocol.
     pub fn entry_name(self, base: &str) -> String {
-        match self {
-            Protocol::Http => base.to_string(),
-            Protocol::Tcp => format!("{TCP_PREFIX}{base}"),
-        }
+        format!("{}{base}", self.prefix())
     }
 }
 
@@ -61,7 +76,7 @@ impl std::str::FromStr for Protocol {
         Protocol::ALL
             .into_iter()
             .find(|p| p.as_str().eq_ignore_ascii_case(text))
-            .ok_or_else(|| format!("{text:?} is not a protocol (http, tcp)"))
+            .ok_or_else(|| format!("{text:?} is not a protocol (http, tcp, udp)"))
     }
 }
 
@@ -78,6 +93,14 @@ mod tests {
         assert_eq!(Protocol::split(base), (Protocol::Http, base));
         assert_eq!(Protocol::Http.entry_name(base), base);
         assert_eq!("TCP".parse::<Protocol>(), Ok(Protocol::Tcp));
-        assert!("udp".parse::<Protocol>().unwrap_err().contains("http, tcp"));
+        assert!(
+            "icmp"
+                .parse::<Protocol>()
+                .unwrap_err()
+                .contains("http, tcp, udp")
+        );
+        let udp = Protocol::Udp.entry_name(base);
+        assert_eq!(udp, "UDP_AgentPodV4IP_kdoctor-agent-x_10.0.0.1");
+        assert_eq!(Protocol::split(&udp), (Protocol::Udp, base));
     }
 }

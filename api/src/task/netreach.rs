@@ -85,6 +85,11 @@ pub struct NetReachTarget {
     // Left out when false, so that an upstream task or report round-trips key for key.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tcp: bool,
+    /// Also send UDP echo datagrams to every agent pod's UDP echo port, at the request's rate
+    /// (beyond upstream): each pod IP target gets a third entry, named `UDP_<its name>`, with
+    /// loss, duplicates, reordering, one-way jitter and hop counts, judged by the same `expect`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub udp: bool,
     /// Report the full latency distribution, not only the mean.
     #[serde(default)]
     pub enable_latency_metric: bool,
@@ -109,6 +114,7 @@ impl Default for NetReachTarget {
             load_balancer: false,
             ingress: false,
             tcp: false,
+            udp: false,
             enable_latency_metric: false,
             max_peers: None,
         }

@@ -37,6 +37,7 @@ fn omitted_net_reach_blocks_take_upstream_webhook_defaults() {
             load_balancer: false,
             ingress: false,
             tcp: false,
+            udp: false,
             enable_latency_metric: false,
             max_peers: None,
         })

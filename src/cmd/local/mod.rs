@@ -66,6 +66,10 @@ pub struct Args {
     /// it) [default: 15353, or a free port when that is taken].
     #[arg(long, value_name = "PORT")]
     dns_port: Option<u16>,
+    /// Port of the local UDP echo target (NetReach `target.udp` sends it datagrams)
+    /// [default: 17007, or a free port when that is taken].
+    #[arg(long, value_name = "PORT")]
+    udp_echo_port: Option<u16>,
     /// The node name reports carry (default: the host name).
     #[arg(long, value_name = "NAME")]
     node_name: Option<String>,
@@ -138,6 +142,7 @@ fn choose_ports(args: &Args, loopback: &[IpAddr]) -> Result<(LocalPorts, SocketA
             false,
         )?,
         dns: pick_port(args.dns_port, 15353, "DNS test server", loopback, true)?,
+        udp_echo: pick_port(args.udp_echo_port, 17007, "UDP echo target", loopback, true)?,
     };
     let listen = match args.listen {
         Some(listen) => listen,
@@ -171,9 +176,10 @@ fn announce(
         args.data.display()
     );
     eprintln!(
-        "  echo targets: http {}, https {}; DNS test server udp {} tcp {}",
+        "  echo targets: http {}, https {}, udp {}; DNS test server udp {} tcp {}",
         list(&running.http),
         list(&running.https),
+        list(&running.udp_echo),
         list(&running.dns[0]),
         list(&running.dns[1])
     );
@@ -249,7 +255,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let resolvers = resolvers_of(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
     let stand_ins = StandIns {
         local: Some(ports),
-        carrier: Some(loopback_carrier(POD_NAME, http_port, ipv6)),
+        carrier: Some(loopback_carrier(POD_NAME, http_port, ports.udp_echo, ipv6)),
         resolvers: Some(resolvers.clone()),
     };
     let planner = Arc::new(Planner {
@@ -271,6 +277,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         let agent = AgentArgs {
             app_http_port: http_port,
             app_https_port: ports.https,
+            udp_echo_port: ports.udp_echo,
             bind: loopback.clone(),
             pod_name: Some(POD_NAME.to_string()),
             node_name: Some(node.clone()),
@@ -287,7 +294,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         };
         let running = kdoctor_agent::agent::start(&agent)
             .await
-            .context("cannot start the local echo targets (--app-http-port, --app-https-port, --dns-port choose others)")?;
+            .context("cannot start the local echo targets (--app-http-port, --app-https-port, --dns-port, --udp-echo-port choose others)")?;
 
         let store = open_store(&args.data).await?;
         let objects = TaskObjects::new(planner.admit());

@@ -314,7 +314,12 @@ mod tests {
         .unwrap();
         let stand_ins = StandIns {
             local: None,
-            carrier: Some(loopback_carrier("p", agent.http[0].port(), false)),
+            carrier: Some(loopback_carrier(
+                "p",
+                agent.http[0].port(),
+                agent.udp_echo[0].port(),
+                false,
+            )),
             resolvers: None,
         };
         let plan = local_plan(

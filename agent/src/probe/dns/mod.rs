@@ -164,6 +164,7 @@ impl DnsProber {
                     connect: answered.connect,
                     queued: Duration::ZERO,
                     phases: Default::default(),
+                    echo: None,
                 }
             }
             Err((error, connect)) => {

@@ -1,0 +1,174 @@
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::metrics::Metrics;
+use crate::probe::outcome::ErrorClass;
+use crate::probe::{Plan, Progress, run};
+
+async fn echo_port(ip: std::net::IpAddr) -> (SocketAddr, Metrics, tokio::task::JoinHandle<()>) {
+    let socket = crate::udp_echo::bind(SocketAddr::new(ip, 0)).expect("bind");
+    let addr = socket.local_addr().expect("addr");
+    let metrics = Metrics::new();
+    let task = crate::udp_echo::serve(socket, metrics.clone());
+    (addr, metrics, task)
+}
+
+#[tokio::test]
+async fn an_echo_port_answers_with_the_hops_it_read_and_a_closed_port_refuses() {
+    let (addr, metrics, task) = echo_port(Ipv4Addr::LOCALHOST.into()).await;
+    let prober = UdpProber::new(addr, 100).expect("prober");
+    for _ in 0..3 {
+        let attempt = prober.probe().await;
+        assert_eq!(attempt.result, Ok(()));
+        assert_eq!(attempt.bytes, 100);
+        let echo = attempt.echo.expect("an echo reading");
+        // Over loopback no router is crossed: the TTL arrives as sent, both ways.
+        assert_eq!((echo.forward_hops, echo.return_hops), (Some(0), Some(0)));
+        assert!(!echo.reordered);
+    }
+    assert_eq!(metrics.udp_echo.with_label_values(&["echoed"]).get(), 3);
+    task.abort();
+
+    let closed = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let prober = UdpProber::new(SocketAddr::from((Ipv4Addr::LOCALHOST, port)), 64).expect("p");
+    let attempt = tokio::time::timeout(Duration::from_secs(2), prober.probe())
+        .await
+        .expect("an ICMP port unreachable ends the request");
+    assert_eq!(
+        attempt.result.map_err(|e| e.class),
+        Err(ErrorClass::Refused)
+    );
+}
+
+#[tokio::test]
+async fn ipv6_echoes_carry_the_hop_limit() {
+    let Ok(probe) = std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)) else {
+        eprintln!("no IPv6 loopback here: nothing to test");
+        return;
+    };
+    drop(probe);
+    let (addr, _metrics, task) = echo_port(Ipv6Addr::LOCALHOST.into()).await;
+    let prober = UdpProber::new(addr, HEADER_BYTES).expect("prober");
+    let echo = prober.probe().await.echo.expect("an echo");
+    assert_eq!((echo.forward_hops, echo.return_hops), (Some(0), Some(0)));
+    task.abort();
+}
+
+#[tokio::test]
+async fn foreign_datagrams_are_not_echoed_and_sizes_out_of_range_are_refused() {
+    let (addr, metrics, task) = echo_port(Ipv4Addr::LOCALHOST.into()).await;
+    let client = tokio::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .expect("bind");
+    client.send_to(b"hello, echo", addr).await.expect("send");
+    // An echo sent back to the port is not echoed again.
+    let mut echo = vec![0u8; 64];
+    Request {
+        stream: 1,
+        seq: 0,
+        sent_ns: 0,
+    }
+    .write(&mut echo);
+    assert!(wire::make_echo(&mut echo, None, 1));
+    client.send_to(&echo, addr).await.expect("send");
+    let malformed = metrics.udp_echo.with_label_values(&["malformed"]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while malformed.get() < 2 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(malformed.get(), 2);
+    let mut buf = [0u8; 128];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), client.recv(&mut buf))
+            .await
+            .is_err(),
+        "nothing comes back"
+    );
+    task.abort();
+    assert!(UdpProber::new(addr, HEADER_BYTES - 1).is_err());
+    assert!(UdpProber::new(addr, MAX_BYTES + 1).is_err());
+}
+
+/// A stand-in path that drops every third datagram, sends every fifth twice, and holds every
+/// seventh back behind the next: what the stream's counts must show.
+async fn lossy_path(upstream: SocketAddr) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let front = tokio::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .expect("bind");
+    let addr = front.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let back = tokio::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .expect("bind");
+        back.connect(upstream).await.expect("connect");
+        let mut client = None;
+        let mut held: Option<Vec<u8>> = None;
+        let mut n = 0u64;
+        let mut buf = vec![0u8; 2048];
+        let mut echo = vec![0u8; 2048];
+        loop {
+            tokio::select! {
+                got = front.recv_from(&mut buf) => {
+                    let Ok((len, from)) = got else { continue };
+                    client = Some(from);
+                    n += 1;
+                    if n.is_multiple_of(3) {
+                        continue;
+                    }
+                    let _ = back.send(&buf[..len]).await;
+                    if n.is_multiple_of(5) {
+                        let _ = back.send(&buf[..len]).await;
+                    }
+                }
+                got = back.recv(&mut echo) => {
+                    let (Ok(len), Some(client)) = (got, client) else { continue };
+                    let seq = wire::read_echo(&echo[..len]).map(|e| e.request.seq);
+                    if seq.is_some_and(|s| s % 7 == 6) && held.is_none() {
+                        held = Some(echo[..len].to_vec());
+                        continue;
+                    }
+                    let _ = front.send_to(&echo[..len], client).await;
+                    if let Some(late) = held.take() {
+                        let _ = front.send_to(&late, client).await;
+                    }
+                }
+            }
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test]
+async fn loss_duplicates_and_reordering_on_the_path_are_counted() {
+    let (echo, _metrics, echo_task) = echo_port(Ipv4Addr::LOCALHOST.into()).await;
+    let (path, path_task) = lossy_path(echo).await;
+    let prober = Arc::new(UdpProber::new(path, 64).expect("prober"));
+    // 30 datagrams, far enough apart that each is echoed before the next is sent.
+    let plan = Plan::new(
+        200.0,
+        Duration::from_millis(150),
+        Duration::from_millis(100),
+    )
+    .expect("plan");
+    let m = run(prober, plan, Arc::new(Progress::default()), None).await;
+    echo_task.abort();
+    path_task.abort();
+    let r = &m.recorder;
+    assert_eq!(r.requests, 30);
+    let lost = r.requests - r.successes;
+    assert_eq!(lost, 10, "every third datagram is dropped: {:?}", r.errors);
+    let tally = r.datagrams.as_ref().expect("datagram counts");
+    assert_eq!(tally.payload_bytes, 64);
+    // Datagrams 5, 10, … that were forwarded (not dropped) were sent twice.
+    let doubled = (1..=30).filter(|n| n % 5 == 0 && n % 3 != 0).count() as u64;
+    assert_eq!(tally.duplicates, doubled);
+    assert!(
+        tally.reordered > 0,
+        "held-back echoes come after later ones"
+    );
+    assert_eq!(tally.forward_hops.most_seen(), Some(0));
+}
