@@ -1,4 +1,4 @@
-//! One probe run outside any task (`kdoctor probe http|tcp|dns`): build the prober, run it with a
+//! One probe run outside any task (`kdoctor probe http|tcp|udp|dns`): build the prober, run it with a
 //! progress counter, and return the agent report a round with that one target would produce.
 
 use std::net::SocketAddr;
@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kdoctor_api::report::protocol::{Protocol, TCP_METHOD};
+use kdoctor_api::report::protocol::{Protocol, TCP_METHOD, UDP_METHOD};
 use kdoctor_api::report::{
     AppHttpHealthyTaskDetail, NetReachTaskDetail, Report, TargetOutcome, TaskResult,
     TotalRunningLoad,
@@ -20,12 +20,13 @@ use crate::pacer::ScheduleError;
 use crate::probe::dns::{DnsProber, DnsRequestSpec, DnsSetupError};
 use crate::probe::http::{HttpProber, HttpRequestSpec, HttpSetupError, client_alpn};
 use crate::probe::tcp::TcpProber;
+use crate::probe::udp::{PayloadSizeError, UdpProber};
 use crate::probe::{Measurement, Plan, Prober, Progress, run};
 use crate::report::{
     APP_HTTP_HEALTHY_TARGET_NAME, KindResult, RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY,
     TARGET_TYPE_NETDNS, TARGET_TYPE_NETREACH, dns_detail, http_detail, round_report, task_result,
 };
-use crate::resource::Sampler;
+use crate::resource::{Sampler, Usage};
 
 /// Why a probe run could not start (a usage or environment problem, not a failed probe).
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +43,9 @@ pub enum SetupError {
     /// Domain, DoT settings.
     #[error("{0}")]
     Dns(#[from] DnsSetupError),
+    /// A UDP datagram size out of range.
+    #[error("{0}")]
+    Udp(#[from] PayloadSizeError),
     /// The timeout is zero.
     #[error("timeout must be positive")]
     Timeout,
@@ -113,7 +117,7 @@ fn plan(load: &Load) -> Result<Plan, SetupError> {
 /// The one-target report of a probe that started at `started`, used `usage` and ran `load`,
 /// and its verdict; `kind` says which of the report's task results it is.
 fn outcome<D: TargetOutcome>(
-    (started, usage): (jiff::Timestamp, crate::resource::Usage),
+    (started, usage): (jiff::Timestamp, Usage),
     load: TotalRunningLoad,
     target_type: &str,
     detail: D,
@@ -146,7 +150,7 @@ async fn measure<P: Prober>(
     plan: Plan,
     progress: Arc<Progress>,
     metrics: Option<Metrics>,
-) -> (Measurement, jiff::Timestamp, crate::resource::Usage) {
+) -> (Measurement, jiff::Timestamp, Usage) {
     let started = jiff::Timestamp::now();
     let sampler = Sampler::start(Duration::from_secs(1));
     let measurement = run(Arc::new(prober), plan, progress, metrics).await;
@@ -190,10 +194,10 @@ pub async fn probe_http(
     ))
 }
 
-/// The target name of a one-shot TCP run: `TCP_` and the address, as a NetReach round names a
-/// TCP entry (`TCP_` and the target's name).
-pub fn tcp_target_name(addr: SocketAddr) -> String {
-    Protocol::Tcp.entry_name(&addr.to_string())
+/// The target name of a one-shot TCP or UDP run: the protocol's prefix and the address, as a
+/// NetReach round names its entries (the prefix and the target's name).
+pub fn socket_target_name(protocol: Protocol, addr: SocketAddr) -> String {
+    protocol.entry_name(&addr.to_string())
 }
 
 /// Times TCP connects to one address; the report is a NetReach round's with that one entry.
@@ -204,16 +208,44 @@ pub async fn probe_tcp(
     metrics: Option<Metrics>,
 ) -> Result<Outcome, SetupError> {
     let plan = plan(load)?;
-    let (measurement, started, usage) =
-        measure(TcpProber::new(addr), plan, progress, metrics).await;
+    let measured = measure(TcpProber::new(addr), plan, progress, metrics).await;
+    Ok(socket_outcome(Protocol::Tcp, addr, load, measured))
+}
+
+/// Sends UDP echo datagrams of `payload_bytes` to one agent's echo port; the report is a
+/// NetReach round's with that one entry.
+pub async fn probe_udp(
+    addr: SocketAddr,
+    payload_bytes: usize,
+    load: &Load,
+    progress: Arc<Progress>,
+    metrics: Option<Metrics>,
+) -> Result<Outcome, SetupError> {
+    let plan = plan(load)?;
+    let prober = UdpProber::new(addr, payload_bytes)?;
+    let measured = measure(prober, plan, progress, metrics).await;
+    Ok(socket_outcome(Protocol::Udp, addr, load, measured))
+}
+
+/// The outcome of a run against a socket address (TCP, UDP), as a NetReach round reports it.
+fn socket_outcome(
+    protocol: Protocol,
+    addr: SocketAddr,
+    load: &Load,
+    (measurement, started, usage): (Measurement, jiff::Timestamp, Usage),
+) -> Outcome {
+    let (scheme, method) = match protocol {
+        Protocol::Udp => ("udp", UDP_METHOD),
+        _ => ("tcp", TCP_METHOD),
+    };
     let detail: NetReachTaskDetail = http_detail(
-        &tcp_target_name(addr),
-        &format!("tcp://{addr}"),
-        TCP_METHOD,
+        &socket_target_name(protocol, addr),
+        &format!("{scheme}://{addr}"),
+        method,
         &measurement,
         load.expect.as_ref(),
     );
-    Ok(outcome(
+    outcome(
         (started, usage),
         TotalRunningLoad {
             net_reach_qps: load.qps.round() as i64,
@@ -223,7 +255,7 @@ pub async fn probe_tcp(
         detail,
         measurement,
         KindResult::NetReach,
-    ))
+    )
 }
 
 /// Upstream's DNS target name: `typeA_<server:port>_<domain>` / `typeAAAA_…`.

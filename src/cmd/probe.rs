@@ -1,5 +1,5 @@
-//! `kdoctor probe http URL`, `kdoctor probe tcp ADDRESS` and `kdoctor probe dns SERVER`: one
-//! probe run from this machine,
+//! `kdoctor probe http URL`, `kdoctor probe tcp|udp ADDRESS` and `kdoctor probe dns SERVER`:
+//! one probe run from this machine,
 //! at a fixed rate for a fixed time, printing a summary (or the full agent report with
 //! `-o json|yaml`) and a progress line on standard error while it runs. Exit 0 when the target
 //! met the success condition, 1 when it did not, 2 on a usage or environment error.
@@ -13,7 +13,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use kdoctor_agent::oneshot::{ClientTls, Load, Outcome, probe_dns, probe_http, probe_tcp};
+use kdoctor_agent::oneshot::{
+    ClientTls, Load, Outcome, probe_dns, probe_http, probe_tcp, probe_udp,
+};
 use kdoctor_agent::probe::Progress;
 use kdoctor_agent::probe::dns::{DnsProtocol, DnsRequestSpec, RecordType};
 use kdoctor_agent::probe::http::HttpRequestSpec;
@@ -42,6 +44,9 @@ enum Command {
     Http(HttpArgs),
     /// Time TCP connects (SYN to established) to an address and port.
     Tcp(TcpArgs),
+    /// Send echo datagrams to an agent's UDP echo port: loss, duplicates, reordering, jitter,
+    /// hops.
+    Udp(UdpArgs),
     /// Probe a DNS server.
     Dns(DnsArgs),
     /// Run one round of each AppHttpHealthy or Netdns (targetUser) task in a file, from here.
@@ -145,6 +150,18 @@ struct TcpArgs {
 }
 
 #[derive(clap::Args)]
+struct UdpArgs {
+    /// The echo port: `IP:PORT`, `[IPv6]:PORT` or `HOST:PORT` (an agent's is port 7; a name is
+    /// resolved once, before the run).
+    address: String,
+    /// Bytes of each datagram (UDP payload), 40 to 65507.
+    #[arg(long, value_name = "BYTES", default_value_t = kdoctor_agent::probe::udp::DEFAULT_PAYLOAD_BYTES)]
+    size: usize,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+#[derive(clap::Args)]
 struct DnsArgs {
     /// Server: `IP` or `IP:PORT` (port 53, or 853 for tcp-tls).
     server: String,
@@ -189,6 +206,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         match &args.command {
             Command::Http(a) => run_http(a).await,
             Command::Tcp(a) => run_tcp(a).await,
+            Command::Udp(a) => run_udp(a).await,
             Command::Dns(a) => run_dns(a).await,
             Command::Task(a) => run_task(a).await,
         }
@@ -262,7 +280,7 @@ async fn run_tcp(args: &TcpArgs) -> Result<ExitCode> {
     if args.load.ca.is_some() {
         bail!("--ca: a TCP probe opens no TLS session");
     }
-    let addr = tcp_address(&args.address).await?;
+    let addr = socket_address(&args.address).await?;
     let load = load(&args.load)?;
     let progress = Arc::new(Progress::default());
     let ticker = progress_line(progress.clone(), &load, args.load.quiet);
@@ -273,9 +291,24 @@ async fn run_tcp(args: &TcpArgs) -> Result<ExitCode> {
     print(&outcome, &addr.to_string(), &load, args.load.output)
 }
 
-/// The address of `kdoctor probe tcp`: a socket address, or a name and port resolved once (the
-/// first address; a run measures connects, not the resolver).
-async fn tcp_address(text: &str) -> Result<SocketAddr> {
+async fn run_udp(args: &UdpArgs) -> Result<ExitCode> {
+    if args.load.ca.is_some() {
+        bail!("--ca: a UDP probe opens no TLS session");
+    }
+    let addr = socket_address(&args.address).await?;
+    let load = load(&args.load)?;
+    let progress = Arc::new(Progress::default());
+    let ticker = progress_line(progress.clone(), &load, args.load.quiet);
+    let outcome = probe_udp(addr, args.size, &load, progress, None).await;
+    ticker.abort();
+    finish_progress(args.load.quiet);
+    let outcome = outcome.map_err(|e| anyhow::anyhow!("--size {}: {e}", args.size))?;
+    print(&outcome, &addr.to_string(), &load, args.load.output)
+}
+
+/// The address of `kdoctor probe tcp|udp`: a socket address, or a name and port resolved once
+/// (the first address; a run measures the path, not the resolver).
+async fn socket_address(text: &str) -> Result<SocketAddr> {
     if let Ok(addr) = text.parse::<SocketAddr>() {
         return Ok(addr);
     }
@@ -598,8 +631,26 @@ fn summary(outcome: &Outcome, target: &str, load: &Load) -> String {
     if !r.rcodes.is_empty() {
         rows.push(("RCODE", counts(r.rcodes.iter().map(|(k, v)| (k, *v)))));
     } else if outcome.report.task_net_reach.is_none() {
-        // TCP (the one-shot run reported as NetReach) has no answer to count.
+        // TCP and UDP (the one-shot runs reported as NetReach) have no status to count.
         rows.push(("STATUS", counts(r.http_status.iter().map(|(k, v)| (k, *v)))));
+    }
+    if let Some(d) = &r.datagrams {
+        let hops = |h: Option<u8>| h.map_or("-".to_string(), |h| h.to_string());
+        rows.push((
+            "DATAGRAMS",
+            format!(
+                "{} bytes, {:.1}% lost ({} late), {} duplicated, {} reordered, jitter {:.3} ms, \
+                 hops {} there and {} back",
+                d.payload_bytes,
+                r.failed_percent(),
+                d.late,
+                d.duplicates,
+                d.reordered,
+                d.jitter_ms(),
+                hops(d.forward_hops.most_seen()),
+                hops(d.return_hops.most_seen()),
+            ),
+        ));
     }
     rows.push(("ERRORS", counts(r.errors.iter().map(|(k, v)| (k, *v)))));
     rows.push(("BYTES", r.bytes.to_string()));
@@ -789,6 +840,63 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("is not a port"), "{err:#}");
+    }
+
+    #[tokio::test]
+    async fn udp_probe_reports_loss_and_hops_and_a_closed_port_fails_it() {
+        let socket = kdoctor_agent::udp_echo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = socket.local_addr().unwrap();
+        let metrics = kdoctor_agent::metrics::Metrics::new();
+        let server = kdoctor_agent::udp_echo::serve(socket, metrics.clone());
+        let load = load(&load_args()).unwrap();
+        let outcome = probe_udp(addr, 200, &load, Arc::default(), None)
+            .await
+            .unwrap();
+        let text = summary(&outcome, &addr.to_string(), &load);
+        assert!(
+            text.contains("20 sent of 20 planned, 20 succeeded"),
+            "{text}"
+        );
+        assert!(
+            text.contains("200 bytes, 0.0% lost (0 late), 0 duplicated, 0 reordered")
+                && text.contains("hops 0 there and 0 back"),
+            "{text}"
+        );
+        let report = serde_json::to_value(&outcome.report).unwrap();
+        let detail = &report["taskNetReach"]["roundTaskDetail"][0];
+        assert_eq!(detail["name"], format!("UDP_{addr}"));
+        assert_eq!(detail["method"], "UDP");
+        assert_eq!(detail["url"], format!("udp://{addr}"));
+        let datagrams = &detail["requestTargetMetrics"]["datagrams"];
+        assert_eq!(datagrams["payloadBytes"], 200);
+        assert_eq!(datagrams["lossPercent"], 0.0);
+        assert_eq!(datagrams["forwardHops"], 0);
+        assert_eq!(
+            metrics.udp_echo.with_label_values(&["echoed"]).get(),
+            20,
+            "every datagram reached the echo port"
+        );
+        server.abort();
+
+        let args = |address: String, size: usize| UdpArgs {
+            address,
+            size,
+            load: load_args(),
+        };
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let code = run_udp(&args(format!("127.0.0.1:{port}"), 64))
+            .await
+            .unwrap();
+        assert_eq!(code, super::super::exit_failed());
+        let err = run_udp(&args(format!("127.0.0.1:{port}"), 10))
+            .await
+            .unwrap_err();
+        assert!(
+            format!("{err:#}").starts_with("--size 10: payload size 10"),
+            "{err:#}"
+        );
     }
 
     #[tokio::test]

@@ -477,7 +477,8 @@ fn the_local_examples_run_as_they_are() {
     }
     let list = json(&kubectl(&dir, &["get", "kdr", "-o", "json"]));
     assert_eq!(list["items"].as_array().map(Vec::len), Some(3), "{list}");
-    // The NetReach example asks for TCP connects too: each target has its TCP_ entry.
+    // The NetReach example asks for TCP connects too: each target has its TCP_ entry; and
+    // UDP echoes: the pod has its UDP_ entry, with the datagram measurements.
     let reach = json(&kubectl(
         &dir,
         &["get", "kdr", "netreach-local-reach", "-o", "json"],
@@ -490,7 +491,21 @@ fn the_local_examples_run_as_they_are() {
         .filter_map(|d| d["name"].as_str())
         .collect();
     let tcp = names.iter().filter(|n| n.starts_with("TCP_")).count();
-    assert!(tcp > 0 && tcp * 2 == names.len(), "{names:?}");
+    let udp: Vec<&serde_json::Value> = details
+        .as_array()
+        .expect("details")
+        .iter()
+        .filter(|d| d["name"].as_str().is_some_and(|n| n.starts_with("UDP_")))
+        .collect();
+    assert!(tcp > 0 && tcp * 2 + udp.len() == names.len(), "{names:?}");
+    assert_eq!(
+        udp.iter().map(|d| d["name"].as_str()).collect::<Vec<_>>(),
+        [Some("UDP_AgentPodV4IP_kdoctor-local_127.0.0.1")]
+    );
+    let datagrams = &udp[0]["requestTargetMetrics"]["datagrams"];
+    assert_eq!(udp[0]["requestSucceed"], true, "{}", udp[0]);
+    assert_eq!(datagrams["lossPercent"], 0.0, "{datagrams}");
+    assert_eq!(datagrams["forwardHops"], 0, "{datagrams}");
     assert!(
         names.contains(&"TCP_AgentPodV4IP_kdoctor-local_127.0.0.1"),
         "{names:?}"

@@ -141,6 +141,15 @@ impl Recorder {
         self.unsent += 1;
     }
 
+    /// Requests sent that did not succeed, in percent of those sent (0 when none was sent): a
+    /// UDP echo target's loss.
+    pub fn failed_percent(&self) -> f64 {
+        if self.requests == 0 {
+            return 0.0;
+        }
+        (self.requests - self.successes) as f64 * 100.0 / self.requests as f64
+    }
+
     /// Mean response time of successful requests in microseconds (`None` without any).
     pub fn mean_ok_micros(&self) -> Option<f64> {
         (self.successes > 0).then(|| self.ok_micros_sum as f64 / self.successes as f64)

@@ -97,16 +97,10 @@ pub fn http_metrics(m: &Measurement) -> HttpMetrics {
 
 /// The datagram side of a UDP echo target: loss is every datagram not echoed in time.
 fn datagram_metrics(m: &Measurement, d: &DatagramTally) -> DatagramMetrics {
-    let r = &m.recorder;
-    let loss_percent = if r.requests == 0 {
-        0.0
-    } else {
-        (r.requests - r.successes) as f64 * 100.0 / r.requests as f64
-    };
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     DatagramMetrics {
         payload_bytes: count(d.payload_bytes),
-        loss_percent,
+        loss_percent: m.recorder.failed_percent(),
         late: count(d.late),
         duplicates: count(d.duplicates),
         reordered: count(d.reordered),
