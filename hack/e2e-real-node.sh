@@ -22,12 +22,15 @@
 #     real node, each reached every target (pods, ClusterIP, NodePort, LoadBalancer, Ingress;
 #     over IPv4 and, on the chart's dual-stack install, IPv6), and each agent's pod IP was
 #     reached from every node: six pairs across node boundaries per family; each target is also
-#     timed as a TCP connect (spec.target.tcp), every TCP_ entry reached too.
+#     timed as a TCP connect (spec.target.tcp), every TCP_ entry reached too; each agent pod is
+#     also sent UDP echoes (spec.target.udp), every UDP_ entry echoed, with the hops each way
+#     its path has: none from an agent to itself, at least two across nodes (both nodes route).
 #   On the chart's install besides:
 #   - the agent listens on the ports the chart declares, with the chart's sysctl;
 #   - a cut between the agents of real-1 and real-2 (their pod addresses of each family dropped
 #     in the network's forwarding, both ways) shows in the next round's report as exactly those two
-#     pairs failing, by HTTP and by TCP connect, every other pair reached, and the round failed;
+#     pairs failing, by HTTP, TCP connect and UDP echo, every other pair reached, and the round
+#     failed;
 #   - from real-1's agent pod, the agents' ClusterIP (each family) and the Ingress are answered
 #     by the agents of more than one node: the Services cross node boundaries;
 #   - `externalTrafficPolicy: Local` on the agents' Service: from outside the nodes, each node's
@@ -198,30 +201,34 @@ check_pods() {
 }
 
 # One NetReach round of examples/netreach.yaml as the task NAME, over IPv6 too when ROUND_IPV6
-# is 1, each target also timed as a TCP connect (spec.target.tcp, entries TCP_<name>), once it
-# finished: sets ROWS to its report's rows (the node, then target=successRate for each target)
-# and ROUND_RESULT.
-ROUND_RESULT="" ROWS="" ROUND_IPV6=0
+# is 1, each target also timed as a TCP connect (spec.target.tcp, entries TCP_<name>) and each
+# agent pod sent UDP echoes (spec.target.udp, entries UDP_<name>), once it finished: sets ROWS
+# to its report's rows (the node, then target=successRate for each target), HOPS to the same
+# with target=forwardHops/returnHops, and ROUND_RESULT.
+ROUND_RESULT="" ROWS="" HOPS="" ROUND_IPV6=0
 finished() { [ "$(k get netreach "$1" -o jsonpath='{.status.finish}')" = true ]; }
 round() { # name
   local v6=()
   [ "$ROUND_IPV6" = 0 ] || v6=(-e 's/^    ipv4: true$/    ipv4: true\n    ipv6: true/')
-  sed -e "s/^  name: task$/  name: $1/" -e 's/^    nodePort: true$/    nodePort: true\n    tcp: true/' "${v6[@]}" examples/netreach.yaml |
+  sed -e "s/^  name: task$/  name: $1/" -e 's/^    nodePort: true$/    nodePort: true\n    tcp: true\n    udp: true/' "${v6[@]}" examples/netreach.yaml |
     k apply -f - >/dev/null
   wait_until 180 "the NetReach $1 round did not finish" finished "$1"
   ROUND_RESULT="$(k get netreach "$1" -o jsonpath='{.status.lastRoundStatus}')"
   ROWS="$(k get kdoctorreport "netreach-$1" -o jsonpath='{range .report.latestRoundReport[*]}{.nodeName}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestSucceedRate}{end}{"\n"}{end}')"
+  HOPS="$(k get kdoctorreport "netreach-$1" -o jsonpath='{range .report.latestRoundReport[*]}{.nodeName}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestTargetMetrics.datagrams.forwardHops}{"/"}{.requestTargetMetrics.datagrams.returnHops}{end}{"\n"}{end}')"
 }
 # The success rate of the pod target POD over IP FAMILY (4, 6) in NODE's row of ROWS, its HTTP
-# entry or, with PREFIX TCP_, its TCP connect entry.
+# entry or, with PREFIX TCP_ or UDP_, its TCP connect or UDP echo entry (or from HOPS, its hops).
 pod_rate() { # rows node pod family [prefix]
   awk -v node="$2" -v pod="${5:-}AgentPodV$4IP_$3_" '$1 == node { for (i = 2; i <= NF; i++) if (index($i, pod) == 1) { sub(/.*=/, "", $i); print $i } }' <<<"$1"
 }
 # Checks ROWS: a row per real node, and each agent's pod reached from every node at rate 1
-# over each family the round probed, by HTTP and by TCP connect, except the pairs between CUT_A
-# and CUT_B (both ways), which must be 0; with no cut, every other target at rate 1 too.
+# over each family the round probed, by HTTP, TCP connect and UDP echo, except the pairs
+# between CUT_A and CUT_B (both ways), which must be 0; with no cut, every other target at rate
+# 1 too, and the UDP echoes' hops (HOPS) 0/0 from an agent to itself, at least 2 each way
+# across nodes.
 check_rows() { # rows [cut_a cut_b]
-  local rows="$1" cut_a="${2:-}" cut_b="${3:-}" nodes from pod to rate want family families=4 pairs=0 prefix
+  local rows="$1" cut_a="${2:-}" cut_b="${3:-}" nodes from pod to rate want family families=4 pairs=0 prefix hops HOP_COUNTS=""
   [ "$ROUND_IPV6" = 0 ] || families="4 6"
   echo "$rows" | cut -c1-200
   nodes="$(awk '{ print $1 }' <<<"$rows" | sort | tr '\n' ' ')"
@@ -232,12 +239,22 @@ check_rows() { # rows [cut_a cut_b]
       want=1
       if [ -n "$cut_a" ] && { [ "$from $to" = "$cut_a $cut_b" ] || [ "$from $to" = "$cut_b $cut_a" ]; }; then want=0; fi
       for family in $families; do
-        for prefix in "" TCP_; do
+        for prefix in "" TCP_ UDP_; do
           rate="$(pod_rate "$rows" "$from" "$pod" "$family" "$prefix")"
           [ -n "$rate" ] || fail "$from's row has no ${prefix}target for $pod's IPv$family pod IP"
           awk -v r="$rate" -v w="$want" 'BEGIN { exit !(r + 0 == w + 0) }' ||
-            fail "$from reached $pod (on $to) over IPv$family ${prefix:+by TCP connect }at rate $rate, expected $want"
+            fail "$from reached $pod (on $to) over IPv$family ${prefix:+by $prefix }at rate $rate, expected $want"
         done
+        if [ -z "$cut_a" ]; then
+          hops="$(pod_rate "$HOPS" "$from" "$pod" "$family" UDP_)"
+          if [ "$from" = "$to" ]; then
+            [ "$hops" = 0/0 ] || fail "$from's agent echoing itself over IPv$family crossed $hops routers (there/back), expected 0/0"
+          else
+            awk -F/ -v h="$hops" 'BEGIN { split(h, a, "/"); exit !(a[1] != "" && a[1] + 0 >= 2 && a[2] + 0 >= 2) }' ||
+              fail "$from to $pod (on $to) over IPv$family: hops $hops (there/back), expected at least 2/2 across nodes"
+          fi
+          HOP_COUNTS+=" $from>$to:$hops"
+        fi
         [ "$from" = "$to" ] || pairs=$((pairs + 1))
       done
     done
@@ -247,7 +264,8 @@ check_rows() { # rows [cut_a cut_b]
     failed="$(tr ' ' '\n' <<<"$rows" | grep '=' | grep -v '=1$' || true)"
     [ -z "$failed" ] || fail "targets not reached every time: $failed"
   fi
-  echo "every node's row checked: $pairs pairs across node boundaries (IPv${families// / and IPv}), by HTTP and by TCP connect"
+  echo "every node's row checked: $pairs pairs across node boundaries (IPv${families// / and IPv}), by HTTP, TCP connect and UDP echo"
+  [ -n "$cut_a" ] || echo "UDP echo hops (there/back):$HOP_COUNTS"
 }
 
 # Checks an install: every pod, the APIService, and a round (task NAME) across the real nodes.
@@ -276,7 +294,7 @@ check_install "the chart" task
 step "the agent on real-1 listens where the chart says, with the chart's sysctl"
 agent_pid="${AGENT_PID[real-1]}"
 for pod in "${!AGENT_NODE[@]}"; do [ "${AGENT_NODE[$pod]}" = real-1 ] && agent_pod="$pod"; done
-listening="$(nsenter -t "$agent_pid" -n ss -Hltn | awk '{ print $4 }' | sed 's/.*://' | sort -nu | tr '\n' ' ')"
+listening="$(nsenter -t "$agent_pid" -n ss -Hltun | awk '{ print $5 }' | sed 's/.*://' | sort -nu | tr '\n' ' ')"
 for port in $(k -n kdoctor get pod "$agent_pod" -o jsonpath='{range .spec.containers[0].ports[*]}{.containerPort}{" "}{end}'); do
   case " $listening" in *" $port "*) ;; *) fail "$agent_pod does not listen on port $port (listening: $listening)" ;; esac
 done

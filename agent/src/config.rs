@@ -16,8 +16,9 @@ pub struct AgentArgs {
     pub app_https_port: u16,
 
     /// Port of the UDP echo target (NetReach `spec.target.udp` sends it kdoctor's echo
-    /// datagrams; anything else is dropped). 7 is the echo service's port.
-    #[arg(long, env = "ENV_AGENT_APP_UDP_ECHO_PORT", default_value_t = 7)]
+    /// datagrams; anything else is dropped). Not the echo service's port 7: an unprivileged
+    /// port keeps the pod's unprivileged-port sysctl at 80.
+    #[arg(long, env = "ENV_AGENT_APP_UDP_ECHO_PORT", default_value_t = 5712)]
     pub udp_echo_port: u16,
 
     /// Port of the health endpoints (`/healthy/startup|readiness|liveness`).

@@ -207,6 +207,13 @@ fn port(name: &str, number: u16) -> ContainerPort {
     }
 }
 
+fn udp_port(name: &str, number: u16) -> ContainerPort {
+    ContainerPort {
+        protocol: Some("UDP".to_string()),
+        ..port(name, number)
+    }
+}
+
 /// The agent's arguments: upstream's, the carrier's Services, and the install's extras.
 fn agent_args(
     owner: &Owner<'_>,
@@ -241,6 +248,7 @@ fn agent_env(ports: &AgentPorts) -> Vec<EnvVar> {
         env_from_field("ENV_POD_NAMESPACE", "metadata.namespace"),
         env_value("ENV_AGENT_APP_HTTP_PORT", ports.http),
         env_value("ENV_AGENT_APP_HTTPS_PORT", ports.https),
+        env_value("ENV_AGENT_APP_UDP_ECHO_PORT", ports.udp_echo),
         env_value("ENV_AGENT_HEALTH_HTTP_PORT", ports.health),
         env_value("ENV_METRIC_HTTP_PORT", ports.metrics),
         env_value("ENV_AGENT_GRPC_LISTEN_PORT", ports.report),
@@ -344,6 +352,7 @@ fn pod_template(
         &[
             ports.http,
             ports.https,
+            ports.udp_echo,
             ports.health,
             ports.metrics,
             ports.report,
@@ -358,6 +367,7 @@ fn pod_template(
         ports: Some(vec![
             port("http", ports.http),
             port("https", ports.https),
+            udp_port("udp-echo", ports.udp_echo),
             port("health", ports.health),
             port("metrics", ports.metrics),
             port("reports", ports.report),

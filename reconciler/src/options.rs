@@ -11,6 +11,8 @@ pub struct AgentPorts {
     pub http: u16,
     /// Echo API over HTTPS (`ENV_AGENT_APP_HTTPS_PORT`).
     pub https: u16,
+    /// UDP echo target (`ENV_AGENT_APP_UDP_ECHO_PORT`).
+    pub udp_echo: u16,
     /// Health endpoints (`ENV_AGENT_HEALTH_HTTP_PORT`).
     pub health: u16,
     /// Metrics (`ENV_METRIC_HTTP_PORT`).
@@ -24,6 +26,7 @@ impl Default for AgentPorts {
         AgentPorts {
             http: 80,
             https: 443,
+            udp_echo: 5712,
             health: 5710,
             metrics: 5711,
             report: 3000,

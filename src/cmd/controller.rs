@@ -176,6 +176,9 @@ pub struct Args {
     /// Agents' HTTPS echo port.
     #[arg(long, env = "ENV_AGENT_APP_HTTPS_PORT", default_value_t = 443)]
     agent_https_port: u16,
+    /// Agents' UDP echo port.
+    #[arg(long, env = "ENV_AGENT_APP_UDP_ECHO_PORT", default_value_t = 5712)]
+    agent_udp_echo_port: u16,
     /// Agents' health port.
     #[arg(long, env = "ENV_AGENT_HEALTH_HTTP_PORT", default_value_t = 5710)]
     agent_health_port: u16,
@@ -300,6 +303,7 @@ fn options(args: &Args) -> Result<ControllerOptions> {
     options.ports = AgentPorts {
         http: args.agent_http_port,
         https: args.agent_https_port,
+        udp_echo: args.agent_udp_echo_port,
         health: args.agent_health_port,
         metrics: args.agent_metrics_port,
         report: args.agent_report_port,
