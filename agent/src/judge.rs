@@ -96,9 +96,49 @@ pub fn judge(expect: Option<&NetSuccessCondition>, counts: Counts) -> Verdict {
     }
 }
 
+/// A verdict that also holds a UDP echo target's jitter (`jitter_ms`) to `expect`'s
+/// `maxJitterInMs`: a target that passed fails when its jitter is above the bound (a target
+/// that failed keeps its first reason, as upstream's first matching rule).
+pub fn judge_jitter(
+    verdict: Verdict,
+    expect: Option<&NetSuccessCondition>,
+    jitter_ms: f64,
+) -> Verdict {
+    match expect.and_then(|e| e.max_jitter_in_ms) {
+        Some(limit) if verdict.succeed && jitter_ms > limit => Verdict {
+            succeed: false,
+            reason: Some(format!(
+                "jitter {jitter_ms:.3} ms is bigger than request {limit} ms"
+            )),
+            ..verdict
+        },
+        _ => verdict,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_above_the_bound_fails_a_target_that_passed_and_nothing_else() {
+        let passed = judge(None, counts(10, 10, Some(1.0)));
+        let bound = NetSuccessCondition {
+            max_jitter_in_ms: Some(0.5),
+            ..expect(Some(1.0), None)
+        };
+        let over = judge_jitter(passed.clone(), Some(&bound), 0.75);
+        assert!(!over.succeed);
+        assert_eq!(
+            over.reason.as_deref(),
+            Some("jitter 0.750 ms is bigger than request 0.5 ms")
+        );
+        assert_eq!(over.success_rate, 1.0);
+        assert_eq!(judge_jitter(passed.clone(), Some(&bound), 0.5), passed);
+        assert_eq!(judge_jitter(passed.clone(), None, 99.0), passed);
+        let failed = judge(None, counts(10, 5, Some(1.0)));
+        assert_eq!(judge_jitter(failed.clone(), Some(&bound), 9.0), failed);
+    }
 
     fn counts(requests: u64, successes: u64, mean: Option<f64>) -> Counts {
         Counts {
@@ -115,6 +155,7 @@ mod tests {
             success_rate: rate,
             mean_access_delay_in_ms: mean,
             status_code: None,
+            max_jitter_in_ms: None,
         }
     }
 

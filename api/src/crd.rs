@@ -31,6 +31,7 @@ pub fn crd(kind: TaskKind) -> CustomResourceDefinition {
             add_rules(root, [carrier_name(kind)]);
             if let Some(spec) = root.properties.as_mut().and_then(|p| p.get_mut("spec")) {
                 add_rules(spec, spec_rules());
+                add_rules(spec, [jitter_bound(kind)]);
             }
         }
     }
@@ -117,6 +118,25 @@ fn spec_rules() -> [ValidationRule; 3] {
             Some(".request.durationInSecond"),
         ),
     ]
+}
+
+/// `expect.maxJitterInMs` only where UDP echoes measure jitter: a NetReach task with
+/// `target.udp` (the controller's message, word for word).
+fn jitter_bound(kind: TaskKind) -> ValidationRule {
+    let unbounded = "!has(self.expect) || !has(self.expect.maxJitterInMs)";
+    let (rule_text, why) = match kind {
+        TaskKind::NetReach => (
+            format!("{unbounded} || (has(self.target) && has(self.target.udp) && self.target.udp)"),
+            "without target.udp",
+        ),
+        TaskKind::AppHttpHealthy => (unbounded.to_string(), "in an AppHttpHealthy task"),
+        TaskKind::Netdns => (unbounded.to_string(), "in a Netdns task"),
+    };
+    rule(
+        rule_text,
+        &format!("jitter is measured by UDP echoes only: nothing measures it {why}"),
+        Some(".expect.maxJitterInMs"),
+    )
 }
 
 /// With agentSpec the task name becomes part of Service names (DNS-1035 labels, at most 63

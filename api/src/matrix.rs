@@ -429,6 +429,7 @@ mod tests {
                     ("AgentPodV4IP_agent-b_1", 10),
                     ("TCP_AgentPodV4IP_agent-b_1", 4),
                     ("TCP_AgentClusterV4IP_x", 7),
+                    ("UDP_AgentPodV4IP_agent-b_1", 9),
                 ],
             ),
             row("b", &[]),
@@ -453,5 +454,11 @@ mod tests {
             cell(&tcp, Column::Kind("ClusterIP v4".into())),
             Some((10, 7))
         );
+        let mut udp = Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone())))
+            .protocol(Protocol::Udp);
+        rows.iter().for_each(|r| udp.add(r));
+        let udp = udp.finish();
+        assert_eq!(cell(&udp, Column::Node("b".into())), Some((10, 9)));
+        assert_eq!(cell(&udp, Column::Kind("ClusterIP v4".into())), None);
     }
 }

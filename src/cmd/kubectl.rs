@@ -79,9 +79,9 @@ struct MatrixArgs {
     /// What the cells show.
     #[arg(long, value_enum, default_value = "success")]
     metric: Metric,
-    /// Which probes the cells count: `http` (the task's requests) or `tcp` (its TCP connects,
-    /// with `spec.target.tcp`).
-    #[arg(long, default_value = "http", value_parser = ["http", "tcp"])]
+    /// Which probes the cells count: `http` (the task's requests), `tcp` (its TCP connects,
+    /// with `spec.target.tcp`) or `udp` (its UDP echoes, with `spec.target.udp`).
+    #[arg(long, default_value = "http", value_parser = ["http", "tcp", "udp"])]
     protocol: String,
     /// The page of columns to print (wide clusters).
     #[arg(long, default_value_t = 1)]

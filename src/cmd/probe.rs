@@ -229,6 +229,7 @@ fn load(args: &LoadArgs) -> Result<Load> {
             success_rate: Some(args.success_rate),
             mean_access_delay_in_ms: args.mean_delay_ms,
             status_code: None,
+            max_jitter_in_ms: None,
         }),
         max_connections: None,
     })

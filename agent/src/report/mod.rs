@@ -14,7 +14,7 @@ use kdoctor_api::report::{
 use kdoctor_api::task::NetSuccessCondition;
 
 use crate::histogram::{Latencies, encode, micros_to_ms};
-use crate::judge::{Counts, Verdict, judge};
+use crate::judge::{Counts, Verdict, judge, judge_jitter};
 use crate::probe::Measurement;
 use crate::probe::udp::tally::DatagramTally;
 
@@ -123,9 +123,9 @@ pub fn dns_metrics(m: &Measurement, domain: &str, server: &str, protocol: &str) 
     }
 }
 
-/// Judges a measurement against `expect`.
+/// Judges a measurement against `expect` (a UDP echo target's jitter too).
 pub fn verdict(m: &Measurement, expect: Option<&NetSuccessCondition>) -> Verdict {
-    judge(
+    let verdict = judge(
         expect,
         Counts {
             requests: m.recorder.requests,
@@ -134,7 +134,11 @@ pub fn verdict(m: &Measurement, expect: Option<&NetSuccessCondition>) -> Verdict
             unsent: m.recorder.unsent > 0,
             lost_while_queued: m.recorder.lost_while_queued,
         },
-    )
+    );
+    match &m.recorder.datagrams {
+        Some(d) => judge_jitter(verdict, expect, d.jitter_ms()),
+        None => verdict,
+    }
 }
 
 /// The detail of an HTTP target, in its kind's shape (NetReach's or AppHttpHealthy's).

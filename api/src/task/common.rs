@@ -179,4 +179,11 @@ pub struct NetSuccessCondition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 100, max = 599))]
     pub status_code: Option<i32>,
+
+    /// Highest interarrival jitter (RFC 3550) of the path to a UDP echo target, in
+    /// milliseconds (NetReach with `spec.target.udp`, beyond upstream): a UDP entry above it
+    /// fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.001, max = 60000))]
+    pub max_jitter_in_ms: Option<f64>,
 }

@@ -54,6 +54,7 @@ pub struct NetReachSpec {
     .message("at least one of endpoint, clusterIP, nodePort, loadBalancer and ingress must be true"))]
 #[x_kube(validation = Rule::new("!self.ingress || self.ipv4").message("ingress targets are IPv4 only: ingress requires ipv4").field_path(".ingress"))]
 #[x_kube(validation = Rule::new("!self.multusInterface || self.endpoint").message("multusInterface adds secondary pod IPs: it requires endpoint").field_path(".multusInterface"))]
+#[x_kube(validation = Rule::new("!has(self.udp) || !self.udp || self.endpoint").message("udp sends echoes to the agent pods' IPs: it requires endpoint").field_path(".udp"))]
 pub struct NetReachTarget {
     /// Probe IPv4 addresses.
     #[serde(default = "yes")]

@@ -173,6 +173,15 @@ pub(super) fn expect(
             "must be at least 1",
         ));
     }
+    if let Some(jitter) = expect.max_jitter_in_ms
+        && !(0.001..=60_000.0).contains(&jitter)
+    {
+        errors.push(FieldError::invalid(
+            path.child("maxJitterInMs"),
+            jitter,
+            "must be between 0.001 and 60000",
+        ));
+    }
     if let Some(code) = expect.status_code {
         if !status_code_allowed {
             errors.push(FieldError::forbidden(

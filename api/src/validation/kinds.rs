@@ -28,6 +28,7 @@ pub(super) fn net_reach(
         errors,
     );
 
+    let expect_path = path.child("expect");
     let path = path.child("target");
     let Some(target) = &spec.target else {
         errors.push(FieldError::required(path, "target is required"));
@@ -67,6 +68,36 @@ pub(super) fn net_reach(
             "multusInterface adds secondary pod IPs: it requires endpoint",
         ));
     }
+    if target.udp && !target.endpoint {
+        errors.push(FieldError::invalid(
+            path.child("udp"),
+            true,
+            "udp sends echoes to the agent pods' IPs: it requires endpoint",
+        ));
+    }
+    if !target.udp {
+        no_jitter_bound(
+            spec.expect.as_ref(),
+            "without target.udp",
+            &expect_path,
+            errors,
+        );
+    }
+}
+
+/// `spec.expect.maxJitterInMs` where nothing measures jitter (only UDP echoes do).
+fn no_jitter_bound(
+    expect: Option<&NetSuccessCondition>,
+    why: &str,
+    path: &FieldPath,
+    errors: &mut ErrorList,
+) {
+    if expect.is_some_and(|e| e.max_jitter_in_ms.is_some()) {
+        errors.push(FieldError::forbidden(
+            path.child("maxJitterInMs"),
+            format!("jitter is measured by UDP echoes only: nothing measures it {why}"),
+        ));
+    }
 }
 
 pub(super) fn app_http_healthy(
@@ -84,6 +115,12 @@ pub(super) fn app_http_healthy(
         },
         config.app_http_healthy_request_max_qps,
         path,
+        errors,
+    );
+    no_jitter_bound(
+        spec.expect.as_ref(),
+        "in an AppHttpHealthy task",
+        &path.child("expect"),
         errors,
     );
 
@@ -143,6 +180,12 @@ pub(super) fn netdns(spec: &NetdnsSpec, config: &Config, path: &FieldPath, error
         }
     }
     common::expect(spec.expect.as_ref(), false, &path.child("expect"), errors);
+    no_jitter_bound(
+        spec.expect.as_ref(),
+        "in a Netdns task",
+        &path.child("expect"),
+        errors,
+    );
     common::agent_spec(spec.agent_spec.as_ref(), &path.child("agentSpec"), errors);
 
     let path = path.child("target");

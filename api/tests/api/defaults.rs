@@ -58,6 +58,7 @@ fn omitted_net_reach_blocks_take_upstream_webhook_defaults() {
             success_rate: Some(1.0),
             mean_access_delay_in_ms: Some(5000),
             status_code: None,
+            max_jitter_in_ms: None,
         })
     );
     let schedule = spec.schedule.as_ref().expect("schedule");
@@ -127,7 +128,8 @@ fn present_blocks_take_the_crd_defaults() {
         Some(NetSuccessCondition {
             success_rate: Some(1.0),
             mean_access_delay_in_ms: Some(5000),
-            status_code: None
+            status_code: None,
+            max_jitter_in_ms: None,
         })
     );
     let schedule = spec.schedule.as_ref().expect("schedule");

@@ -363,6 +363,46 @@ fn cases() -> Vec<Case> {
             crd_rejects: true,
         },
         Case {
+            rule: "NetReach: udp without endpoint",
+            kind: NR,
+            name: "t",
+            spec: "target: {endpoint: false, clusterIP: true, udp: true}",
+            errors: &[
+                "spec.target.udp: Invalid value: true: udp sends echoes to the agent pods' IPs: it requires endpoint",
+            ],
+            crd_rejects: true,
+        },
+        Case {
+            rule: "NetReach: maxJitterInMs without udp",
+            kind: NR,
+            name: "t",
+            spec: "target: {endpoint: true}\nexpect: {successRate: 1, maxJitterInMs: 2}",
+            errors: &[
+                "spec.expect.maxJitterInMs: Forbidden: jitter is measured by UDP echoes only: nothing measures it without target.udp",
+            ],
+            crd_rejects: true,
+        },
+        Case {
+            rule: "NetReach: maxJitterInMs out of range",
+            kind: NR,
+            name: "t",
+            spec: "target: {endpoint: true, udp: true}\nexpect: {successRate: 1, maxJitterInMs: 0}",
+            errors: &[
+                "spec.expect.maxJitterInMs: Invalid value: 0: must be between 0.001 and 60000",
+            ],
+            crd_rejects: true,
+        },
+        Case {
+            rule: "maxJitterInMs on a DNS task",
+            kind: DNS,
+            name: "t",
+            spec: "expect: {successRate: 1, maxJitterInMs: 2}",
+            errors: &[
+                "spec.expect.maxJitterInMs: Forbidden: jitter is measured by UDP echoes only: nothing measures it in a Netdns task",
+            ],
+            crd_rejects: true,
+        },
+        Case {
             rule: "AppHttpHealthy: scheme other than http or https",
             kind: AHH,
             name: "t",
