@@ -2,10 +2,11 @@
 # UDP echo accuracy (issue 33): `kdoctor probe udp` against iperf3 -u, in the same run, over the
 # same path, at the same datagram rate and size, both judged against what the kernel itself did
 # to the datagrams. Two network namespaces joined by a veth pair (addresses of the 198.18.0.0/15
-# testing range, only inside them; nothing leaves the machine). On the prober's side the kernel
-# drops a share of the datagrams to the far side (iptables `statistic`, DROP) and copies a share
-# of the survivors (`TEE` to the far side's address): its rule counters are the ground truth of
-# how many were lost and duplicated. The far side runs `kdoctor agent` (its UDP echo port) and
+# testing range, only inside them; nothing leaves the machine). The prober's kernel copies a
+# share of the datagrams it sends (`TEE` to the far side's address) and the far side's kernel
+# drops a share of what arrives, copies included (iptables `statistic`, DROP on INPUT: a drop on
+# the sender's own output path would fail its send with EPERM, which is not a loss on the
+# path): the rules' counters are the ground truth of how many were duplicated and lost. The far side runs `kdoctor agent` (its UDP echo port) and
 # `iperf3 -s`. Each rate runs both tools three times, in turns; the table gives each run's
 # counts, so no median hides a miscount. The kernel here has no netem: delay and reordering are
 # not injected, so jitter is the path's own (a veth) for both tools.
@@ -58,8 +59,7 @@ for ns in "$client" "$server"; do
 done
 in_c ip link set kdb-udp-c up
 in_s ip link set kdb-udp-e up
-# Loss, then a copy of a share of what survived: OUTPUT's filter runs before POSTROUTING's mangle.
-in_c iptables -A OUTPUT -p udp -d "$server_ip" -m statistic --mode random --probability "$loss" -j DROP
+in_s iptables -A INPUT -p udp -s "$client_ip" -m statistic --mode random --probability "$loss" -j DROP
 in_c iptables -t mangle -A POSTROUTING -p udp -d "$server_ip" -m statistic --mode random --probability "$dup" -j TEE --gateway "$server_ip"
 
 log=$(mktemp -d)
@@ -72,14 +72,14 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 
-# The kernel's counts since the last zeroing: sent (matched by the DROP rule), dropped, copied.
+# The kernel's counts since the last zeroing: datagrams dropped (copies included), copied.
 counters() {
   local dropped copied
-  dropped=$(in_c iptables -vnxL OUTPUT | awk '/statistic/ { print $1 }')
+  dropped=$(in_s iptables -vnxL INPUT | awk '/statistic/ { print $1 }')
   copied=$(in_c iptables -t mangle -vnxL POSTROUTING | awk '/TEE/ { print $1 }')
   echo "$dropped $copied"
 }
-zero() { in_c iptables -Z OUTPUT; in_c iptables -t mangle -Z POSTROUTING; }
+zero() { in_s iptables -Z INPUT; in_c iptables -t mangle -Z POSTROUTING; }
 
 rows="$log/rows"
 : >"$rows"
@@ -103,8 +103,9 @@ import json, sys
 rows, secs, loss, dup, size, version = sys.argv[1:]
 print("### UDP echo: `kdoctor probe udp` against `iperf3 -u`, the kernel's own counts as truth\n")
 print(f"`hack/bench/agent/udp.sh --secs {secs}`: {size}-byte datagrams over a veth pair between two "
-      f"network namespaces; the prober's kernel drops {float(loss):.0%} of them (iptables "
-      f"`statistic`) and copies {float(dup):.0%} of the survivors (`TEE`), counting each. Each rate "
+      f"network namespaces; the prober's kernel copies {float(dup):.0%} of them (`TEE`) and the "
+      f"far side's drops {float(loss):.0%} of what arrives, copies included (iptables `statistic` "
+      f"on INPUT), counting each. Each rate "
       f"runs both tools three times in turns; every run is listed. {version}. kdoctor's loss is "
       "datagrams with no echo in 500 ms; its duplicates are second echoes; iperf3's are the "
       "receiver's lost count and out-of-order count (it counts a copy as out of order).\n")
@@ -127,8 +128,11 @@ for line in open(rows):
               f"{g.get('duplicates', '')} | {g.get('jitterMs', float('nan')):.4f} | "
               f"{d['requestMeanDelay']:.3f} |")
     else:
+        if "error" in data or "sum" not in data.get("end", {}):
+            print(f"| {rate} | {run} | iperf3 | error: {data.get('error', 'no summary')} | {dropped} | | {copied} | | | |")
+            continue
         s = data["end"]["sum"]
-        sent = data["end"]["sum"]["packets"]
+        sent = s["packets"]
         print(f"| {rate} | {run} | iperf3 | {sent} | {dropped} | {s['lost_packets']} | {copied} | "
               f"{s.get('out_of_order', '')} | {s['jitter_ms']:.4f} | |")
 print()
