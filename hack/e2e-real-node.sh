@@ -24,12 +24,14 @@
 #     reached from every node: six pairs across node boundaries per family; each target is also
 #     timed as a TCP connect (spec.target.tcp), every TCP_ entry reached too; each agent pod is
 #     also sent UDP echoes (spec.target.udp), every UDP_ entry echoed, with the hops each way
-#     its path has: none from an agent to itself, at least two across nodes (both nodes route).
+#     its path has: none from an agent to itself, at least two across nodes (both nodes route);
+#     and pinged (spec.target.icmp, ICMP_ entries, on unprivileged ICMP sockets), every ICMP_
+#     entry answered.
 #   On the chart's install besides:
 #   - the agent listens on the ports the chart declares, with the chart's sysctl;
 #   - a cut between the agents of real-1 and real-2 (their pod addresses of each family dropped
 #     in the network's forwarding, both ways) shows in the next round's report as exactly those two
-#     pairs failing, by HTTP, TCP connect and UDP echo, every other pair reached, and the round
+#     pairs failing, by HTTP, TCP connect, UDP and ICMP echo, every other pair reached, and the round
 #     failed;
 #   - from real-1's agent pod, the agents' ClusterIP (each family) and the Ingress are answered
 #     by the agents of more than one node: the Services cross node boundaries;
@@ -210,7 +212,7 @@ finished() { [ "$(k get netreach "$1" -o jsonpath='{.status.finish}')" = true ];
 round() { # name
   local v6=()
   [ "$ROUND_IPV6" = 0 ] || v6=(-e 's/^    ipv4: true$/    ipv4: true\n    ipv6: true/')
-  sed -e "s/^  name: task$/  name: $1/" -e 's/^    nodePort: true$/    nodePort: true\n    tcp: true\n    udp: true/' "${v6[@]}" examples/netreach.yaml |
+  sed -e "s/^  name: task$/  name: $1/" -e 's/^    nodePort: true$/    nodePort: true\n    tcp: true\n    udp: true\n    icmp: true/' "${v6[@]}" examples/netreach.yaml |
     k apply -f - >/dev/null
   wait_until 180 "the NetReach $1 round did not finish" finished "$1"
   ROUND_RESULT="$(k get netreach "$1" -o jsonpath='{.status.lastRoundStatus}')"
@@ -239,7 +241,7 @@ check_rows() { # rows [cut_a cut_b]
       want=1
       if [ -n "$cut_a" ] && { [ "$from $to" = "$cut_a $cut_b" ] || [ "$from $to" = "$cut_b $cut_a" ]; }; then want=0; fi
       for family in $families; do
-        for prefix in "" TCP_ UDP_; do
+        for prefix in "" TCP_ UDP_ ICMP_; do
           rate="$(pod_rate "$rows" "$from" "$pod" "$family" "$prefix")"
           [ -n "$rate" ] || fail "$from's row has no ${prefix}target for $pod's IPv$family pod IP"
           awk -v r="$rate" -v w="$want" 'BEGIN { exit !(r + 0 == w + 0) }' ||
@@ -264,7 +266,7 @@ check_rows() { # rows [cut_a cut_b]
     failed="$(tr ' ' '\n' <<<"$rows" | grep '=' | grep -v '=1$' || true)"
     [ -z "$failed" ] || fail "targets not reached every time: $failed"
   fi
-  echo "every node's row checked: $pairs pairs across node boundaries (IPv${families// / and IPv}), by HTTP, TCP connect and UDP echo"
+  echo "every node's row checked: $pairs pairs across node boundaries (IPv${families// / and IPv}), by HTTP, TCP connect, UDP and ICMP echo"
   [ -n "$cut_a" ] || echo "UDP echo hops (there/back):$HOP_COUNTS"
 }
 
@@ -301,6 +303,8 @@ done
 echo "listening: $listening"
 sysctl="$(nsenter -t "$agent_pid" -n cat /proc/sys/net/ipv4/ip_unprivileged_port_start)"
 [ "$sysctl" = 80 ] || fail "net.ipv4.ip_unprivileged_port_start is $sysctl in the agent's namespace, the chart sets 80"
+ping_groups="$(nsenter -t "$agent_pid" -n cat /proc/sys/net/ipv4/ping_group_range | tr -s '[:space:]' ' ')"
+[ "$ping_groups" = "0 2147483647 " ] || fail "net.ipv4.ping_group_range is '$ping_groups' in the agent's namespace, the chart sets 0 2147483647"
 
 step "a cut between real-1's and real-2's agents shows as exactly those pairs failing"
 # The agent's pod addresses on NODE, one per family.

@@ -36,7 +36,8 @@ enum Command {
     Controller(Box<cmd::controller::Args>),
     /// Serve the probe targets (echo API over HTTP/HTTPS), health endpoints and metrics.
     Agent(cmd::agent::Args),
-    /// Probe an HTTP(S) URL or a DNS server once from here, at a fixed rate.
+    /// Probe an HTTP(S) URL, a TCP, UDP or ICMP address, or a DNS server once from here, at a
+    /// fixed rate.
     Probe(cmd::probe::Args),
     /// Run task files for real on this machine, no cluster: echo targets, the report store and
     /// the API server in one process; `kubectl get kdoctorreport` reads the reports.

@@ -1,4 +1,4 @@
-//! One probe run outside any task (`kdoctor probe http|tcp|udp|dns`): build the prober, run it with a
+//! One probe run outside any task (`kdoctor probe http|tcp|udp|icmp|dns`): build the prober, run it with a
 //! progress counter, and return the agent report a round with that one target would produce.
 
 use std::net::SocketAddr;
@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kdoctor_api::report::protocol::{Protocol, TCP_METHOD, UDP_METHOD};
+use kdoctor_api::report::protocol::{ICMP_METHOD, Protocol, TCP_METHOD, UDP_METHOD};
 use kdoctor_api::report::{
     AppHttpHealthyTaskDetail, NetReachTaskDetail, Report, TargetOutcome, TaskResult,
     TotalRunningLoad,
@@ -17,10 +17,10 @@ use kdoctor_transport::tls::{Identity, ServerTrust, TlsError, client_config, rea
 use crate::config::host_name;
 use crate::metrics::Metrics;
 use crate::pacer::ScheduleError;
+use crate::probe::datagram::{EchoCodec, IcmpEcho, IcmpProber, PayloadSizeError, UdpProber};
 use crate::probe::dns::{DnsProber, DnsRequestSpec, DnsSetupError};
 use crate::probe::http::{HttpProber, HttpRequestSpec, HttpSetupError, client_alpn};
 use crate::probe::tcp::TcpProber;
-use crate::probe::udp::{PayloadSizeError, UdpProber};
 use crate::probe::{Measurement, Plan, Prober, Progress, run};
 use crate::report::{
     APP_HTTP_HEALTHY_TARGET_NAME, KindResult, RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY,
@@ -43,9 +43,12 @@ pub enum SetupError {
     /// Domain, DoT settings.
     #[error("{0}")]
     Dns(#[from] DnsSetupError),
-    /// A UDP datagram size out of range.
+    /// A UDP or ICMP datagram size out of range.
     #[error("{0}")]
-    Udp(#[from] PayloadSizeError),
+    Size(#[from] PayloadSizeError),
+    /// This process may not open ICMP echo sockets.
+    #[error("{0}")]
+    Icmp(std::io::Error),
     /// The timeout is zero.
     #[error("timeout must be positive")]
     Timeout,
@@ -227,24 +230,43 @@ pub async fn probe_udp(
     Ok(socket_outcome(Protocol::Udp, addr, load, measured))
 }
 
-/// The outcome of a run against a socket address (TCP, UDP), as a NetReach round reports it.
+/// Sends ICMP echo requests of `payload_bytes` (ICMP header included) to one address; the
+/// report is a NetReach round's with that one entry.
+pub async fn probe_icmp(
+    addr: std::net::IpAddr,
+    payload_bytes: usize,
+    load: &Load,
+    progress: Arc<Progress>,
+    metrics: Option<Metrics>,
+) -> Result<Outcome, SetupError> {
+    let plan = plan(load)?;
+    let addr = SocketAddr::new(addr, 0);
+    let prober = IcmpProber::new(addr, payload_bytes)?;
+    // Refused sockets would fail every request alike: say so once, before the run.
+    IcmpEcho::open(addr).map_err(SetupError::Icmp)?;
+    let measured = measure(prober, plan, progress, metrics).await;
+    Ok(socket_outcome(Protocol::Icmp, addr, load, measured))
+}
+
+/// The outcome of a run against a socket address (TCP, UDP, ICMP), as a NetReach round reports
+/// it.
 fn socket_outcome(
     protocol: Protocol,
     addr: SocketAddr,
     load: &Load,
     (measurement, started, usage): (Measurement, jiff::Timestamp, Usage),
 ) -> Outcome {
-    let (scheme, method) = match protocol {
-        Protocol::Udp => ("udp", UDP_METHOD),
-        _ => ("tcp", TCP_METHOD),
+    let (url, method) = match protocol {
+        Protocol::Udp => (format!("udp://{addr}"), UDP_METHOD),
+        Protocol::Icmp => (format!("icmp://{}", addr.ip()), ICMP_METHOD),
+        _ => (format!("tcp://{addr}"), TCP_METHOD),
     };
-    let detail: NetReachTaskDetail = http_detail(
-        &socket_target_name(protocol, addr),
-        &format!("{scheme}://{addr}"),
-        method,
-        &measurement,
-        load.expect.as_ref(),
-    );
+    let name = match protocol {
+        Protocol::Icmp => protocol.entry_name(&addr.ip().to_string()),
+        _ => socket_target_name(protocol, addr),
+    };
+    let detail: NetReachTaskDetail =
+        http_detail(&name, &url, method, &measurement, load.expect.as_ref());
     outcome(
         (started, usage),
         TotalRunningLoad {

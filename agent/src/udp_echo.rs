@@ -1,5 +1,5 @@
 //! The UDP echo port every agent serves as a probe target (`spec.target.udp`): each kdoctor
-//! echo request (probe::udp::wire) is sent back, the same size, with the TTL or hop limit it
+//! echo request (probe::datagram::wire) is sent back, the same size, with the TTL or hop limit it
 //! arrived with and the kernel's receive time written in. Anything else is dropped.
 //!
 //! What a hostile sender can do with it is bounded: an echo is never larger than its request,
@@ -14,8 +14,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
-use crate::probe::udp::socket::{self, enable_receive_info, wall_ns};
-use crate::probe::udp::wire::{MAX_BYTES, make_echo};
+use crate::probe::datagram::socket::{self, enable_receive_info, wall_ns};
+use crate::probe::datagram::wire::{MAX_BYTES, make_echo};
 
 /// Most echoes a port sends per second: a NetReach round of 5,000 agents at 10 datagrams a
 /// second each, with room; more is an attack or a mistake, not a probe.

@@ -120,21 +120,24 @@ fn spec_rules() -> [ValidationRule; 3] {
     ]
 }
 
-/// `expect.maxJitterInMs` only where UDP echoes measure jitter: a NetReach task with
-/// `target.udp` (the controller's message, word for word).
+/// `expect.maxJitterInMs` only where echoes measure jitter: a NetReach task with `target.udp`
+/// or `target.icmp` (the controller's message, word for word).
 fn jitter_bound(kind: TaskKind) -> ValidationRule {
     let unbounded = "!has(self.expect) || !has(self.expect.maxJitterInMs)";
     let (rule_text, why) = match kind {
         TaskKind::NetReach => (
-            format!("{unbounded} || (has(self.target) && has(self.target.udp) && self.target.udp)"),
-            "without target.udp",
+            format!(
+                "{unbounded} || (has(self.target) && ((has(self.target.udp) && self.target.udp) \
+                 || (has(self.target.icmp) && self.target.icmp)))"
+            ),
+            "without target.udp or target.icmp",
         ),
         TaskKind::AppHttpHealthy => (unbounded.to_string(), "in an AppHttpHealthy task"),
         TaskKind::Netdns => (unbounded.to_string(), "in a Netdns task"),
     };
     rule(
         rule_text,
-        &format!("jitter is measured by UDP echoes only: nothing measures it {why}"),
+        &format!("jitter is measured by UDP and ICMP echoes only: nothing measures it {why}"),
         Some(".expect.maxJitterInMs"),
     )
 }

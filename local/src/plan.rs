@@ -8,8 +8,8 @@ use std::time::Duration;
 use kdoctor_agent::round::execute::RoundPlan;
 use kdoctor_agent::round::prepare::{Actor, prepare};
 use kdoctor_agent::round::targets::{
-    Carrier, CarrierPod, app_http_target, netdns_targets, netreach_targets, tcp_targets,
-    udp_targets,
+    Carrier, CarrierPod, app_http_target, icmp_targets, netdns_targets, netreach_targets,
+    tcp_targets, udp_targets,
 };
 use kdoctor_api::config::Config;
 use kdoctor_api::defaults::ClusterFacts;
@@ -213,6 +213,7 @@ pub fn local_plan(
             let (targets, missing) = netreach_targets(&target, carrier);
             plan.tcp = tcp_targets(&target, &targets);
             plan.udp = udp_targets(&target, &targets, carrier.udp_port);
+            plan.icmp = icmp_targets(&target, &targets);
             plan.http = targets;
             plan.setup_failures = missing;
             Ok(plan)

@@ -5,6 +5,10 @@
 //! `net.ipv4.ip_unprivileged_port_start` (a namespaced sysctl in Kubernetes' safe set since
 //! 1.22) to its lowest port and stays non-root; a host-network pod cannot set that sysctl and
 //! runs as root with NET_BIND_SERVICE as its only capability.
+//!
+//! ICMP echo probes (`spec.target.icmp`) use unprivileged ICMP sockets rather than NET_RAW:
+//! a pod with its own network namespace sets `net.ipv4.ping_group_range` (safe since 1.18) to
+//! every group. A host-network pod cannot; its ICMP probes work where the node allows them.
 
 use k8s_openapi::api::core::v1::{
     Capabilities, PodSecurityContext, SeccompProfile, SecurityContext, Sysctl,
@@ -12,6 +16,10 @@ use k8s_openapi::api::core::v1::{
 
 /// The sysctl that lets a non-root process bind ports from its value up.
 pub const UNPRIVILEGED_PORT_SYSCTL: &str = "net.ipv4.ip_unprivileged_port_start";
+/// The sysctl whose range of groups may open ICMP echo sockets.
+pub const PING_GROUP_SYSCTL: &str = "net.ipv4.ping_group_range";
+/// Every group.
+pub const EVERY_GROUP: &str = "0 2147483647";
 /// Ports below this need privilege (the kernel's default of the sysctl).
 pub const FIRST_UNPRIVILEGED_PORT: u16 = 1024;
 
@@ -30,11 +38,18 @@ pub fn agent_security(host_network: bool, ports: &[u16]) -> (PodSecurityContext,
             type_: "RuntimeDefault".to_string(),
             ..SeccompProfile::default()
         }),
-        sysctls: (privileged_port && !host_network).then(|| {
-            vec![Sysctl {
-                name: UNPRIVILEGED_PORT_SYSCTL.to_string(),
-                value: lowest.to_string(),
-            }]
+        sysctls: (!host_network).then(|| {
+            let mut sysctls = vec![Sysctl {
+                name: PING_GROUP_SYSCTL.to_string(),
+                value: EVERY_GROUP.to_string(),
+            }];
+            if privileged_port {
+                sysctls.push(Sysctl {
+                    name: UNPRIVILEGED_PORT_SYSCTL.to_string(),
+                    value: lowest.to_string(),
+                });
+            }
+            sysctls
         }),
         ..PodSecurityContext::default()
     };
@@ -60,8 +75,13 @@ mod tests {
         let (pod, container) = agent_security(false, &[5710, 80, 443]);
         assert_eq!(pod.run_as_non_root, Some(true));
         let sysctls = pod.sysctls.expect("sysctl");
-        assert_eq!(sysctls[0].name, UNPRIVILEGED_PORT_SYSCTL);
-        assert_eq!(sysctls[0].value, "80");
+        assert_eq!(
+            (sysctls[0].name.as_str(), sysctls[0].value.as_str()),
+            (PING_GROUP_SYSCTL, EVERY_GROUP),
+            "ICMP echo sockets for every group"
+        );
+        assert_eq!(sysctls[1].name, UNPRIVILEGED_PORT_SYSCTL);
+        assert_eq!(sysctls[1].value, "80");
         assert_eq!(container.run_as_user, None);
         let caps = container.capabilities.expect("capabilities");
         assert_eq!(caps.drop, Some(vec!["ALL".to_string()]));
@@ -87,7 +107,18 @@ mod tests {
     fn high_ports_need_neither_the_sysctl_nor_root() {
         for host_network in [false, true] {
             let (pod, container) = agent_security(host_network, &[8080, 8443, 5710]);
-            assert_eq!(pod.sysctls, None);
+            let names: Vec<String> = pod
+                .sysctls
+                .iter()
+                .flatten()
+                .map(|s| s.name.clone())
+                .collect();
+            let expected: &[&str] = if host_network {
+                &[]
+            } else {
+                &[PING_GROUP_SYSCTL]
+            };
+            assert_eq!(names, expected);
             assert_eq!(pod.run_as_non_root, Some(true));
             assert_eq!(container.run_as_user, None);
             assert_eq!(container.capabilities.and_then(|c| c.add), None);

@@ -80,8 +80,9 @@ struct MatrixArgs {
     #[arg(long, value_enum, default_value = "success")]
     metric: Metric,
     /// Which probes the cells count: `http` (the task's requests), `tcp` (its TCP connects,
-    /// with `spec.target.tcp`) or `udp` (its UDP echoes, with `spec.target.udp`).
-    #[arg(long, default_value = "http", value_parser = ["http", "tcp", "udp"])]
+    /// with `spec.target.tcp`), `udp` (its UDP echoes, with `spec.target.udp`) or `icmp` (its
+    /// ICMP echoes, with `spec.target.icmp`).
+    #[arg(long, default_value = "http", value_parser = ["http", "tcp", "udp", "icmp"])]
     protocol: String,
     /// The page of columns to print (wide clusters).
     #[arg(long, default_value_t = 1)]
@@ -420,6 +421,7 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
             Protocol::Http => "",
             Protocol::Tcp => ", TCP connects",
             Protocol::Udp => ", UDP echoes",
+            Protocol::Icmp => ", ICMP echoes",
         }
     ))?;
     super::output::print(&render(

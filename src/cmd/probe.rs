@@ -1,4 +1,4 @@
-//! `kdoctor probe http URL`, `kdoctor probe tcp|udp ADDRESS` and `kdoctor probe dns SERVER`:
+//! `kdoctor probe http URL`, `kdoctor probe tcp|udp|icmp ADDRESS` and `kdoctor probe dns SERVER`:
 //! one probe run from this machine,
 //! at a fixed rate for a fixed time, printing a summary (or the full agent report with
 //! `-o json|yaml`) and a progress line on standard error while it runs. Exit 0 when the target
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use kdoctor_agent::oneshot::{
-    ClientTls, Load, Outcome, probe_dns, probe_http, probe_tcp, probe_udp,
+    ClientTls, Load, Outcome, probe_dns, probe_http, probe_icmp, probe_tcp, probe_udp,
 };
 use kdoctor_agent::probe::Progress;
 use kdoctor_agent::probe::dns::{DnsProtocol, DnsRequestSpec, RecordType};
@@ -47,6 +47,9 @@ enum Command {
     /// Send echo datagrams to an agent's UDP echo port: loss, duplicates, reordering, jitter,
     /// hops.
     Udp(UdpArgs),
+    /// Send ICMP echo requests (ping) to an address: loss, duplicates, reordering, round-trip
+    /// jitter, hops back. Needs this process's group in net.ipv4.ping_group_range.
+    Icmp(IcmpArgs),
     /// Probe a DNS server.
     Dns(DnsArgs),
     /// Run one round of each AppHttpHealthy or Netdns (targetUser) task in a file, from here.
@@ -155,7 +158,18 @@ struct UdpArgs {
     /// resolved once, before the run).
     address: String,
     /// Bytes of each datagram (UDP payload), 40 to 65507.
-    #[arg(long, value_name = "BYTES", default_value_t = kdoctor_agent::probe::udp::DEFAULT_PAYLOAD_BYTES)]
+    #[arg(long, value_name = "BYTES", default_value_t = kdoctor_agent::probe::datagram::DEFAULT_PAYLOAD_BYTES)]
+    size: usize,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+#[derive(clap::Args)]
+struct IcmpArgs {
+    /// `IP` or `HOST` (a name is resolved once, before the run).
+    address: String,
+    /// Bytes of each ICMP message (its 8-byte header included), 48 to 65507.
+    #[arg(long, value_name = "BYTES", default_value_t = kdoctor_agent::probe::datagram::DEFAULT_PAYLOAD_BYTES)]
     size: usize,
     #[command(flatten)]
     load: LoadArgs,
@@ -207,6 +221,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             Command::Http(a) => run_http(a).await,
             Command::Tcp(a) => run_tcp(a).await,
             Command::Udp(a) => run_udp(a).await,
+            Command::Icmp(a) => run_icmp(a).await,
             Command::Dns(a) => run_dns(a).await,
             Command::Task(a) => run_task(a).await,
         }
@@ -303,8 +318,39 @@ async fn run_udp(args: &UdpArgs) -> Result<ExitCode> {
     let outcome = probe_udp(addr, args.size, &load, progress, None).await;
     ticker.abort();
     finish_progress(args.load.quiet);
-    let outcome = outcome.map_err(|e| anyhow::anyhow!("--size {}: {e}", args.size))?;
+    let outcome = outcome.map_err(|e| size_error(e, args.size))?;
     print(&outcome, &addr.to_string(), &load, args.load.output)
+}
+
+async fn run_icmp(args: &IcmpArgs) -> Result<ExitCode> {
+    if args.load.ca.is_some() {
+        bail!("--ca: an ICMP probe opens no TLS session");
+    }
+    let ip = match args
+        .address
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+    {
+        Ok(ip) => ip,
+        Err(_) => socket_address(&format!("{}:0", args.address)).await?.ip(),
+    };
+    let load = load(&args.load)?;
+    let progress = Arc::new(Progress::default());
+    let ticker = progress_line(progress.clone(), &load, args.load.quiet);
+    let outcome = probe_icmp(ip, args.size, &load, progress, None).await;
+    ticker.abort();
+    finish_progress(args.load.quiet);
+    let outcome = outcome.map_err(|e| size_error(e, args.size))?;
+    print(&outcome, &ip.to_string(), &load, args.load.output)
+}
+
+/// A set-up error of a datagram probe, naming `--size` when it is the size's.
+fn size_error(e: kdoctor_agent::oneshot::SetupError, size: usize) -> anyhow::Error {
+    match e {
+        kdoctor_agent::oneshot::SetupError::Size(e) => anyhow::anyhow!("--size {size}: {e}"),
+        other => other.into(),
+    }
 }
 
 /// The address of `kdoctor probe tcp|udp`: a socket address, or a name and port resolved once
@@ -632,7 +678,7 @@ fn summary(outcome: &Outcome, target: &str, load: &Load) -> String {
     if !r.rcodes.is_empty() {
         rows.push(("RCODE", counts(r.rcodes.iter().map(|(k, v)| (k, *v)))));
     } else if outcome.report.task_net_reach.is_none() {
-        // TCP and UDP (the one-shot runs reported as NetReach) have no status to count.
+        // TCP, UDP and ICMP (the one-shot runs reported as NetReach) have no status to count.
         rows.push(("STATUS", counts(r.http_status.iter().map(|(k, v)| (k, *v)))));
     }
     if let Some(d) = &r.datagrams {
@@ -896,6 +942,54 @@ mod tests {
             .unwrap_err();
         assert!(
             format!("{err:#}").starts_with("--size 10: payload size 10"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn an_icmp_probe_where_ping_sockets_are_refused_stops_before_the_run_saying_why() {
+        // A fresh network namespace has net.ipv4.ping_group_range "1 0": no group may open one.
+        let err = std::thread::spawn(|| {
+            // SAFETY: unshare affects only this thread's network namespace.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                panic!(
+                    "unshare: {} (the test needs root)",
+                    std::io::Error::last_os_error()
+                );
+            }
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(run_icmp(&IcmpArgs {
+                    address: "127.0.0.1".to_string(),
+                    size: 64,
+                    load: load_args(),
+                }))
+                .unwrap_err()
+        })
+        .join()
+        .unwrap();
+        assert!(
+            format!("{err:#}").contains("net.ipv4.ping_group_range"),
+            "{err:#}"
+        );
+        let err = std::thread::spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(run_icmp(&IcmpArgs {
+                    address: "127.0.0.1".to_string(),
+                    size: 20,
+                    load: load_args(),
+                }))
+                .unwrap_err()
+        })
+        .join()
+        .unwrap();
+        assert!(
+            format!("{err:#}").starts_with("--size 20: payload size 20: must be between 48"),
             "{err:#}"
         );
     }

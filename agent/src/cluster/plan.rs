@@ -14,7 +14,7 @@ use crate::round::peers;
 pub use crate::round::prepare::Actor;
 use crate::round::prepare::prepare;
 use crate::round::targets::{
-    app_http_target, netdns_targets, netreach_targets, tcp_targets, udp_targets,
+    app_http_target, icmp_targets, netdns_targets, netreach_targets, tcp_targets, udp_targets,
 };
 
 /// Builds the plan of `duty` for `task`, probing for at most `time_box`.
@@ -40,6 +40,7 @@ pub async fn plan(
             let (targets, missing) = netreach_targets(&target, &carrier);
             plan.tcp = tcp_targets(&target, &targets);
             plan.udp = udp_targets(&target, &targets, carrier.udp_port);
+            plan.icmp = icmp_targets(&target, &targets);
             plan.http = targets;
             plan.setup_failures.extend(problems);
             plan.setup_failures.extend(missing);

@@ -3,6 +3,7 @@
 //! timeout over the whole request, and every result recorded with its service time, its
 //! response time from the pacer's wake time, and the pacer's lateness.
 
+pub mod datagram;
 pub mod dns;
 pub mod http;
 pub mod outcome;
@@ -10,7 +11,6 @@ pub mod queueing;
 pub mod record;
 pub mod tcp;
 pub mod threads;
-pub mod udp;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-pub use super::udp::tally::EchoReading;
+pub use super::datagram::tally::EchoReading;
 
 /// Classes of failure a report counts separately (they point at different network faults).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::histogram::{Latencies, new_latencies, record};
+use crate::probe::datagram::tally::DatagramTally;
 use crate::probe::outcome::{Attempt, Code};
-use crate::probe::udp::tally::DatagramTally;
 
 /// Most distinct error-map keys with a detail; further details count under the bare class,
 /// so that a flood of distinct messages cannot grow a report without end.

@@ -16,7 +16,7 @@ use kdoctor_api::task::NetSuccessCondition;
 use crate::histogram::{Latencies, encode, micros_to_ms};
 use crate::judge::{Counts, Verdict, judge, judge_jitter};
 use crate::probe::Measurement;
-use crate::probe::udp::tally::DatagramTally;
+use crate::probe::datagram::tally::DatagramTally;
 
 pub mod names;
 pub use names::*;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kdoctor_api::report::protocol::{TCP_METHOD, UDP_METHOD};
+use kdoctor_api::report::protocol::{ICMP_METHOD, TCP_METHOD, UDP_METHOD};
 use kdoctor_api::report::{HttpTargetResult, Report, TargetOutcome, TaskResult, TotalRunningLoad};
 use kdoctor_api::task::{NetSuccessCondition, TaskKind};
 use kdoctor_transport::tls::{ServerTrust, client_config};
@@ -13,10 +13,10 @@ use tokio::task::JoinSet;
 
 use super::targets::{DnsTarget, HttpTarget, Load, SocketTarget};
 use crate::metrics::Metrics;
+use crate::probe::datagram::{DEFAULT_PAYLOAD_BYTES, IcmpProber, UdpProber};
 use crate::probe::dns::DnsProber;
 use crate::probe::http::{HttpProber, client_alpn};
 use crate::probe::tcp::TcpProber;
-use crate::probe::udp::{DEFAULT_PAYLOAD_BYTES, UdpProber};
 use crate::probe::{Measurement, Plan, Prober, Progress, run_observed};
 use crate::probe_metrics::{RoundLabels, TargetSeries};
 use crate::report::{
@@ -44,6 +44,8 @@ pub struct RoundPlan {
     pub tcp: Vec<SocketTarget>,
     /// UDP echo targets (NetReach with `spec.target.udp`).
     pub udp: Vec<SocketTarget>,
+    /// ICMP echo targets (NetReach with `spec.target.icmp`).
+    pub icmp: Vec<SocketTarget>,
     /// DNS targets (Netdns).
     pub dns: Vec<DnsTarget>,
     /// Load per target.
@@ -63,7 +65,8 @@ pub struct RoundPlan {
 impl RoundPlan {
     /// Targets probed, whatever their protocol (the report's `targetNumber`).
     pub fn target_count(&self) -> i64 {
-        (self.http.len() + self.tcp.len() + self.udp.len() + self.dns.len()) as i64
+        (self.http.len() + self.tcp.len() + self.udp.len() + self.icmp.len() + self.dns.len())
+            as i64
     }
 }
 
@@ -71,6 +74,7 @@ enum Done {
     Http(HttpTarget, Measurement),
     Tcp(SocketTarget, Measurement),
     Udp(SocketTarget, Measurement),
+    Icmp(SocketTarget, Measurement),
     Dns(DnsTarget, Measurement),
 }
 
@@ -141,6 +145,16 @@ pub async fn execute_with(
                     Err(e) => failures.push(format!("test {}: {e}", target.name)),
                 }
             }
+            for target in plan.icmp.clone() {
+                match IcmpProber::new(target.addr, DEFAULT_PAYLOAD_BYTES) {
+                    Ok(prober) => {
+                        let series = series(&target.name, Some(target.addr.ip()));
+                        let probing = observed(prober, schedule, metrics.clone(), series);
+                        set.spawn(async move { Done::Icmp(target, probing.await) });
+                    }
+                    Err(e) => failures.push(format!("test {}: {e}", target.name)),
+                }
+            }
             for target in plan.dns.clone() {
                 let tls = client_config(ServerTrust::Any, None, &[])
                     .map(Arc::new)
@@ -193,13 +207,14 @@ pub async fn execute_with(
             .map(|t| t.name.as_str())
             .chain(plan.tcp.iter().map(|t| t.name.as_str()))
             .chain(plan.udp.iter().map(|t| t.name.as_str()))
+            .chain(plan.icmp.iter().map(|t| t.name.as_str()))
             .chain(plan.dns.iter().map(|t| t.name.as_str()))
             .position(|n| n == name)
             .unwrap_or(usize::MAX)
     };
     done.sort_by_key(|d| match d {
         Done::Http(t, _) => position(&t.name),
-        Done::Tcp(t, _) | Done::Udp(t, _) => position(&t.name),
+        Done::Tcp(t, _) | Done::Udp(t, _) | Done::Icmp(t, _) => position(&t.name),
         Done::Dns(t, _) => position(&t.name),
     });
     let result = kind_result(&plan, &done, &context, &failures);
@@ -244,7 +259,7 @@ fn kind_result(
                         m,
                         expect,
                     )),
-                    Done::Http(..) | Done::Tcp(..) | Done::Udp(..) => None,
+                    Done::Http(..) | Done::Tcp(..) | Done::Udp(..) | Done::Icmp(..) => None,
                 })
                 .collect();
             KindResult::Netdns(result_of(TARGET_TYPE_NETDNS, details, context, failures))
@@ -328,6 +343,13 @@ fn http_details<D: From<HttpTargetResult>>(
                 &t.name,
                 &format!("udp://{}", t.addr),
                 UDP_METHOD,
+                m,
+                expect,
+            )),
+            Done::Icmp(t, m) => Some(http_detail(
+                &t.name,
+                &format!("icmp://{}", t.addr.ip()),
+                ICMP_METHOD,
                 m,
                 expect,
             )),

@@ -61,6 +61,7 @@ pub fn prepare(
         http: Vec::new(),
         tcp: Vec::new(),
         udp: Vec::new(),
+        icmp: Vec::new(),
         dns: Vec::new(),
         load,
         expect,

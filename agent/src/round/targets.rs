@@ -322,15 +322,29 @@ pub fn udp_targets(
     http: &[HttpTarget],
     udp_port: u16,
 ) -> Vec<SocketTarget> {
-    if !target.udp {
-        return Vec::new();
+    match target.udp {
+        true => pod_targets(Protocol::Udp, http, udp_port),
+        false => Vec::new(),
     }
+}
+
+/// The ICMP echo targets of a NetReach round: with `spec.target.icmp`, every agent pod IP the
+/// HTTP targets probe (port 0: ICMP has none); none without it.
+pub fn icmp_targets(target: &NetReachTarget, http: &[HttpTarget]) -> Vec<SocketTarget> {
+    match target.icmp {
+        true => pod_targets(Protocol::Icmp, http, 0),
+        false => Vec::new(),
+    }
+}
+
+/// The pod IPs of the HTTP targets, at `port`, named for `protocol`.
+fn pod_targets(protocol: Protocol, http: &[HttpTarget], port: u16) -> Vec<SocketTarget> {
     http.iter()
         .filter(|t| t.name.starts_with(POD_TARGET_PREFIX))
         .filter_map(|t| {
             Some(SocketTarget {
-                name: Protocol::Udp.entry_name(&t.name),
-                addr: SocketAddr::new(socket_addr(&t.spec.url)?.ip(), udp_port),
+                name: protocol.entry_name(&t.name),
+                addr: SocketAddr::new(socket_addr(&t.spec.url)?.ip(), port),
             })
         })
         .collect()
@@ -438,6 +452,7 @@ mod tests {
             ingress: true,
             tcp: false,
             udp: false,
+            icmp: false,
             enable_latency_metric: false,
             max_peers: None,
         };
@@ -545,6 +560,25 @@ mod tests {
             ],
             "one UDP target per agent pod IP, none for Services"
         );
+        let icmp: Vec<(String, SocketAddr)> = icmp_targets(
+            &NetReachTarget {
+                icmp: true,
+                ..target.clone()
+            },
+            &targets,
+        )
+        .into_iter()
+        .map(|t| (t.name, t.addr))
+        .collect();
+        assert_eq!(icmp.len(), 3, "one ICMP target per agent pod IP");
+        assert_eq!(
+            icmp[1],
+            (
+                "ICMP_AgentPodV6IP_kdoctor-agent-x_fd00::5".to_string(),
+                "[fd00::5]:0".parse().unwrap()
+            )
+        );
+        assert!(icmp_targets(&target, &targets).is_empty(), "icmp is off");
         assert_eq!(
             missing,
             vec![

@@ -81,6 +81,7 @@ fn plan(kind: TaskKind, http: Vec<HttpTarget>, load: Load) -> RoundPlan {
         http,
         tcp: vec![],
         udp: vec![],
+        icmp: vec![],
         dns: vec![],
         load,
         expect: None,

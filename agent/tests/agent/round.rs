@@ -26,6 +26,7 @@ fn plan(kind: TaskKind, load: Load) -> RoundPlan {
         http: vec![],
         tcp: vec![],
         udp: vec![],
+        icmp: vec![],
         dns: vec![],
         load,
         expect: None,
@@ -75,6 +76,7 @@ async fn netreach_round_against_the_echo_targets() {
         ingress: false,
         tcp: false,
         udp: false,
+        icmp: false,
         enable_latency_metric: true,
         max_peers: None,
     };

@@ -4,7 +4,8 @@
 //! prefix rather than a new field keeps the report upstream's shape (readers that know nothing
 //! of TCP see one more target) and every name unique, and a reader that strips it finds the
 //! name it already parses (pod, family, Service kind). With `spec.target.udp` each agent pod
-//! is also sent UDP echo datagrams, reported as `UDP_` and the pod's HTTP entry's name.
+//! is also sent UDP echo datagrams, reported as `UDP_` and the pod's HTTP entry's name; with
+//! `spec.target.icmp`, ICMP echo requests, reported as `ICMP_` and that name.
 
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +17,10 @@ pub const TCP_METHOD: &str = "TCP";
 pub const UDP_PREFIX: &str = "UDP_";
 /// The `method` of a UDP echo entry.
 pub const UDP_METHOD: &str = "UDP";
+/// The name prefix of an ICMP echo entry.
+pub const ICMP_PREFIX: &str = "ICMP_";
+/// The `method` of an ICMP echo entry.
+pub const ICMP_METHOD: &str = "ICMP";
 
 /// How a target entry was probed.
 #[derive(
@@ -30,19 +35,22 @@ pub enum Protocol {
     Tcp,
     /// A UDP datagram echoed by an agent.
     Udp,
+    /// An ICMP echo request and its reply.
+    Icmp,
 }
 
 impl Protocol {
     /// Every protocol, in the order they are listed.
-    pub const ALL: [Protocol; 3] = [Protocol::Http, Protocol::Tcp, Protocol::Udp];
+    pub const ALL: [Protocol; 4] = [Protocol::Http, Protocol::Tcp, Protocol::Udp, Protocol::Icmp];
 
-    /// The lowercase name (`http`, `tcp`, `udp`): a metric label value and a query
+    /// The lowercase name (`http`, `tcp`, `udp`, `icmp`): a metric label value and a query
     /// parameter's.
     pub fn as_str(self) -> &'static str {
         match self {
             Protocol::Http => "http",
             Protocol::Tcp => "tcp",
             Protocol::Udp => "udp",
+            Protocol::Icmp => "icmp",
         }
     }
 
@@ -52,12 +60,13 @@ impl Protocol {
             Protocol::Http => "",
             Protocol::Tcp => TCP_PREFIX,
             Protocol::Udp => UDP_PREFIX,
+            Protocol::Icmp => ICMP_PREFIX,
         }
     }
 
     /// The protocol of an entry's name and the name without its prefix.
     pub fn split(name: &str) -> (Protocol, &str) {
-        [Protocol::Tcp, Protocol::Udp]
+        [Protocol::Tcp, Protocol::Udp, Protocol::Icmp]
             .into_iter()
             .find_map(|p| name.strip_prefix(p.prefix()).map(|base| (p, base)))
             .unwrap_or((Protocol::Http, name))
@@ -76,7 +85,7 @@ impl std::str::FromStr for Protocol {
         Protocol::ALL
             .into_iter()
             .find(|p| p.as_str().eq_ignore_ascii_case(text))
-            .ok_or_else(|| format!("{text:?} is not a protocol (http, tcp, udp)"))
+            .ok_or_else(|| format!("{text:?} is not a protocol (http, tcp, udp, icmp)"))
     }
 }
 
@@ -94,11 +103,13 @@ mod tests {
         assert_eq!(Protocol::Http.entry_name(base), base);
         assert_eq!("TCP".parse::<Protocol>(), Ok(Protocol::Tcp));
         assert!(
-            "icmp"
+            "sctp"
                 .parse::<Protocol>()
                 .unwrap_err()
-                .contains("http, tcp, udp")
+                .contains("http, tcp, udp, icmp")
         );
+        let icmp = Protocol::Icmp.entry_name(base);
+        assert_eq!(Protocol::split(&icmp), (Protocol::Icmp, base));
         let udp = Protocol::Udp.entry_name(base);
         assert_eq!(udp, "UDP_AgentPodV4IP_kdoctor-agent-x_10.0.0.1");
         assert_eq!(Protocol::split(&udp), (Protocol::Udp, base));

@@ -55,6 +55,7 @@ pub struct NetReachSpec {
 #[x_kube(validation = Rule::new("!self.ingress || self.ipv4").message("ingress targets are IPv4 only: ingress requires ipv4").field_path(".ingress"))]
 #[x_kube(validation = Rule::new("!self.multusInterface || self.endpoint").message("multusInterface adds secondary pod IPs: it requires endpoint").field_path(".multusInterface"))]
 #[x_kube(validation = Rule::new("!has(self.udp) || !self.udp || self.endpoint").message("udp sends echoes to the agent pods' IPs: it requires endpoint").field_path(".udp"))]
+#[x_kube(validation = Rule::new("!has(self.icmp) || !self.icmp || self.endpoint").message("icmp sends echoes to the agent pods' IPs: it requires endpoint").field_path(".icmp"))]
 pub struct NetReachTarget {
     /// Probe IPv4 addresses.
     #[serde(default = "yes")]
@@ -91,6 +92,13 @@ pub struct NetReachTarget {
     /// loss, duplicates, reordering, one-way jitter and hop counts, judged by the same `expect`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub udp: bool,
+    /// Also send ICMP echo requests (ping) to every agent pod IP, at the request's rate
+    /// (beyond upstream): each pod IP target gets an entry named `ICMP_<its name>`, with loss,
+    /// duplicates, reordering, round-trip jitter and the hops back, judged by the same
+    /// `expect`. The agents need `net.ipv4.ping_group_range` to include their group (the
+    /// chart sets it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub icmp: bool,
     /// Report the full latency distribution, not only the mean.
     #[serde(default)]
     pub enable_latency_metric: bool,
@@ -116,6 +124,7 @@ impl Default for NetReachTarget {
             ingress: false,
             tcp: false,
             udp: false,
+            icmp: false,
             enable_latency_metric: false,
             max_peers: None,
         }

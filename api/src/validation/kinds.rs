@@ -75,17 +75,24 @@ pub(super) fn net_reach(
             "udp sends echoes to the agent pods' IPs: it requires endpoint",
         ));
     }
-    if !target.udp {
+    if target.icmp && !target.endpoint {
+        errors.push(FieldError::invalid(
+            path.child("icmp"),
+            true,
+            "icmp sends echoes to the agent pods' IPs: it requires endpoint",
+        ));
+    }
+    if !target.udp && !target.icmp {
         no_jitter_bound(
             spec.expect.as_ref(),
-            "without target.udp",
+            "without target.udp or target.icmp",
             &expect_path,
             errors,
         );
     }
 }
 
-/// `spec.expect.maxJitterInMs` where nothing measures jitter (only UDP echoes do).
+/// `spec.expect.maxJitterInMs` where nothing measures jitter (only UDP and ICMP echoes do).
 fn no_jitter_bound(
     expect: Option<&NetSuccessCondition>,
     why: &str,
@@ -95,7 +102,7 @@ fn no_jitter_bound(
     if expect.is_some_and(|e| e.max_jitter_in_ms.is_some()) {
         errors.push(FieldError::forbidden(
             path.child("maxJitterInMs"),
-            format!("jitter is measured by UDP echoes only: nothing measures it {why}"),
+            format!("jitter is measured by UDP and ICMP echoes only: nothing measures it {why}"),
         ));
     }
 }

@@ -38,6 +38,7 @@ fn omitted_net_reach_blocks_take_upstream_webhook_defaults() {
             ingress: false,
             tcp: false,
             udp: false,
+            icmp: false,
             enable_latency_metric: false,
             max_peers: None,
         })

@@ -373,12 +373,22 @@ fn cases() -> Vec<Case> {
             crd_rejects: true,
         },
         Case {
+            rule: "NetReach: icmp without endpoint",
+            kind: NR,
+            name: "t",
+            spec: "target: {endpoint: false, clusterIP: true, icmp: true}",
+            errors: &[
+                "spec.target.icmp: Invalid value: true: icmp sends echoes to the agent pods' IPs: it requires endpoint",
+            ],
+            crd_rejects: true,
+        },
+        Case {
             rule: "NetReach: maxJitterInMs without udp",
             kind: NR,
             name: "t",
             spec: "target: {endpoint: true}\nexpect: {successRate: 1, maxJitterInMs: 2}",
             errors: &[
-                "spec.expect.maxJitterInMs: Forbidden: jitter is measured by UDP echoes only: nothing measures it without target.udp",
+                "spec.expect.maxJitterInMs: Forbidden: jitter is measured by UDP and ICMP echoes only: nothing measures it without target.udp or target.icmp",
             ],
             crd_rejects: true,
         },
@@ -398,7 +408,7 @@ fn cases() -> Vec<Case> {
             name: "t",
             spec: "expect: {successRate: 1, maxJitterInMs: 2}",
             errors: &[
-                "spec.expect.maxJitterInMs: Forbidden: jitter is measured by UDP echoes only: nothing measures it in a Netdns task",
+                "spec.expect.maxJitterInMs: Forbidden: jitter is measured by UDP and ICMP echoes only: nothing measures it in a Netdns task",
             ],
             crd_rejects: true,
         },

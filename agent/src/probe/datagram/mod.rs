@@ -1,17 +1,21 @@
-//! The UDP echo prober: each request is one datagram to an agent's UDP echo port
-//! (crate::udp_echo), answered by its echo. Beyond the latency of each, the stream shows what
-//! only datagrams show: loss, duplicates, reordering, the jitter of the path to the target
-//! (from the target's kernel receive times) and how many routers each way.
+//! The datagram echo probers: each request is one datagram, answered by its echo — a UDP
+//! datagram to an agent's UDP echo port (crate::udp_echo), or an ICMP echo request to any
+//! address. Beyond the latency of each, the stream shows what only datagrams show: loss,
+//! duplicates, reordering, jitter and how many routers each way.
 //!
 //! One connected socket per target carries every datagram, so the kernel drops anything not
-//! from the target and an ICMP "port unreachable" comes back as a refusal. There is no reader
-//! task: whichever request is waiting reads the socket and hands each echo to the request it
-//! belongs to (often itself), so an echo wakes one task, not two.
+//! from the target (and, for UDP, an ICMP "port unreachable" comes back as a refusal). There is
+//! no reader task: whichever request is waiting reads the socket and hands each echo to the
+//! request it belongs to (often itself), so an echo wakes one task, not two. What differs
+//! between UDP and ICMP — the socket, the datagram around kdoctor's header, what the echo tells
+//! — is an [`EchoCodec`].
 
 mod ancillary;
+pub mod icmp;
 pub mod sequence;
 pub mod socket;
 pub mod tally;
+pub mod udp;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -26,12 +30,39 @@ use super::Prober;
 use super::http::classify_io;
 use super::outcome::{Attempt, ErrorClass, ProbeError};
 use super::record::Recorder;
+pub use icmp::IcmpEcho;
 use sequence::{Arrival, Book};
 use tally::EchoReading;
+pub use udp::UdpEcho;
 use wire::{HEADER_BYTES, MAX_BYTES, Request};
 
 /// The datagram size when none is asked for: a small probe, as most application traffic.
 pub const DEFAULT_PAYLOAD_BYTES: usize = 64;
+
+/// What an echo said, read by a codec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decoded {
+    /// The request it echoes.
+    pub request: Request,
+    /// TTL or hop limit the target read on the request (UDP echo ports write it in).
+    pub target_ttl: Option<u8>,
+    /// The target's receive time (ns, its clock), when the target writes it in.
+    pub target_received_ns: Option<u64>,
+}
+
+/// How one kind of echo is carried.
+pub trait EchoCodec: Send + Sync + 'static {
+    /// `udp` or `icmp` (metric label).
+    const KIND: &'static str;
+    /// Bytes the codec puts around kdoctor's header.
+    const OVERHEAD: usize;
+    /// A socket of the target's family, not yet connected.
+    fn open(addr: SocketAddr) -> io::Result<socket2::Socket>;
+    /// The datagram of `request`, `size` bytes long, to an IPv6 target or not.
+    fn encode(request: &Request, size: usize, ipv6: bool) -> Vec<u8>;
+    /// The echo in `datagram`, if it is one.
+    fn decode(datagram: &[u8]) -> Option<Decoded>;
+}
 
 /// Echoes drained from the socket when the run ends (late ones and duplicates still queued).
 const MAX_DRAINED: usize = 10_000;
@@ -43,8 +74,9 @@ struct Waiting {
     waiters: HashMap<u64, oneshot::Sender<EchoReading>>,
 }
 
-/// Probes one UDP echo port.
-pub struct UdpProber {
+/// Probes one target with echoes carried by `C`.
+pub struct DatagramProber<C> {
+    codec: std::marker::PhantomData<C>,
     addr: SocketAddr,
     payload_bytes: usize,
     stream: u64,
@@ -52,18 +84,37 @@ pub struct UdpProber {
     waiting: Mutex<Waiting>,
 }
 
-/// Why a UDP prober cannot be built.
-#[derive(Debug, thiserror::Error)]
-#[error("payload size {0}: must be between {HEADER_BYTES} and {MAX_BYTES} bytes")]
-pub struct PayloadSizeError(pub usize);
+/// Probes one UDP echo port.
+pub type UdpProber = DatagramProber<UdpEcho>;
+/// Probes one address with ICMP echo requests.
+pub type IcmpProber = DatagramProber<IcmpEcho>;
 
-impl UdpProber {
-    /// A prober of `addr` sending `payload_bytes` per datagram.
-    pub fn new(addr: SocketAddr, payload_bytes: usize) -> Result<UdpProber, PayloadSizeError> {
-        if !(HEADER_BYTES..=MAX_BYTES).contains(&payload_bytes) {
-            return Err(PayloadSizeError(payload_bytes));
+/// Why a datagram prober cannot be built.
+#[derive(Debug, thiserror::Error)]
+#[error("payload size {size}: must be between {min} and {max} bytes")]
+pub struct PayloadSizeError {
+    /// The size asked for.
+    pub size: usize,
+    /// The smallest the codec takes.
+    pub min: usize,
+    /// The largest.
+    pub max: usize,
+}
+
+impl<C: EchoCodec> DatagramProber<C> {
+    /// A prober of `addr` sending `payload_bytes` per datagram (the transport's payload:
+    /// UDP's, or ICMP's with its 8-byte header).
+    pub fn new(addr: SocketAddr, payload_bytes: usize) -> Result<Self, PayloadSizeError> {
+        let (min, max) = (HEADER_BYTES + C::OVERHEAD, MAX_BYTES);
+        if !(min..=max).contains(&payload_bytes) {
+            return Err(PayloadSizeError {
+                size: payload_bytes,
+                min,
+                max,
+            });
         }
-        Ok(UdpProber {
+        Ok(DatagramProber {
+            codec: std::marker::PhantomData,
             addr,
             payload_bytes,
             stream: rand::random(),
@@ -86,11 +137,7 @@ impl UdpProber {
             SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
             SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
         };
-        let socket = socket2::Socket::new(
-            socket2::Domain::for_address(self.addr),
-            socket2::Type::DGRAM,
-            None,
-        )?;
+        let socket = C::open(self.addr)?;
         socket.set_nonblocking(true)?;
         socket.bind(&local.into())?;
         socket.connect(&self.addr.into())?;
@@ -103,10 +150,17 @@ impl UdpProber {
     }
 
     /// Hands an echo read off the socket to the request awaiting it, or counts it.
-    fn dispatch(&self, echo: &[u8], return_ttl: Option<u8>) {
-        let Some(echo) = wire::read_echo(echo).filter(|e| e.request.stream == self.stream) else {
+    fn dispatch(&self, echo: &[u8], received: ancillary::Received) {
+        let Some(echo) = C::decode(echo).filter(|e| e.request.stream == self.stream) else {
             return;
         };
+        // One-way from the target's receive time when it writes it in (UDP), else the round
+        // trip to this kernel's receive time (ICMP): either way differences between echoes are
+        // the path's jitter, and clock offsets cancel.
+        let arrived = echo
+            .target_received_ns
+            .or(received.kernel_time_ns)
+            .unwrap_or_else(socket::wall_ns);
         let seq = echo.request.seq;
         let mut waiting = self.waiting();
         let waiter = waiting.waiters.remove(&seq);
@@ -115,9 +169,9 @@ impl UdpProber {
         {
             // A request dropped by its timeout just now lost its echo: it counts as a loss.
             let _ = waiter.send(EchoReading {
-                transit_ns: echo.received_ns.wrapping_sub(echo.request.sent_ns) as i64,
-                forward_hops: echo.ttl.and_then(socket::hops),
-                return_hops: return_ttl.and_then(socket::hops),
+                transit_ns: arrived.wrapping_sub(echo.request.sent_ns) as i64,
+                forward_hops: echo.target_ttl.and_then(socket::hops),
+                return_hops: received.ttl.and_then(socket::hops),
                 reordered,
             });
         }
@@ -135,13 +189,12 @@ impl UdpProber {
         // A request dropped by the engine's timeout stops waiting: its echo, if it ever
         // comes, is late.
         let _unregister = Unregister { prober: self, seq };
-        let mut datagram = vec![0u8; self.payload_bytes];
-        Request {
+        let request = Request {
             stream: self.stream,
             seq,
             sent_ns: socket::wall_ns(),
-        }
-        .write(&mut datagram);
+        };
+        let datagram = C::encode(&request, self.payload_bytes, self.addr.is_ipv6());
         socket.send(&datagram).await.map_err(|e| classify_io(&e))?;
         let mut buf = vec![0u8; self.payload_bytes + 1];
         tokio::pin!(answer);
@@ -152,7 +205,7 @@ impl UdpProber {
                     return reading.map_err(|_| ProbeError::new(ErrorClass::Other, "echo lost"));
                 }
                 read = socket::recv(socket, &mut buf) => match read {
-                    Ok(d) if !d.truncated => self.dispatch(&buf[..d.len], d.info.ttl),
+                    Ok(d) if !d.truncated => self.dispatch(&buf[..d.len], d.info),
                     Ok(_) => {}
                     Err(e) => return Err(classify_io(&e)),
                 },
@@ -162,20 +215,20 @@ impl UdpProber {
 }
 
 /// Removes a request's waiter when it stops waiting.
-struct Unregister<'a> {
-    prober: &'a UdpProber,
+struct Unregister<'a, C: EchoCodec> {
+    prober: &'a DatagramProber<C>,
     seq: u64,
 }
 
-impl Drop for Unregister<'_> {
+impl<C: EchoCodec> Drop for Unregister<'_, C> {
     fn drop(&mut self) {
         self.prober.waiting().waiters.remove(&self.seq);
     }
 }
 
-impl Prober for UdpProber {
+impl<C: EchoCodec> Prober for DatagramProber<C> {
     fn kind(&self) -> &'static str {
-        "udp"
+        C::KIND
     }
 
     async fn probe(&self) -> Attempt {
@@ -199,7 +252,7 @@ impl Prober for UdpProber {
             let mut buf = vec![0u8; self.payload_bytes + 1];
             for _ in 0..MAX_DRAINED {
                 match socket::try_recv(socket, &mut buf) {
-                    Ok(d) if !d.truncated => self.dispatch(&buf[..d.len], d.info.ttl),
+                    Ok(d) if !d.truncated => self.dispatch(&buf[..d.len], d.info),
                     Ok(_) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(_) => {}

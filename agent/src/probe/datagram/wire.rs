@@ -13,6 +13,9 @@
 //! 40..    zero padding up to the request's size; the echo is the same size
 //! ```
 //!
+//! ICMP echo requests carry the same header as their payload, which the reply returns as it
+//! is (a request).
+//!
 //! Only requests are echoed, so two echo ports cannot be made to bounce a datagram between
 //! each other, and an echo is never larger than its request (no amplification).
 
@@ -96,6 +99,18 @@ pub fn make_echo(datagram: &mut [u8], ttl: Option<u8>, received_ns: u64) -> bool
     true
 }
 
+/// Reads a request (what an ICMP echo reply carries back unchanged); `None` for anything else.
+pub fn read_request(datagram: &[u8]) -> Option<Request> {
+    if !header(datagram, KIND_REQUEST) {
+        return None;
+    }
+    Some(Request {
+        stream: u64_at(datagram, 8),
+        seq: u64_at(datagram, 16),
+        sent_ns: u64_at(datagram, 24),
+    })
+}
+
 /// Reads an echo; `None` for anything else.
 pub fn read_echo(datagram: &[u8]) -> Option<Echo> {
     if !header(datagram, KIND_ECHO) {
@@ -127,6 +142,7 @@ mod tests {
         assert!(request.write(&mut datagram));
         assert!(datagram[40..].iter().all(|b| *b == 0), "padding is zeroed");
         assert_eq!(read_echo(&datagram), None, "a request is not an echo");
+        assert_eq!(read_request(&datagram), Some(request));
         assert!(make_echo(&mut datagram, Some(62), 5_000));
         assert_eq!(datagram.len(), 100);
         assert_eq!(

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::metrics::Metrics;
-use crate::probe::outcome::ErrorClass;
+use crate::probe::outcome::{Attempt, ErrorClass};
 use crate::probe::{Plan, Progress, run};
 
 async fn echo_port(ip: std::net::IpAddr) -> (SocketAddr, Metrics, tokio::task::JoinHandle<()>) {
@@ -171,4 +171,74 @@ async fn loss_duplicates_and_reordering_on_the_path_are_counted() {
         "held-back echoes come after later ones"
     );
     assert_eq!(tally.forward_hops.most_seen(), Some(0));
+}
+
+/// Runs `body` on a thread of its own network namespace (loopback up), whose
+/// `net.ipv4.ping_group_range` is `range`: ICMP sockets are allowed or refused there whatever
+/// the machine's own setting.
+fn in_namespace<T: Send + 'static>(
+    range: &'static str,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        // SAFETY: unshare affects only this thread's network namespace.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            panic!(
+                "unshare(CLONE_NEWNET): {} (the test needs root)",
+                std::io::Error::last_os_error()
+            );
+        }
+        let up = std::process::Command::new("ip")
+            .args(["link", "set", "lo", "up"])
+            .status()
+            .expect("ip link set lo up");
+        assert!(up.success());
+        std::fs::write("/proc/sys/net/ipv4/ping_group_range", range)
+            .expect("setting this namespace's ping_group_range");
+        body()
+    })
+    .join()
+    .expect("the namespace's thread")
+}
+
+fn icmp_probes(addr: SocketAddr, n: usize) -> Vec<Attempt> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(async {
+            let prober = IcmpProber::new(addr, 64).expect("prober");
+            let mut attempts = Vec::new();
+            for _ in 0..n {
+                attempts.push(prober.probe().await);
+            }
+            attempts
+        })
+}
+
+#[test]
+fn icmp_echoes_are_answered_with_their_hops_back_and_a_refused_socket_says_why() {
+    let attempts = in_namespace("0 2147483647", || {
+        let mut all = icmp_probes(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), 3);
+        all.extend(icmp_probes(SocketAddr::from((Ipv6Addr::LOCALHOST, 0)), 3));
+        all
+    });
+    for attempt in &attempts {
+        assert_eq!(attempt.result, Ok(()), "{attempts:?}");
+        let echo = attempt.echo.expect("an echo reading");
+        assert_eq!(
+            (echo.forward_hops, echo.return_hops),
+            (None, Some(0)),
+            "an ICMP reply tells the hops back only"
+        );
+        assert!(echo.transit_ns > 0, "the round trip: {echo:?}");
+    }
+    let refused = in_namespace("1 0", || {
+        icmp_probes(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), 1)
+    });
+    let error = refused[0].result.clone().expect_err("no ICMP socket");
+    assert!(
+        error.detail.contains("net.ipv4.ping_group_range"),
+        "{error}"
+    );
 }
