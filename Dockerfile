@@ -18,6 +18,6 @@ RUN hack/image/rootfs.sh "$(hack/image/binary.sh)" /rootfs
 FROM scratch
 COPY --from=build /rootfs/ /
 ENV PATH=/usr/bin SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
-EXPOSE 80/tcp 443/tcp 3000/tcp 5710/tcp 5711/tcp 5721/tcp 5722/tcp 6443/tcp
+EXPOSE 80/tcp 443/tcp 3000/tcp 5710/tcp 5711/tcp 5712/udp 5721/tcp 5722/tcp 6443/tcp
 USER 65532:65532
 ENTRYPOINT ["/usr/bin/kdoctor"]

@@ -207,16 +207,20 @@ check_pods() {
 # agent pod sent UDP echoes (spec.target.udp, entries UDP_<name>), once it finished: sets ROWS
 # to its report's rows (the node, then target=successRate for each target), HOPS to the same
 # with target=forwardHops/returnHops, and ROUND_RESULT.
-ROUND_RESULT="" ROWS="" HOPS="" ROUND_IPV6=0
+# The path MTU of each UDP entry is searched too (spec.target.pathMTU): MTUS has
+# target=pathMTU/pathMTULimit; with ROUND_MIN_MTU set, expect.minPathMTU bounds it.
+ROUND_RESULT="" ROWS="" HOPS="" MTUS="" ROUND_IPV6=0 ROUND_MIN_MTU=""
 finished() { [ "$(k get netreach "$1" -o jsonpath='{.status.finish}')" = true ]; }
 round() { # name
   local v6=()
   [ "$ROUND_IPV6" = 0 ] || v6=(-e 's/^    ipv4: true$/    ipv4: true\n    ipv6: true/')
-  sed -e "s/^  name: task$/  name: $1/" -e 's/^    nodePort: true$/    nodePort: true\n    tcp: true\n    udp: true\n    icmp: true/' "${v6[@]}" examples/netreach.yaml |
+  [ -z "$ROUND_MIN_MTU" ] || v6+=(-e "s/^    successRate: 1\$/    successRate: 1\n    minPathMTU: $ROUND_MIN_MTU/")
+  sed -e "s/^  name: task$/  name: $1/" -e 's/^    nodePort: true$/    nodePort: true\n    tcp: true\n    udp: true\n    icmp: true\n    pathMTU: true/' "${v6[@]}" examples/netreach.yaml |
     k apply -f - >/dev/null
   wait_until 180 "the NetReach $1 round did not finish" finished "$1"
   ROUND_RESULT="$(k get netreach "$1" -o jsonpath='{.status.lastRoundStatus}')"
   ROWS="$(k get kdoctorreport "netreach-$1" -o jsonpath='{range .report.latestRoundReport[*]}{.nodeName}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestSucceedRate}{end}{"\n"}{end}')"
+  MTUS="$(k get kdoctorreport "netreach-$1" -o jsonpath='{range .report.latestRoundReport[*]}{.nodeName}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestTargetMetrics.datagrams.pathMTU}{"/"}{.requestTargetMetrics.datagrams.pathMTULimit}{end}{"\n"}{end}')"
   HOPS="$(k get kdoctorreport "netreach-$1" -o jsonpath='{range .report.latestRoundReport[*]}{.nodeName}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestTargetMetrics.datagrams.forwardHops}{"/"}{.requestTargetMetrics.datagrams.returnHops}{end}{"\n"}{end}')"
 }
 # The success rate of the pod target POD over IP FAMILY (4, 6) in NODE's row of ROWS, its HTTP
@@ -230,7 +234,7 @@ pod_rate() { # rows node pod family [prefix]
 # 1 too, and the UDP echoes' hops (HOPS) 0/0 from an agent to itself, at least 2 each way
 # across nodes.
 check_rows() { # rows [cut_a cut_b]
-  local rows="$1" cut_a="${2:-}" cut_b="${3:-}" nodes from pod to rate want family families=4 pairs=0 prefix hops HOP_COUNTS=""
+  local rows="$1" cut_a="${2:-}" cut_b="${3:-}" nodes from pod to rate want family families=4 pairs=0 prefix hops HOP_COUNTS="" MTU_SEEN=""
   [ "$ROUND_IPV6" = 0 ] || families="4 6"
   echo "$rows" | cut -c1-200
   nodes="$(awk '{ print $1 }' <<<"$rows" | sort | tr '\n' ' ')"
@@ -256,6 +260,7 @@ check_rows() { # rows [cut_a cut_b]
               fail "$from to $pod (on $to) over IPv$family: hops $hops (there/back), expected at least 2/2 across nodes"
           fi
           HOP_COUNTS+=" $from>$to:$hops"
+          check_mtu "$from" "$pod" "$family" "$(expected_mtu "$from" "$to")"
         fi
         [ "$from" = "$to" ] || pairs=$((pairs + 1))
       done
@@ -268,6 +273,26 @@ check_rows() { # rows [cut_a cut_b]
   fi
   echo "every node's row checked: $pairs pairs across node boundaries (IPv${families// / and IPv}), by HTTP, TCP connect, UDP and ICMP echo"
   [ -n "$cut_a" ] || echo "UDP echo hops (there/back):$HOP_COUNTS"
+  [ -n "$cut_a" ] || echo "path MTUs:$MTU_SEEN"
+}
+
+# The path MTU (and why no larger) expected from FROM to the agent on TO: LOW_NODE's link
+# lowered to LOW_MTU makes the pairs through it fragmentation-needed (its node's router and the
+# network's both say so), or, with LOW_HOLE=1 (the network's "fragmentation needed" dropped),
+# a black hole towards it; an agent to itself goes over its pod's loopback.
+LOW_NODE="" LOW_MTU="" LOW_HOLE=0
+expected_mtu() { # from to
+  if [ "$1" = "$2" ]; then echo "65535/interface"
+  elif [ -n "$LOW_NODE" ] && [ "$2" = "$LOW_NODE" ] && [ "$LOW_HOLE" = 1 ]; then echo "$LOW_MTU/black-hole"
+  elif [ -n "$LOW_NODE" ] && { [ "$1" = "$LOW_NODE" ] || [ "$2" = "$LOW_NODE" ]; }; then echo "$LOW_MTU/fragmentation-needed"
+  else echo "1500/interface"
+  fi
+}
+check_mtu() { # from pod family expected
+  local got
+  got="$(pod_rate "$MTUS" "$1" "$2" "$3" UDP_)"
+  [ "$got" = "$4" ] || fail "$1 to $2 (on ${AGENT_NODE[$2]}) over IPv$3: path MTU $got, expected $4"
+  MTU_SEEN+=" $1>${AGENT_NODE[$2]}:$got"
 }
 
 # Checks an install: every pod, the APIService, and a round (task NAME) across the real nodes.
@@ -327,6 +352,30 @@ cut_apart -D
 [ "$ROUND_RESULT" = fail ] || fail "the round with real-1 and real-2 cut apart ended '$ROUND_RESULT', not fail"
 check_rows "$ROWS" real-1 real-2
 echo "the report names the cut pairs (real-1 <-> real-2) and only them"
+
+step "real-1's link lowered to 1400 bytes: exactly the pairs through it have a path MTU of 1400"
+lower_link() { # mtu
+  in_net ip link set rn1 mtu "$1"
+  ip netns exec "$(real_node_netns 1)" ip link set eth0 mtu "$1"
+}
+frag_needed() { # -I or -D: the network's own "fragmentation needed" / "packet too big"
+  in_net iptables "$1" OUTPUT -p icmp --icmp-type fragmentation-needed -j DROP
+  [ "$FAMILIES" = 4 ] || in_net ip6tables "$1" OUTPUT -p icmpv6 --icmpv6-type packet-too-big -j DROP
+}
+lower_link 1400
+LOW_NODE=real-1 LOW_MTU=1400 ROUND_MIN_MTU=1500
+round mtu
+[ "$ROUND_RESULT" = fail ] || { lower_link 1500; fail "the round with real-1's link at 1400 bytes and minPathMTU 1500 ended '$ROUND_RESULT', not fail"; }
+check_rows "$ROWS"
+step "and with the network's \"fragmentation needed\" dropped, a black hole towards real-1"
+frag_needed -I
+LOW_HOLE=1
+round mtuhole
+frag_needed -D
+lower_link 1500
+LOW_NODE="" LOW_MTU="" LOW_HOLE=0 ROUND_MIN_MTU=""
+check_rows "$ROWS"
+echo "the lowered link shows as path MTU 1400 on exactly the pairs through it, told apart as fragmentation-needed or black-hole"
 
 # Who answered 30 fresh connections to URL, made by CMD... (curl in a namespace), and the
 # caller's address each saw: "count server client" lines.

@@ -4,6 +4,8 @@
 
 use kdoctor_api::task::NetSuccessCondition;
 
+use crate::probe::datagram::tally::PathMtuFinding;
+
 /// What a target's judgement is made from.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Counts {
@@ -116,9 +118,88 @@ pub fn judge_jitter(
     }
 }
 
+/// A verdict that also holds a UDP echo target's path MTU (`finding`, when a search ran) to
+/// `expect`'s `minPathMTU`: a target that passed fails when its path takes less, or when the
+/// search found nothing.
+pub fn judge_path_mtu(
+    verdict: Verdict,
+    expect: Option<&NetSuccessCondition>,
+    finding: Option<&PathMtuFinding>,
+) -> Verdict {
+    let (Some(min), Some(finding), true) = (
+        expect.and_then(|e| e.min_path_mtu),
+        finding,
+        verdict.succeed,
+    ) else {
+        return verdict;
+    };
+    let reason = match finding {
+        PathMtuFinding::Found(found) if i64::from(found.bytes) >= min => return verdict,
+        PathMtuFinding::Found(found) => format!(
+            "path MTU {} bytes ({}) is below request {min} bytes",
+            found.bytes,
+            found.limit.as_str()
+        ),
+        PathMtuFinding::NothingPassed => {
+            format!(
+                "path MTU unknown: no packet of the smallest size searched passed (request {min} bytes)"
+            )
+        }
+        PathMtuFinding::Failed(error) => format!("path MTU not searched: {error}"),
+    };
+    Verdict {
+        succeed: false,
+        reason: Some(reason),
+        ..verdict
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::datagram::pmtu::{Limit, PathMtu};
+
+    #[test]
+    fn a_path_mtu_below_the_bound_fails_a_target_that_passed() {
+        let passed = judge(None, counts(10, 10, Some(1.0)));
+        let bound = NetSuccessCondition {
+            min_path_mtu: Some(1500),
+            ..expect(Some(1.0), None)
+        };
+        let found = |bytes, limit| PathMtuFinding::Found(PathMtu { bytes, limit });
+        let low = judge_path_mtu(
+            passed.clone(),
+            Some(&bound),
+            Some(&found(1400, Limit::FragmentationNeeded)),
+        );
+        assert_eq!(
+            low.reason.as_deref(),
+            Some("path MTU 1400 bytes (fragmentation-needed) is below request 1500 bytes")
+        );
+        assert!(!low.succeed);
+        let enough = found(1500, Limit::Interface);
+        assert_eq!(
+            judge_path_mtu(passed.clone(), Some(&bound), Some(&enough)),
+            passed
+        );
+        assert_eq!(
+            judge_path_mtu(passed.clone(), None, Some(&found(600, Limit::BlackHole))),
+            passed
+        );
+        assert!(
+            !judge_path_mtu(
+                passed.clone(),
+                Some(&bound),
+                Some(&PathMtuFinding::NothingPassed)
+            )
+            .succeed
+        );
+        assert_eq!(
+            judge_path_mtu(passed.clone(), Some(&bound), None),
+            passed,
+            "not searched"
+        );
+    }
 
     #[test]
     fn jitter_above_the_bound_fails_a_target_that_passed_and_nothing_else() {
@@ -156,6 +237,7 @@ mod tests {
             mean_access_delay_in_ms: mean,
             status_code: None,
             max_jitter_in_ms: None,
+            min_path_mtu: None,
         }
     }
 

@@ -31,7 +31,7 @@ pub fn crd(kind: TaskKind) -> CustomResourceDefinition {
             add_rules(root, [carrier_name(kind)]);
             if let Some(spec) = root.properties.as_mut().and_then(|p| p.get_mut("spec")) {
                 add_rules(spec, spec_rules());
-                add_rules(spec, [jitter_bound(kind)]);
+                add_rules(spec, [jitter_bound(kind), path_mtu_bound(kind)]);
             }
         }
     }
@@ -139,6 +139,23 @@ fn jitter_bound(kind: TaskKind) -> ValidationRule {
         rule_text,
         &format!("jitter is measured by UDP and ICMP echoes only: nothing measures it {why}"),
         Some(".expect.maxJitterInMs"),
+    )
+}
+
+/// `expect.minPathMTU` only where a path MTU is searched for: a NetReach task with
+/// `target.pathMTU` (the controller's message, word for word).
+fn path_mtu_bound(kind: TaskKind) -> ValidationRule {
+    let unbounded = "!has(self.expect) || !has(self.expect.minPathMTU)";
+    let rule_text = match kind {
+        TaskKind::NetReach => format!(
+            "{unbounded} || (has(self.target) && has(self.target.pathMTU) && self.target.pathMTU)"
+        ),
+        TaskKind::AppHttpHealthy | TaskKind::Netdns => unbounded.to_string(),
+    };
+    rule(
+        rule_text,
+        crate::validation::PATH_MTU_BOUND_ALONE,
+        Some(".expect.minPathMTU"),
     )
 }
 

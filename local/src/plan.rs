@@ -214,6 +214,7 @@ pub fn local_plan(
             plan.tcp = tcp_targets(&target, &targets);
             plan.udp = udp_targets(&target, &targets, carrier.udp_port);
             plan.icmp = icmp_targets(&target, &targets);
+            plan.path_mtu = target.path_mtu;
             plan.http = targets;
             plan.setup_failures = missing;
             Ok(plan)

@@ -38,17 +38,19 @@ pub fn agent_security(host_network: bool, ports: &[u16]) -> (PodSecurityContext,
             type_: "RuntimeDefault".to_string(),
             ..SeccompProfile::default()
         }),
+        // The chart's order: the port's, then ICMP's.
         sysctls: (!host_network).then(|| {
-            let mut sysctls = vec![Sysctl {
-                name: PING_GROUP_SYSCTL.to_string(),
-                value: EVERY_GROUP.to_string(),
-            }];
+            let mut sysctls = Vec::new();
             if privileged_port {
                 sysctls.push(Sysctl {
                     name: UNPRIVILEGED_PORT_SYSCTL.to_string(),
                     value: lowest.to_string(),
                 });
             }
+            sysctls.push(Sysctl {
+                name: PING_GROUP_SYSCTL.to_string(),
+                value: EVERY_GROUP.to_string(),
+            });
             sysctls
         }),
         ..PodSecurityContext::default()
@@ -75,13 +77,13 @@ mod tests {
         let (pod, container) = agent_security(false, &[5710, 80, 443]);
         assert_eq!(pod.run_as_non_root, Some(true));
         let sysctls = pod.sysctls.expect("sysctl");
+        assert_eq!(sysctls[0].name, UNPRIVILEGED_PORT_SYSCTL);
+        assert_eq!(sysctls[0].value, "80");
         assert_eq!(
-            (sysctls[0].name.as_str(), sysctls[0].value.as_str()),
+            (sysctls[1].name.as_str(), sysctls[1].value.as_str()),
             (PING_GROUP_SYSCTL, EVERY_GROUP),
             "ICMP echo sockets for every group"
         );
-        assert_eq!(sysctls[1].name, UNPRIVILEGED_PORT_SYSCTL);
-        assert_eq!(sysctls[1].value, "80");
         assert_eq!(container.run_as_user, None);
         let caps = container.capabilities.expect("capabilities");
         assert_eq!(caps.drop, Some(vec!["ALL".to_string()]));

@@ -245,6 +245,7 @@ fn load(args: &LoadArgs) -> Result<Load> {
             mean_access_delay_in_ms: args.mean_delay_ms,
             status_code: None,
             max_jitter_in_ms: None,
+            min_path_mtu: None,
         }),
         max_connections: None,
     })

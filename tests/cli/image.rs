@@ -74,12 +74,18 @@ fn the_dockerfile_describes_the_image_the_build_script_makes() {
     // Every port the manifests open is exposed.
     for file in ["manifests/agent.yaml", "manifests/controller.yaml"] {
         let manifest = std::fs::read_to_string(repo().join(file)).expect("manifest");
-        for port in manifest
-            .lines()
-            .filter_map(|l| l.split("containerPort: ").nth(1))
-            .map(|p| p.trim_end_matches(|c: char| !c.is_ascii_digit()))
-        {
-            assert!(ports.contains(&format!("{port}/tcp")), "{file}: {port}");
+        for line in manifest.lines() {
+            let Some(port) = line.split("containerPort: ").nth(1) else {
+                continue;
+            };
+            let port: String = port.chars().take_while(char::is_ascii_digit).collect();
+            let protocol = if line.contains("protocol: UDP") {
+                "udp"
+            } else {
+                "tcp"
+            };
+            let exposed = format!("{port}/{protocol}");
+            assert!(ports.contains(&exposed), "{file}: {exposed}");
         }
     }
 }

@@ -41,6 +41,7 @@ pub async fn plan(
             plan.tcp = tcp_targets(&target, &targets);
             plan.udp = udp_targets(&target, &targets, carrier.udp_port);
             plan.icmp = icmp_targets(&target, &targets);
+            plan.path_mtu = target.path_mtu;
             plan.http = targets;
             plan.setup_failures.extend(problems);
             plan.setup_failures.extend(missing);

@@ -14,9 +14,9 @@ use kdoctor_api::report::{
 use kdoctor_api::task::NetSuccessCondition;
 
 use crate::histogram::{Latencies, encode, micros_to_ms};
-use crate::judge::{Counts, Verdict, judge, judge_jitter};
+use crate::judge::{Counts, Verdict, judge, judge_jitter, judge_path_mtu};
 use crate::probe::Measurement;
-use crate::probe::datagram::tally::DatagramTally;
+use crate::probe::datagram::tally::{DatagramTally, PathMtuFinding};
 
 pub mod names;
 pub use names::*;
@@ -107,6 +107,15 @@ fn datagram_metrics(m: &Measurement, d: &DatagramTally) -> DatagramMetrics {
         jitter_ms: d.jitter_ms(),
         forward_hops: d.forward_hops.most_seen().map(i64::from),
         return_hops: d.return_hops.most_seen().map(i64::from),
+        path_mtu: match &d.path_mtu {
+            Some(PathMtuFinding::Found(found)) => Some(i64::from(found.bytes)),
+            _ => None,
+        },
+        path_mtu_limit: d.path_mtu.as_ref().map(|finding| match finding {
+            PathMtuFinding::Found(found) => found.limit.as_str().to_string(),
+            PathMtuFinding::NothingPassed => "nothing-passed".to_string(),
+            PathMtuFinding::Failed(error) => format!("error: {error}"),
+        }),
     }
 }
 
@@ -136,7 +145,11 @@ pub fn verdict(m: &Measurement, expect: Option<&NetSuccessCondition>) -> Verdict
         },
     );
     match &m.recorder.datagrams {
-        Some(d) => judge_jitter(verdict, expect, d.jitter_ms()),
+        Some(d) => judge_path_mtu(
+            judge_jitter(verdict, expect, d.jitter_ms()),
+            expect,
+            d.path_mtu.as_ref(),
+        ),
         None => verdict,
     }
 }

@@ -1,6 +1,7 @@
 //! Executing a round: every target probed at once for the round's load, the whole round
 //! bounded by its timeout, the result as one agent report of the task's kind.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,8 @@ use tokio::task::JoinSet;
 
 use super::targets::{DnsTarget, HttpTarget, Load, SocketTarget};
 use crate::metrics::Metrics;
-use crate::probe::datagram::{DEFAULT_PAYLOAD_BYTES, IcmpProber, UdpProber};
+use crate::probe::datagram::tally::PathMtuFinding;
+use crate::probe::datagram::{DEFAULT_PAYLOAD_BYTES, IcmpProber, UdpProber, pmtu};
 use crate::probe::dns::DnsProber;
 use crate::probe::http::{HttpProber, client_alpn};
 use crate::probe::tcp::TcpProber;
@@ -46,6 +48,8 @@ pub struct RoundPlan {
     pub udp: Vec<SocketTarget>,
     /// ICMP echo targets (NetReach with `spec.target.icmp`).
     pub icmp: Vec<SocketTarget>,
+    /// Search the path MTU to each UDP target after its run (`spec.target.pathMTU`).
+    pub path_mtu: bool,
     /// DNS targets (Netdns).
     pub dns: Vec<DnsTarget>,
     /// Load per target.
@@ -140,7 +144,15 @@ pub async fn execute_with(
                     Ok(prober) => {
                         let series = series(&target.name, Some(target.addr.ip()));
                         let probing = observed(prober, schedule, metrics.clone(), series);
-                        set.spawn(async move { Done::Udp(target, probing.await) });
+                        // After the run: its large packets would disturb the stream's figures.
+                        let search = plan.path_mtu.then_some(plan.load.timeout);
+                        set.spawn(async move {
+                            let mut measurement = probing.await;
+                            if let Some(timeout) = search {
+                                search_path_mtu(&mut measurement, target.addr, timeout).await;
+                            }
+                            Done::Udp(target, measurement)
+                        });
                     }
                     Err(e) => failures.push(format!("test {}: {e}", target.name)),
                 }
@@ -265,6 +277,20 @@ fn kind_result(
             KindResult::Netdns(result_of(TARGET_TYPE_NETDNS, details, context, failures))
         }
     }
+}
+
+/// Searches the path MTU to the UDP echo port at `addr` and adds the finding to `measurement`.
+async fn search_path_mtu(measurement: &mut Measurement, addr: SocketAddr, timeout: Duration) {
+    let finding = match pmtu::discover(addr, timeout).await {
+        Ok(Some(found)) => PathMtuFinding::Found(found),
+        Ok(None) => PathMtuFinding::NothingPassed,
+        Err(e) => PathMtuFinding::Failed(e.to_string()),
+    };
+    measurement
+        .recorder
+        .datagrams
+        .get_or_insert_default()
+        .path_mtu = Some(finding);
 }
 
 /// Probes with one prober at the plan's rate, its requests counted in `series`.

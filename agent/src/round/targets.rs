@@ -453,6 +453,7 @@ mod tests {
             tcp: false,
             udp: false,
             icmp: false,
+            path_mtu: false,
             enable_latency_metric: false,
             max_peers: None,
         };

@@ -27,6 +27,7 @@ fn plan(kind: TaskKind, load: Load) -> RoundPlan {
         tcp: vec![],
         udp: vec![],
         icmp: vec![],
+        path_mtu: false,
         dns: vec![],
         load,
         expect: None,
@@ -77,6 +78,7 @@ async fn netreach_round_against_the_echo_targets() {
         tcp: false,
         udp: false,
         icmp: false,
+        path_mtu: false,
         enable_latency_metric: true,
         max_peers: None,
     };

@@ -520,6 +520,19 @@ pub struct DatagramMetrics {
     /// Routers on the way back, read the same way by the prober.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub return_hops: Option<i64>,
+    /// The largest IP packet (header included) that reached the target with don't-fragment
+    /// set, bytes (`spec.target.pathMTU`); absent when not searched or nothing passed.
+    #[serde(default, rename = "pathMTU", skip_serializing_if = "Option::is_none")]
+    pub path_mtu: Option<i64>,
+    /// Why larger packets did not pass: `interface` (the route's own MTU passed),
+    /// `fragmentation-needed` (a router said so), `black-hole` (they vanished without an
+    /// error), `nothing-passed`, or the error that stopped the search.
+    #[serde(
+        default,
+        rename = "pathMTULimit",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub path_mtu_limit: Option<String>,
 }
 
 /// Measurements of one DNS target.

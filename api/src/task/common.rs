@@ -186,4 +186,14 @@ pub struct NetSuccessCondition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.001, max = 60000))]
     pub max_jitter_in_ms: Option<f64>,
+
+    /// Smallest path MTU, in bytes of IP packet, a UDP echo target's path must take (NetReach
+    /// with `spec.target.pathMTU`, beyond upstream): a UDP entry whose path takes less fails.
+    #[serde(
+        default,
+        rename = "minPathMTU",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 576, max = 65535))]
+    pub min_path_mtu: Option<i64>,
 }

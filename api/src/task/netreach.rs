@@ -56,6 +56,7 @@ pub struct NetReachSpec {
 #[x_kube(validation = Rule::new("!self.multusInterface || self.endpoint").message("multusInterface adds secondary pod IPs: it requires endpoint").field_path(".multusInterface"))]
 #[x_kube(validation = Rule::new("!has(self.udp) || !self.udp || self.endpoint").message("udp sends echoes to the agent pods' IPs: it requires endpoint").field_path(".udp"))]
 #[x_kube(validation = Rule::new("!has(self.icmp) || !self.icmp || self.endpoint").message("icmp sends echoes to the agent pods' IPs: it requires endpoint").field_path(".icmp"))]
+#[x_kube(validation = Rule::new("!has(self.pathMTU) || !self.pathMTU || (has(self.udp) && self.udp)").message("pathMTU is searched with UDP echoes: it requires udp").field_path(".pathMTU"))]
 pub struct NetReachTarget {
     /// Probe IPv4 addresses.
     #[serde(default = "yes")]
@@ -99,6 +100,15 @@ pub struct NetReachTarget {
     /// chart sets it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub icmp: bool,
+    /// Also find the path MTU to every agent pod's UDP echo port each round (beyond upstream;
+    /// needs `udp`): the largest packet that passes with don't-fragment set, and whether larger
+    /// ones meet a router's "fragmentation needed" or a black hole, in each UDP entry.
+    #[serde(
+        default,
+        rename = "pathMTU",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub path_mtu: bool,
     /// Report the full latency distribution, not only the mean.
     #[serde(default)]
     pub enable_latency_metric: bool,
@@ -125,6 +135,7 @@ impl Default for NetReachTarget {
             tcp: false,
             udp: false,
             icmp: false,
+            path_mtu: false,
             enable_latency_metric: false,
             max_peers: None,
         }

@@ -182,6 +182,15 @@ pub(super) fn expect(
             "must be between 0.001 and 60000",
         ));
     }
+    if let Some(mtu) = expect.min_path_mtu
+        && !(576..=65_535).contains(&mtu)
+    {
+        errors.push(FieldError::invalid(
+            path.child("minPathMTU"),
+            mtu,
+            "must be between 576 and 65535",
+        ));
+    }
     if let Some(code) = expect.status_code {
         if !status_code_allowed {
             errors.push(FieldError::forbidden(

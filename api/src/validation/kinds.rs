@@ -82,6 +82,16 @@ pub(super) fn net_reach(
             "icmp sends echoes to the agent pods' IPs: it requires endpoint",
         ));
     }
+    if target.path_mtu && !target.udp {
+        errors.push(FieldError::invalid(
+            path.child("pathMTU"),
+            true,
+            "pathMTU is searched with UDP echoes: it requires udp",
+        ));
+    }
+    if !target.path_mtu {
+        no_path_mtu_bound(spec.expect.as_ref(), &expect_path, errors);
+    }
     if !target.udp && !target.icmp {
         no_jitter_bound(
             spec.expect.as_ref(),
@@ -91,6 +101,24 @@ pub(super) fn net_reach(
         );
     }
 }
+
+/// `spec.expect.minPathMTU` where no path MTU is searched for.
+fn no_path_mtu_bound(
+    expect: Option<&NetSuccessCondition>,
+    path: &FieldPath,
+    errors: &mut ErrorList,
+) {
+    if expect.is_some_and(|e| e.min_path_mtu.is_some()) {
+        errors.push(FieldError::forbidden(
+            path.child("minPathMTU"),
+            PATH_MTU_BOUND_ALONE,
+        ));
+    }
+}
+
+/// Why `spec.expect.minPathMTU` is refused without `spec.target.pathMTU`.
+pub const PATH_MTU_BOUND_ALONE: &str =
+    "minPathMTU bounds the path MTU, which only a NetReach task's target.pathMTU searches for";
 
 /// `spec.expect.maxJitterInMs` where nothing measures jitter (only UDP and ICMP echoes do).
 fn no_jitter_bound(
@@ -130,6 +158,7 @@ pub(super) fn app_http_healthy(
         &path.child("expect"),
         errors,
     );
+    no_path_mtu_bound(spec.expect.as_ref(), &path.child("expect"), errors);
 
     let path = path.child("target");
     let target = &spec.target;
@@ -193,6 +222,7 @@ pub(super) fn netdns(spec: &NetdnsSpec, config: &Config, path: &FieldPath, error
         &path.child("expect"),
         errors,
     );
+    no_path_mtu_bound(spec.expect.as_ref(), &path.child("expect"), errors);
     common::agent_spec(spec.agent_spec.as_ref(), &path.child("agentSpec"), errors);
 
     let path = path.child("target");

@@ -14,6 +14,7 @@ pub mod structure;
 mod tls_secret;
 
 pub use field::{BadValue, ErrorKind, ErrorList, FieldError, FieldPath};
+pub use kinds::PATH_MTU_BOUND_ALONE;
 pub use tls_secret::{TLS_SECRET_KEYS, check_tls_secret};
 
 use crate::config::Config;

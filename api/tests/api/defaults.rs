@@ -39,6 +39,7 @@ fn omitted_net_reach_blocks_take_upstream_webhook_defaults() {
             tcp: false,
             udp: false,
             icmp: false,
+            path_mtu: false,
             enable_latency_metric: false,
             max_peers: None,
         })
@@ -60,6 +61,7 @@ fn omitted_net_reach_blocks_take_upstream_webhook_defaults() {
             mean_access_delay_in_ms: Some(5000),
             status_code: None,
             max_jitter_in_ms: None,
+            min_path_mtu: None,
         })
     );
     let schedule = spec.schedule.as_ref().expect("schedule");
@@ -131,6 +133,7 @@ fn present_blocks_take_the_crd_defaults() {
             mean_access_delay_in_ms: Some(5000),
             status_code: None,
             max_jitter_in_ms: None,
+            min_path_mtu: None,
         })
     );
     let schedule = spec.schedule.as_ref().expect("schedule");

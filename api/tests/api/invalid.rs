@@ -383,6 +383,26 @@ fn cases() -> Vec<Case> {
             crd_rejects: true,
         },
         Case {
+            rule: "NetReach: pathMTU without udp",
+            kind: NR,
+            name: "t",
+            spec: "target: {endpoint: true, pathMTU: true}",
+            errors: &[
+                "spec.target.pathMTU: Invalid value: true: pathMTU is searched with UDP echoes: it requires udp",
+            ],
+            crd_rejects: true,
+        },
+        Case {
+            rule: "NetReach: minPathMTU without pathMTU",
+            kind: NR,
+            name: "t",
+            spec: "target: {endpoint: true, udp: true}\nexpect: {successRate: 1, minPathMTU: 1500}",
+            errors: &[
+                "spec.expect.minPathMTU: Forbidden: minPathMTU bounds the path MTU, which only a NetReach task's target.pathMTU searches for",
+            ],
+            crd_rejects: true,
+        },
+        Case {
             rule: "NetReach: maxJitterInMs without udp",
             kind: NR,
             name: "t",

@@ -521,7 +521,7 @@ async fn the_matrix_view_is_the_rounds_matrix_from_stored_probe_rows() {
     let udp = send(
         &s.router,
         Method::GET,
-        &format!("{BASE}/netreach-task?protocol=udp"),
+        &format!("{BASE}/netreach-task?protocol=sctp"),
         Some("admin-token"),
         Some(MATRIX),
     )
@@ -529,7 +529,7 @@ async fn the_matrix_view_is_the_rounds_matrix_from_stored_probe_rows() {
     assert_eq!(udp.status, StatusCode::BAD_REQUEST, "{}", udp.text());
     assert_eq!(
         udp.json()["message"],
-        "protocol: \"udp\" is not a protocol (http, tcp)"
+        "protocol: \"sctp\" is not a protocol (http, tcp, udp, icmp)"
     );
     // Only NetReach reports have a matrix; a list has no matrix view.
     let dns = send(

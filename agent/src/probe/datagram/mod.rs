@@ -12,6 +12,7 @@
 
 mod ancillary;
 pub mod icmp;
+pub mod pmtu;
 pub mod sequence;
 pub mod socket;
 pub mod tally;

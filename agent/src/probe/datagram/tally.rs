@@ -63,6 +63,19 @@ pub struct DatagramTally {
     pub forward_hops: HopCounts,
     /// Hops back.
     pub return_hops: HopCounts,
+    /// The path MTU search's finding, when one ran (`spec.target.pathMTU`).
+    pub path_mtu: Option<PathMtuFinding>,
+}
+
+/// What a path MTU search found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PathMtuFinding {
+    /// The path's MTU and why larger packets do not pass.
+    Found(super::pmtu::PathMtu),
+    /// Not even the smallest packet searched passed.
+    NothingPassed,
+    /// The search could not run (the socket's error).
+    Failed(String),
 }
 
 impl DatagramTally {

@@ -242,3 +242,50 @@ fn icmp_echoes_are_answered_with_their_hops_back_and_a_refused_socket_says_why()
         "{error}"
     );
 }
+
+#[test]
+fn the_path_mtu_is_the_route_s_or_where_larger_packets_vanish() {
+    let (whole, holed) = in_namespace("1 0", || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(async {
+                let (addr, _metrics, task) = echo_port(Ipv4Addr::LOCALHOST.into()).await;
+                let timeout = Duration::from_millis(100);
+                let whole = pmtu::discover(addr, timeout).await.expect("search");
+                // Packets above 1,400 bytes vanish on the way in, with no error to anyone.
+                let dropped = std::process::Command::new("iptables")
+                    .args([
+                        "-A",
+                        "INPUT",
+                        "-p",
+                        "udp",
+                        "--dport",
+                        &addr.port().to_string(),
+                    ])
+                    .args(["-m", "length", "--length", "1401:65535", "-j", "DROP"])
+                    .status()
+                    .expect("iptables");
+                assert!(dropped.success());
+                let holed = pmtu::discover(addr, timeout).await.expect("search");
+                task.abort();
+                (whole, holed)
+            })
+    });
+    assert_eq!(
+        whole,
+        Some(pmtu::PathMtu {
+            bytes: 65_535,
+            limit: pmtu::Limit::Interface
+        }),
+        "loopback takes the largest datagram"
+    );
+    assert_eq!(
+        holed,
+        Some(pmtu::PathMtu {
+            bytes: 1_400,
+            limit: pmtu::Limit::BlackHole
+        })
+    );
+}
