@@ -260,7 +260,7 @@ check_rows() { # rows [cut_a cut_b]
               fail "$from to $pod (on $to) over IPv$family: hops $hops (there/back), expected at least 2/2 across nodes"
           fi
           HOP_COUNTS+=" $from>$to:$hops"
-          check_mtu "$from" "$pod" "$family" "$(expected_mtu "$from" "$to")"
+          check_mtu "$from" "$pod" "$family" "$(expected_mtu "$from" "$to" "$family")"
         fi
         [ "$from" = "$to" ] || pairs=$((pairs + 1))
       done
@@ -281,8 +281,9 @@ check_rows() { # rows [cut_a cut_b]
 # network's both say so), or, with LOW_HOLE=1 (the network's "fragmentation needed" dropped),
 # a black hole towards it; an agent to itself goes over its pod's loopback.
 LOW_NODE="" LOW_MTU="" LOW_HOLE=0
-expected_mtu() { # from to
-  if [ "$1" = "$2" ]; then echo "65535/interface"
+expected_mtu() { # from to family
+  # Loopback's MTU is 65536; an IPv4 packet is at most 65535 bytes.
+  if [ "$1" = "$2" ]; then [ "$3" = 4 ] && echo "65535/interface" || echo "65536/interface"
   elif [ -n "$LOW_NODE" ] && [ "$2" = "$LOW_NODE" ] && [ "$LOW_HOLE" = 1 ]; then echo "$LOW_MTU/black-hole"
   elif [ -n "$LOW_NODE" ] && { [ "$1" = "$LOW_NODE" ] || [ "$2" = "$LOW_NODE" ]; }; then echo "$LOW_MTU/fragmentation-needed"
   else echo "1500/interface"
