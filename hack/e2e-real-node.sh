@@ -357,7 +357,7 @@ echo "the report names the cut pairs (real-1 <-> real-2) and only them"
 step "real-1's link lowered to 1400 bytes: exactly the pairs through it have a path MTU of 1400"
 lower_link() { # mtu
   in_net ip link set rn1 mtu "$1"
-  ip netns exec "$(real_node_netns 1)" ip link set eth0 mtu "$1"
+  ip netns exec "$CLUSTER_NETNS-real-1" ip link set eth0 mtu "$1"
 }
 frag_needed() { # -I or -D: the network's own "fragmentation needed" / "packet too big"
   in_net iptables "$1" OUTPUT -p icmp --icmp-type fragmentation-needed -j DROP
