@@ -374,8 +374,8 @@ LOW_HOLE=1
 round mtuhole
 frag_needed -D
 lower_link 1500
-LOW_NODE="" LOW_MTU="" LOW_HOLE=0 ROUND_MIN_MTU=""
 check_rows "$ROWS"
+LOW_NODE="" LOW_MTU="" LOW_HOLE=0 ROUND_MIN_MTU=""
 echo "the lowered link shows as path MTU 1400 on exactly the pairs through it, told apart as fragmentation-needed or black-hole"
 
 # Who answered 30 fresh connections to URL, made by CMD... (curl in a namespace), and the

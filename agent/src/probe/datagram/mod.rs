@@ -12,6 +12,7 @@
 
 mod ancillary;
 pub mod icmp;
+mod interface;
 pub mod pmtu;
 pub mod sequence;
 pub mod socket;

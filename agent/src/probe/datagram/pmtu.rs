@@ -165,7 +165,12 @@ fn open(addr: SocketAddr) -> io::Result<(UdpSocket, u32)> {
         sockopt::set_ipv6_mtu_discover(&socket, sockopt::Ipv6PathMtuDiscovery::PROBE)?;
         sockopt::ipv6_mtu(&socket)?
     };
-    Ok((UdpSocket::from_std(socket.into())?, route_mtu))
+    // The route's figure is the cached path MTU once a router has named one: the interface
+    // the datagrams leave by says how large they may start.
+    let source = socket.local_addr()?.as_socket().map(|a| a.ip());
+    let interface_mtu = source.and_then(|ip| super::interface::mtu_of(&socket, ip));
+    let ceiling = route_mtu.max(interface_mtu.unwrap_or(0));
+    Ok((UdpSocket::from_std(socket.into())?, ceiling))
 }
 
 /// The MTU the kernel now holds for the path (what a router's message named).
@@ -230,12 +235,11 @@ async fn try_size(
 /// Finds the path MTU to the UDP echo port at `addr`, waiting up to `timeout` for each echo;
 /// `Ok(None)` when not even the floor's packets pass.
 pub async fn discover(addr: SocketAddr, timeout: Duration) -> io::Result<Option<PathMtu>> {
-    let (socket, route_mtu) = open(addr)?;
+    let (socket, ceiling) = open(addr)?;
     let stream: u64 = rand::random();
-    let mut search = Search::new(
-        floor(addr),
-        route_mtu.min(wire::MAX_BYTES as u32 + overhead(addr)),
-    );
+    // The largest datagram the echo port takes, with its headers.
+    let largest = wire::MAX_BYTES as u32 + overhead(addr);
+    let mut search = Search::new(floor(addr), ceiling.min(largest));
     let mut seq = 0;
     while let Some(size) = search.next() {
         let mut probe = Probe::Silent;
