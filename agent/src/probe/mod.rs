@@ -223,9 +223,12 @@ impl<P: Prober> Shared<P> {
             Err(_) => Attempt::failed(ProbeError::new(ErrorClass::Timeout, "")),
         };
         let end = Instant::now();
-        // Service time starts when the request was handed to a connection.
-        let service = (end - sent).saturating_sub(attempt.queued);
-        let response = end - slot.woke;
+        // Service time starts when the request was handed to a connection. An echo the kernel
+        // timestamped on arrival ends there, not when this task woke to read it.
+        let (service, response) = match attempt.echo.as_ref().and_then(|e| e.round_trip) {
+            Some(round_trip) => (round_trip, (sent - slot.woke) + round_trip),
+            None => ((end - sent).saturating_sub(attempt.queued), end - slot.woke),
+        };
         {
             let mut tally = locked(&self.tally);
             let Tally { recorder, queue } = &mut *tally;

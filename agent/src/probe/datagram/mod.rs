@@ -175,6 +175,7 @@ impl<C: EchoCodec> DatagramProber<C> {
                 forward_hops: echo.target_ttl.and_then(socket::hops),
                 return_hops: received.ttl.and_then(socket::hops),
                 reordered,
+                round_trip: round_trip(echo.request.sent_ns, received.kernel_time_ns),
             });
         }
     }
@@ -215,6 +216,18 @@ impl<C: EchoCodec> DatagramProber<C> {
         }
     }
 }
+
+/// The round trip from the send (wall clock, read just before it) to the kernel's receive time
+/// of the echo (the same clock): `None` without a kernel time, or when the clock was stepped
+/// between the two (a negative or implausible span).
+fn round_trip(sent_ns: u64, received_ns: Option<u64>) -> Option<std::time::Duration> {
+    let span = received_ns?.checked_sub(sent_ns)?;
+    (span < MAX_ROUND_TRIP_NS).then(|| std::time::Duration::from_nanos(span))
+}
+
+/// A round trip longer than this is a stepped clock, not a path (the engine's timeout is
+/// shorter in any plan the validation admits).
+const MAX_ROUND_TRIP_NS: u64 = 3_600 * 1_000_000_000;
 
 /// Removes a request's waiter when it stops waiting.
 struct Unregister<'a, C: EchoCodec> {

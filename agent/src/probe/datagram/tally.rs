@@ -14,6 +14,10 @@ pub struct EchoReading {
     pub return_hops: Option<u8>,
     /// A later datagram's echo came before this one.
     pub reordered: bool,
+    /// From the send to this kernel's receive time of the echo (`SO_TIMESTAMPNS`), when the
+    /// kernel gave one: the round trip without the prober's own wake-up, which the engine
+    /// takes as the request's time.
+    pub round_trip: Option<std::time::Duration>,
 }
 
 /// Hop counts seen, by count (a path longer than 64 routers is not a cluster's).
@@ -109,6 +113,7 @@ mod tests {
             forward_hops: Some(forward),
             return_hops: None,
             reordered: false,
+            round_trip: None,
         }
     }
 

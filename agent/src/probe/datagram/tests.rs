@@ -26,6 +26,11 @@ async fn an_echo_port_answers_with_the_hops_it_read_and_a_closed_port_refuses() 
         let echo = attempt.echo.expect("an echo reading");
         // Over loopback no router is crossed: the TTL arrives as sent, both ways.
         assert_eq!((echo.forward_hops, echo.return_hops), (Some(0), Some(0)));
+        assert!(
+            echo.round_trip
+                .is_some_and(|rt| rt < Duration::from_secs(1)),
+            "the kernel timestamped the echo: {echo:?}"
+        );
         assert!(!echo.reordered);
     }
     assert_eq!(metrics.udp_echo.with_label_values(&["echoed"]).get(), 3);
@@ -287,5 +292,20 @@ fn the_path_mtu_is_the_route_s_or_where_larger_packets_vanish() {
             bytes: 1_400,
             limit: pmtu::Limit::BlackHole
         })
+    );
+}
+
+#[test]
+fn a_round_trip_is_the_kernel_s_span_and_a_stepped_clock_gives_none() {
+    assert_eq!(
+        round_trip(1_000, Some(31_000)),
+        Some(Duration::from_micros(30))
+    );
+    assert_eq!(round_trip(1_000, None), None, "no kernel time");
+    assert_eq!(round_trip(31_000, Some(1_000)), None, "the clock went back");
+    assert_eq!(
+        round_trip(0, Some(u64::MAX)),
+        None,
+        "the clock jumped ahead"
     );
 }
