@@ -17,6 +17,7 @@ struct Ports {
     http: u16,
     https: u16,
     dns: u16,
+    udp_echo: u16,
 }
 
 impl Ports {
@@ -26,6 +27,7 @@ impl Ports {
             http: free_port(),
             https: free_port(),
             dns: free_port(),
+            udp_echo: free_port(),
         }
     }
 }
@@ -94,6 +96,7 @@ impl Local {
             .args(["--app-http-port", &ports.http.to_string()])
             .args(["--app-https-port", &ports.https.to_string()])
             .args(["--dns-port", &ports.dns.to_string()])
+            .args(["--udp-echo-port", &ports.udp_echo.to_string()])
             .args(["--node-name", NODE])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -378,6 +381,8 @@ fn local_refuses_bad_task_files_before_starting_anything() {
             "0",
             "--dns-port",
             "0",
+            "--udp-echo-port",
+            "0",
         ],
         "apiVersion: kdoctor.io/v1beta1\nkind: NetReach\nmetadata: {name: bad}\n\
          spec:\n  request: {qps: 5, durationInSecond: 0}\n",
@@ -419,6 +424,8 @@ fn local_refuses_tasks_it_cannot_run_here_before_starting_anything() {
                 "--app-https-port",
                 "0",
                 "--dns-port",
+                "0",
+                "--udp-echo-port",
                 "0",
             ],
             yaml,
