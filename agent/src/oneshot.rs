@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kdoctor_api::report::protocol::{ICMP_METHOD, Protocol, TCP_METHOD, UDP_METHOD};
+use kdoctor_api::report::protocol::Protocol;
 use kdoctor_api::report::{
     AppHttpHealthyTaskDetail, NetReachTaskDetail, Report, TargetOutcome, TaskResult,
     TotalRunningLoad,
@@ -197,10 +197,14 @@ pub async fn probe_http(
     ))
 }
 
-/// The target name of a one-shot TCP or UDP run: the protocol's prefix and the address, as a
-/// NetReach round names its entries (the prefix and the target's name).
+/// The target name of a one-shot TCP, UDP or ICMP run: the protocol's prefix and the address
+/// (ICMP's without a port), as a NetReach round names its entries (the prefix and the target's
+/// name).
 pub fn socket_target_name(protocol: Protocol, addr: SocketAddr) -> String {
-    protocol.entry_name(&addr.to_string())
+    match protocol {
+        Protocol::Icmp => protocol.entry_name(&addr.ip().to_string()),
+        _ => protocol.entry_name(&addr.to_string()),
+    }
 }
 
 /// Times TCP connects to one address; the report is a NetReach round's with that one entry.
@@ -256,17 +260,14 @@ fn socket_outcome(
     load: &Load,
     (measurement, started, usage): (Measurement, jiff::Timestamp, Usage),
 ) -> Outcome {
-    let (url, method) = match protocol {
-        Protocol::Udp => (format!("udp://{addr}"), UDP_METHOD),
-        Protocol::Icmp => (format!("icmp://{}", addr.ip()), ICMP_METHOD),
-        _ => (format!("tcp://{addr}"), TCP_METHOD),
-    };
-    let name = match protocol {
-        Protocol::Icmp => protocol.entry_name(&addr.ip().to_string()),
-        _ => socket_target_name(protocol, addr),
-    };
-    let detail: NetReachTaskDetail =
-        http_detail(&name, &url, method, &measurement, load.expect.as_ref());
+    let (method, url) = protocol.method_and_url(addr).unwrap_or(("", String::new()));
+    let detail: NetReachTaskDetail = http_detail(
+        &socket_target_name(protocol, addr),
+        &url,
+        method,
+        &measurement,
+        load.expect.as_ref(),
+    );
     outcome(
         (started, usage),
         TotalRunningLoad {

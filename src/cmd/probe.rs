@@ -154,8 +154,8 @@ struct TcpArgs {
 
 #[derive(clap::Args)]
 struct UdpArgs {
-    /// The echo port: `IP:PORT`, `[IPv6]:PORT` or `HOST:PORT` (an agent's is port 7; a name is
-    /// resolved once, before the run).
+    /// The echo port: `IP:PORT`, `[IPv6]:PORT` or `HOST:PORT` (an agent's is port 5712; a name
+    /// is resolved once, before the run).
     address: String,
     /// Bytes of each datagram (UDP payload), 40 to 65507.
     #[arg(long, value_name = "BYTES", default_value_t = kdoctor_agent::probe::datagram::DEFAULT_PAYLOAD_BYTES)]
@@ -284,49 +284,38 @@ async fn run_http(args: &HttpArgs) -> Result<ExitCode> {
     };
     let mut load = load(&args.load)?;
     load.max_connections = Some(args.connections);
-    let progress = Arc::new(Progress::default());
-    let ticker = progress_line(progress.clone(), &load, args.load.quiet);
-    let outcome = probe_http(spec, &tls, &load, progress, None).await;
-    ticker.abort();
-    finish_progress(args.load.quiet);
-    let outcome = outcome?;
+    let outcome = with_progress(&load, args.load.quiet, |progress| {
+        probe_http(spec, &tls, &load, progress, None)
+    })
+    .await?;
     print(&outcome, &args.url, &load, args.load.output)
 }
 
 async fn run_tcp(args: &TcpArgs) -> Result<ExitCode> {
-    if args.load.ca.is_some() {
-        bail!("--ca: a TCP probe opens no TLS session");
-    }
+    no_tls(&args.load, "a TCP probe")?;
     let addr = socket_address(&args.address).await?;
     let load = load(&args.load)?;
-    let progress = Arc::new(Progress::default());
-    let ticker = progress_line(progress.clone(), &load, args.load.quiet);
-    let outcome = probe_tcp(addr, &load, progress, None).await;
-    ticker.abort();
-    finish_progress(args.load.quiet);
-    let outcome = outcome?;
+    let outcome = with_progress(&load, args.load.quiet, |progress| {
+        probe_tcp(addr, &load, progress, None)
+    })
+    .await?;
     print(&outcome, &addr.to_string(), &load, args.load.output)
 }
 
 async fn run_udp(args: &UdpArgs) -> Result<ExitCode> {
-    if args.load.ca.is_some() {
-        bail!("--ca: a UDP probe opens no TLS session");
-    }
+    no_tls(&args.load, "a UDP probe")?;
     let addr = socket_address(&args.address).await?;
     let load = load(&args.load)?;
-    let progress = Arc::new(Progress::default());
-    let ticker = progress_line(progress.clone(), &load, args.load.quiet);
-    let outcome = probe_udp(addr, args.size, &load, progress, None).await;
-    ticker.abort();
-    finish_progress(args.load.quiet);
-    let outcome = outcome.map_err(|e| size_error(e, args.size))?;
+    let outcome = with_progress(&load, args.load.quiet, |progress| {
+        probe_udp(addr, args.size, &load, progress, None)
+    })
+    .await
+    .map_err(|e| size_error(e, args.size))?;
     print(&outcome, &addr.to_string(), &load, args.load.output)
 }
 
 async fn run_icmp(args: &IcmpArgs) -> Result<ExitCode> {
-    if args.load.ca.is_some() {
-        bail!("--ca: an ICMP probe opens no TLS session");
-    }
+    no_tls(&args.load, "an ICMP probe")?;
     let ip = match args
         .address
         .trim_start_matches('[')
@@ -337,13 +326,34 @@ async fn run_icmp(args: &IcmpArgs) -> Result<ExitCode> {
         Err(_) => socket_address(&format!("{}:0", args.address)).await?.ip(),
     };
     let load = load(&args.load)?;
-    let progress = Arc::new(Progress::default());
-    let ticker = progress_line(progress.clone(), &load, args.load.quiet);
-    let outcome = probe_icmp(ip, args.size, &load, progress, None).await;
-    ticker.abort();
-    finish_progress(args.load.quiet);
-    let outcome = outcome.map_err(|e| size_error(e, args.size))?;
+    let outcome = with_progress(&load, args.load.quiet, |progress| {
+        probe_icmp(ip, args.size, &load, progress, None)
+    })
+    .await
+    .map_err(|e| size_error(e, args.size))?;
     print(&outcome, &ip.to_string(), &load, args.load.output)
+}
+
+/// `--ca` refused where no TLS session is opened.
+fn no_tls(load: &LoadArgs, what: &str) -> Result<()> {
+    if load.ca.is_some() {
+        bail!("--ca: {what} opens no TLS session");
+    }
+    Ok(())
+}
+
+/// Runs `run` with a progress line on standard error while it lasts.
+async fn with_progress<T, F: std::future::Future<Output = T>>(
+    load: &Load,
+    quiet: bool,
+    run: impl FnOnce(Arc<Progress>) -> F,
+) -> T {
+    let progress = Arc::new(Progress::default());
+    let ticker = progress_line(progress.clone(), load, quiet);
+    let outcome = run(progress).await;
+    ticker.abort();
+    finish_progress(quiet);
+    outcome
 }
 
 /// A set-up error of a datagram probe, naming `--size` when it is the size's.
@@ -393,12 +403,10 @@ async fn run_dns(args: &DnsArgs) -> Result<ExitCode> {
         identity: None,
     };
     let load = load(&args.load)?;
-    let progress = Arc::new(Progress::default());
-    let ticker = progress_line(progress.clone(), &load, args.load.quiet);
-    let outcome = probe_dns(spec, &tls, &load, progress, None).await;
-    ticker.abort();
-    finish_progress(args.load.quiet);
-    let outcome = outcome?;
+    let outcome = with_progress(&load, args.load.quiet, |progress| {
+        probe_dns(spec, &tls, &load, progress, None)
+    })
+    .await?;
     print(&outcome, &server.to_string(), &load, args.load.output)
 }
 

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kdoctor_api::report::protocol::{ICMP_METHOD, TCP_METHOD, UDP_METHOD};
+use kdoctor_api::report::protocol::Protocol;
 use kdoctor_api::report::{HttpTargetResult, Report, TargetOutcome, TaskResult, TotalRunningLoad};
 use kdoctor_api::task::{NetSuccessCondition, TaskKind};
 use kdoctor_transport::tls::{ServerTrust, client_config};
@@ -76,9 +76,8 @@ impl RoundPlan {
 
 enum Done {
     Http(HttpTarget, Measurement),
-    Tcp(SocketTarget, Measurement),
-    Udp(SocketTarget, Measurement),
-    Icmp(SocketTarget, Measurement),
+    /// A TCP connect, UDP or ICMP echo target.
+    Socket(Protocol, SocketTarget, Measurement),
     Dns(DnsTarget, Measurement),
 }
 
@@ -137,7 +136,7 @@ pub async fn execute_with(
                 let prober = TcpProber::new(target.addr);
                 let series = series(&target.name, Some(target.addr.ip()));
                 let probing = observed(prober, schedule, metrics.clone(), series);
-                set.spawn(async move { Done::Tcp(target, probing.await) });
+                set.spawn(async move { Done::Socket(Protocol::Tcp, target, probing.await) });
             }
             for target in plan.udp.clone() {
                 match UdpProber::new(target.addr, DEFAULT_PAYLOAD_BYTES) {
@@ -151,7 +150,7 @@ pub async fn execute_with(
                             if let Some(timeout) = search {
                                 search_path_mtu(&mut measurement, target.addr, timeout).await;
                             }
-                            Done::Udp(target, measurement)
+                            Done::Socket(Protocol::Udp, target, measurement)
                         });
                     }
                     Err(e) => failures.push(format!("test {}: {e}", target.name)),
@@ -162,7 +161,9 @@ pub async fn execute_with(
                     Ok(prober) => {
                         let series = series(&target.name, Some(target.addr.ip()));
                         let probing = observed(prober, schedule, metrics.clone(), series);
-                        set.spawn(async move { Done::Icmp(target, probing.await) });
+                        set.spawn(
+                            async move { Done::Socket(Protocol::Icmp, target, probing.await) },
+                        );
                     }
                     Err(e) => failures.push(format!("test {}: {e}", target.name)),
                 }
@@ -226,7 +227,7 @@ pub async fn execute_with(
     };
     done.sort_by_key(|d| match d {
         Done::Http(t, _) => position(&t.name),
-        Done::Tcp(t, _) | Done::Udp(t, _) | Done::Icmp(t, _) => position(&t.name),
+        Done::Socket(_, t, _) => position(&t.name),
         Done::Dns(t, _) => position(&t.name),
     });
     let result = kind_result(&plan, &done, &context, &failures);
@@ -271,7 +272,7 @@ fn kind_result(
                         m,
                         expect,
                     )),
-                    Done::Http(..) | Done::Tcp(..) | Done::Udp(..) | Done::Icmp(..) => None,
+                    Done::Http(..) | Done::Socket(..) => None,
                 })
                 .collect();
             KindResult::Netdns(result_of(TARGET_TYPE_NETDNS, details, context, failures))
@@ -358,27 +359,10 @@ fn http_details<D: From<HttpTargetResult>>(
                 m,
                 expect,
             )),
-            Done::Tcp(t, m) => Some(http_detail(
-                &t.name,
-                &format!("tcp://{}", t.addr),
-                TCP_METHOD,
-                m,
-                expect,
-            )),
-            Done::Udp(t, m) => Some(http_detail(
-                &t.name,
-                &format!("udp://{}", t.addr),
-                UDP_METHOD,
-                m,
-                expect,
-            )),
-            Done::Icmp(t, m) => Some(http_detail(
-                &t.name,
-                &format!("icmp://{}", t.addr.ip()),
-                ICMP_METHOD,
-                m,
-                expect,
-            )),
+            Done::Socket(protocol, t, m) => {
+                let (method, url) = protocol.method_and_url(t.addr)?;
+                Some(http_detail(&t.name, &url, method, m, expect))
+            }
             Done::Dns(..) => None,
         })
         .collect()

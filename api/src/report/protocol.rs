@@ -72,6 +72,18 @@ impl Protocol {
             .unwrap_or((Protocol::Http, name))
     }
 
+    /// The `method` and `url` of an entry probing `addr` with this protocol: `TCP`
+    /// `tcp://IP:PORT`, `UDP` `udp://IP:PORT`, `ICMP` `icmp://IP` (ICMP has no port). An HTTP
+    /// entry's are its request's own: `None`.
+    pub fn method_and_url(self, addr: std::net::SocketAddr) -> Option<(&'static str, String)> {
+        match self {
+            Protocol::Http => None,
+            Protocol::Tcp => Some((TCP_METHOD, format!("tcp://{addr}"))),
+            Protocol::Udp => Some((UDP_METHOD, format!("udp://{addr}"))),
+            Protocol::Icmp => Some((ICMP_METHOD, format!("icmp://{}", addr.ip()))),
+        }
+    }
+
     /// The entry name of `base` (an HTTP entry's name) probed with this protocol.
     pub fn entry_name(self, base: &str) -> String {
         format!("{}{base}", self.prefix())
@@ -110,6 +122,16 @@ mod tests {
         );
         let icmp = Protocol::Icmp.entry_name(base);
         assert_eq!(Protocol::split(&icmp), (Protocol::Icmp, base));
+        let addr = "[fd00::1]:5712".parse().expect("addr");
+        assert_eq!(Protocol::Http.method_and_url(addr), None);
+        assert_eq!(
+            Protocol::Udp.method_and_url(addr),
+            Some(("UDP", "udp://[fd00::1]:5712".to_string()))
+        );
+        assert_eq!(
+            Protocol::Icmp.method_and_url(addr),
+            Some(("ICMP", "icmp://fd00::1".to_string()))
+        );
         let udp = Protocol::Udp.entry_name(base);
         assert_eq!(udp, "UDP_AgentPodV4IP_kdoctor-agent-x_10.0.0.1");
         assert_eq!(Protocol::split(&udp), (Protocol::Udp, base));

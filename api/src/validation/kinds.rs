@@ -54,40 +54,42 @@ pub(super) fn net_reach(
             "at least one of endpoint, clusterIP, nodePort, loadBalancer and ingress must be true",
         ));
     }
-    if target.ingress && !target.ipv4 {
-        errors.push(FieldError::invalid(
-            path.child("ingress"),
-            true,
+    // Fields that only mean something with another one.
+    for (set, field, needed, message) in [
+        (
+            target.ingress,
+            "ingress",
+            target.ipv4,
             "ingress targets are IPv4 only: ingress requires ipv4",
-        ));
-    }
-    if target.multus_interface && !target.endpoint {
-        errors.push(FieldError::invalid(
-            path.child("multusInterface"),
-            true,
+        ),
+        (
+            target.multus_interface,
+            "multusInterface",
+            target.endpoint,
             "multusInterface adds secondary pod IPs: it requires endpoint",
-        ));
-    }
-    if target.udp && !target.endpoint {
-        errors.push(FieldError::invalid(
-            path.child("udp"),
-            true,
+        ),
+        (
+            target.udp,
+            "udp",
+            target.endpoint,
             "udp sends echoes to the agent pods' IPs: it requires endpoint",
-        ));
-    }
-    if target.icmp && !target.endpoint {
-        errors.push(FieldError::invalid(
-            path.child("icmp"),
-            true,
+        ),
+        (
+            target.icmp,
+            "icmp",
+            target.endpoint,
             "icmp sends echoes to the agent pods' IPs: it requires endpoint",
-        ));
-    }
-    if target.path_mtu && !target.udp {
-        errors.push(FieldError::invalid(
-            path.child("pathMTU"),
-            true,
+        ),
+        (
+            target.path_mtu,
+            "pathMTU",
+            target.udp,
             "pathMTU is searched with UDP echoes: it requires udp",
-        ));
+        ),
+    ] {
+        if set && !needed {
+            errors.push(FieldError::invalid(path.child(field), true, message));
+        }
     }
     if !target.path_mtu {
         no_path_mtu_bound(spec.expect.as_ref(), &expect_path, errors);

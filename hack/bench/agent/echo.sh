@@ -30,15 +30,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ "$(id -u)" = 0 ] || { echo "echo.sh: needs root (network namespaces)" >&2; exit 2; }
-missing=()
-for tool in iperf3 iputils-ping:ping; do
-  command -v "${tool#*:}" >/dev/null || missing+=("${tool%%:*}")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing ${missing[*]} (apt-get)" >&2
-  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null ||
-    { echo "echo.sh: cannot install ${missing[*]}: apt-get install -y ${missing[*]}" >&2; exit 2; }
-fi
+# shellcheck source=hack/bench/agent/tools.sh
+. hack/bench/agent/tools.sh
+need_tools iperf3 iputils-ping:ping
 target=${CARGO_TARGET_DIR:-$PWD/target}
 cargo build --release -q -p kdoctor
 kdoctor="$target/release/kdoctor"

@@ -7,16 +7,10 @@
 # pass through, e.g. `run.sh --secs 5`, `run.sh --only tcp`.
 set -euo pipefail
 cd "$(dirname "$0")"
-missing=()
-for tool in nginx unbound dnsperf nmap:nping; do
-  # package:command where they differ (nping comes with nmap)
-  command -v "${tool#*:}" >/dev/null 2>&1 || [ -x "/usr/sbin/${tool#*:}" ] || missing+=("${tool%%:*}")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing ${missing[*]} (apt-get)" >&2
-  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
-    || { echo "cannot install ${missing[*]}: apt-get install -y ${missing[*]}" >&2; exit 2; }
-fi
+# shellcheck source=hack/bench/agent/tools.sh
+. ./tools.sh
+# nping comes with nmap.
+need_tools nginx unbound dnsperf nmap:nping
 OHA=$(../oha.sh)
 root=$(cd ../../.. && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}

@@ -22,7 +22,7 @@ pub mod wire;
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Mutex;
 
 use tokio::net::UdpSocket;
@@ -135,14 +135,7 @@ impl<C: EchoCodec> DatagramProber<C> {
     }
 
     fn open(&self) -> io::Result<UdpSocket> {
-        let local: SocketAddr = match self.addr {
-            SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
-            SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
-        };
-        let socket = C::open(self.addr)?;
-        socket.set_nonblocking(true)?;
-        socket.bind(&local.into())?;
-        socket.connect(&self.addr.into())?;
+        let socket = socket::connected(C::open(self.addr)?, self.addr)?;
         socket::enable_receive_info(&socket, self.addr.is_ipv6())?;
         UdpSocket::from_std(socket.into())
     }

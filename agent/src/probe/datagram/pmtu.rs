@@ -9,12 +9,13 @@
 //! search itself ([`Search`]) is pure.
 
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::net::UdpSocket;
 
 use super::wire::{self, HEADER_BYTES, Request};
+use super::{EchoCodec, UdpEcho};
 
 /// Why packets above the path MTU do not pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,18 +146,7 @@ pub fn overhead(addr: SocketAddr) -> u32 {
 pub const TRIES: u32 = 3;
 
 fn open(addr: SocketAddr) -> io::Result<(UdpSocket, u32)> {
-    let local: SocketAddr = match addr {
-        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
-        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
-    };
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::DGRAM,
-        None,
-    )?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&local.into())?;
-    socket.connect(&addr.into())?;
+    let socket = super::socket::connected(UdpEcho::open(addr)?, addr)?;
     use rustix::net::sockopt;
     let route_mtu = if addr.is_ipv4() {
         sockopt::set_ip_mtu_discover(&socket, sockopt::Ipv4PathMtuDiscovery::PROBE)?;
@@ -195,13 +185,12 @@ async fn try_size(
     // An error left by an earlier size must not be read as this one's.
     let _ = socket.take_error();
     let payload = (size.saturating_sub(overhead(addr)) as usize).max(HEADER_BYTES);
-    let mut datagram = vec![0u8; payload];
-    Request {
+    let request = Request {
         stream,
         seq,
         sent_ns: super::socket::wall_ns(),
-    }
-    .write(&mut datagram);
+    };
+    let datagram = UdpEcho::encode(&request, payload, addr.is_ipv6());
     let too_big = |e: &io::Error| e.raw_os_error() == Some(libc::EMSGSIZE);
     if let Err(e) = socket.send(&datagram).await {
         return if too_big(&e) {
@@ -215,7 +204,7 @@ async fn try_size(
         loop {
             match socket.recv(&mut buf).await {
                 Ok(n) => {
-                    let ours = wire::read_echo(&buf[..n])
+                    let ours = UdpEcho::decode(&buf[..n])
                         .is_some_and(|e| e.request.stream == stream && e.request.seq == seq);
                     if ours {
                         return Probe::Echoed;

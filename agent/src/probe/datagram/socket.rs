@@ -46,6 +46,19 @@ fn set_int(
     }
 }
 
+/// `socket` made non-blocking, bound to any local address of `addr`'s family, and connected
+/// to `addr`: the kernel then passes it only `addr`'s datagrams, and its errors.
+pub fn connected(socket: socket2::Socket, addr: SocketAddr) -> io::Result<socket2::Socket> {
+    let local: SocketAddr = match addr {
+        SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    socket.set_nonblocking(true)?;
+    socket.bind(&local.into())?;
+    socket.connect(&addr.into())?;
+    Ok(socket)
+}
+
 /// Sends with [`INITIAL_TTL`] and reports each received datagram's TTL or hop limit and
 /// kernel receive time. `ipv6` says the socket's family: an IPv6 socket also gets the IPv4
 /// options, for the IPv4-mapped datagrams a dual-stack socket receives.
