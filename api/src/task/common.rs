@@ -184,7 +184,9 @@ pub struct NetSuccessCondition {
     /// milliseconds (NetReach with `spec.target.udp`, beyond upstream): a UDP entry above it
     /// fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0.001, max = 60000))]
+    // An exclusive zero, not a minimum of 0.001: the apiserver compares an integer value with
+    // a float minimum truncated to an integer, so `0` would pass a minimum of 0.001.
+    #[schemars(extend("minimum" = 0, "exclusiveMinimum" = true, "maximum" = 60000))]
     pub max_jitter_in_ms: Option<f64>,
 
     /// Smallest path MTU, in bytes of IP packet, a UDP echo target's path must take (NetReach

@@ -174,12 +174,12 @@ pub(super) fn expect(
         ));
     }
     if let Some(jitter) = expect.max_jitter_in_ms
-        && !(0.001..=60_000.0).contains(&jitter)
+        && !(jitter > 0.0 && jitter <= 60_000.0)
     {
         errors.push(FieldError::invalid(
             path.child("maxJitterInMs"),
             jitter,
-            "must be between 0.001 and 60000",
+            "must be more than 0 and at most 60000",
         ));
     }
     if let Some(mtu) = expect.min_path_mtu

@@ -296,21 +296,21 @@ fn every_field_path_names_a_declared_property() {
     }
 }
 
-fn formats(node: &Value, path: &str, out: &mut Vec<(String, String)>) {
+/// Every value under `key` anywhere in the schema, with where it was found.
+fn keyed(node: &Value, key: &str, path: &str, out: &mut Vec<(String, Value)>) {
     match node {
         Value::Object(map) => {
-            for (key, value) in map {
-                match (key.as_str(), value) {
-                    ("format", Value::String(format)) => {
-                        out.push((path.to_string(), format.clone()))
-                    }
-                    _ => formats(value, &format!("{path}/{key}"), out),
+            for (k, value) in map {
+                if k == key && !value.is_object() {
+                    out.push((path.to_string(), value.clone()));
+                } else {
+                    keyed(value, key, &format!("{path}/{k}"), out);
                 }
             }
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                formats(item, &format!("{path}/{i}"), out);
+                keyed(item, key, &format!("{path}/{i}"), out);
             }
         }
         _ => {}
@@ -356,18 +356,45 @@ fn every_format_is_one_kube_apiserver_recognizes() {
     for crd in crds() {
         let json = serde_json::to_value(&crd).expect("json");
         let mut found = Vec::new();
-        formats(&json, "", &mut found);
+        keyed(&json, "format", "", &mut found);
         assert!(
             !found.is_empty(),
             "no format at all: the walk found nothing"
         );
         let unknown: Vec<_> = found
             .iter()
-            .filter(|(_, f)| !KNOWN.contains(&f.as_str()))
+            .filter(|(_, f)| !f.as_str().is_some_and(|f| KNOWN.contains(&f)))
             .collect();
         assert!(
             unknown.is_empty(),
             "{}: formats kube-apiserver does not recognize: {unknown:?}",
+            crd.metadata.name.unwrap_or_default()
+        );
+    }
+}
+
+/// kube-apiserver checks an integer value against a bound truncated to an integer
+/// (kube-openapi's `MinimumNativeType`), so `maxJitterInMs: 0` passed a minimum of 0.001:
+/// every bound is a whole number, and a field that must be above zero says so with
+/// `exclusiveMinimum`.
+#[test]
+fn every_numeric_bound_is_whole_because_the_apiserver_truncates_it() {
+    for crd in crds() {
+        let json = serde_json::to_value(&crd).expect("json");
+        let mut bounds = Vec::new();
+        keyed(&json, "minimum", "", &mut bounds);
+        keyed(&json, "maximum", "", &mut bounds);
+        assert!(
+            !bounds.is_empty(),
+            "no bound at all: the walk found nothing"
+        );
+        let fractional: Vec<_> = bounds
+            .iter()
+            .filter(|(_, b)| b.as_f64().is_none_or(|b| b.fract() != 0.0))
+            .collect();
+        assert!(
+            fractional.is_empty(),
+            "{}: bounds the apiserver would truncate: {fractional:?}",
             crd.metadata.name.unwrap_or_default()
         );
     }

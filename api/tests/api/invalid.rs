@@ -418,7 +418,7 @@ fn cases() -> Vec<Case> {
             name: "t",
             spec: "target: {endpoint: true, udp: true}\nexpect: {successRate: 1, maxJitterInMs: 0}",
             errors: &[
-                "spec.expect.maxJitterInMs: Invalid value: 0: must be between 0.001 and 60000",
+                "spec.expect.maxJitterInMs: Invalid value: 0: must be more than 0 and at most 60000",
             ],
             crd_rejects: true,
         },

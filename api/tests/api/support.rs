@@ -67,12 +67,26 @@ pub fn crd_rejections(yaml: &str, old: Option<&str>) -> Vec<String> {
 /// OpenAPI value validations the API server applies: minimum/maximum, lengths, item counts.
 fn bounds(value: &Value, schema: &Value, path: &str, problems: &mut Vec<String>) {
     let num = |k: &str| schema.get(k).and_then(Value::as_f64);
+    let flag = |k: &str| schema.get(k).and_then(Value::as_bool).unwrap_or(false);
     if let Some(x) = value.as_f64() {
-        if let Some(min) = num("minimum").filter(|m| x < *m) {
-            problems.push(format!("{path}: should be greater than or equal to {min}"));
+        // As kube-openapi's MinimumNativeType does: an integer value meets a bound truncated
+        // to an integer, so `0` passes a minimum of 0.001.
+        let bound = |b: f64| if value.is_i64() { b.trunc() } else { b };
+        if let Some(min) = num("minimum").map(bound) {
+            let exclusive = flag("exclusiveMinimum");
+            if x < min || (exclusive && x == min) {
+                problems.push(format!(
+                    "{path}: should be greater than {min} (exclusive: {exclusive})"
+                ));
+            }
         }
-        if let Some(max) = num("maximum").filter(|m| x > *m) {
-            problems.push(format!("{path}: should be less than or equal to {max}"));
+        if let Some(max) = num("maximum").map(bound) {
+            let exclusive = flag("exclusiveMaximum");
+            if x > max || (exclusive && x == max) {
+                problems.push(format!(
+                    "{path}: should be less than {max} (exclusive: {exclusive})"
+                ));
+            }
         }
     }
     if let Some(s) = value.as_str() {
