@@ -55,12 +55,17 @@ pub fn carrier_name_rule(kind: TaskKind) -> String {
 pub fn is_dns1123_subdomain(name: &str) -> bool {
     name.len() <= 253
         && !name.is_empty()
-        && name.split('.').all(|label| {
-            let b = label.as_bytes();
-            !b.is_empty()
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-                && b[0] != b'-'
-                && b[b.len() - 1] != b'-'
-        })
+        && name.split('.').all(|label| is_dns1123_label(label, 253))
+}
+
+/// An RFC 1123 label of at most `max` characters: lowercase alphanumerics and '-', starting
+/// and ending with an alphanumeric (namespaces, Service names).
+pub fn is_dns1123_label(label: &str, max: usize) -> bool {
+    let b = label.as_bytes();
+    !b.is_empty()
+        && b.len() <= max
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
 }

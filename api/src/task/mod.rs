@@ -2,6 +2,7 @@
 
 pub mod apphttphealthy;
 pub mod common;
+pub mod isolation;
 pub mod kind;
 pub mod marker;
 pub mod netdns;
@@ -10,6 +11,7 @@ pub mod status;
 
 pub use apphttphealthy::{AppHttpHealthy, AppHttpHealthySpec, AppHttpHealthyTarget, HttpMethod};
 pub use common::{AgentKind, AgentSpec, NetHttpRequest, NetSuccessCondition, SchedulePlan};
+pub use isolation::{Isolation, IsolationProtocol};
 pub use kind::{API_VERSION, GROUP, Task, TaskKind, UnknownKind, VERSION};
 pub use marker::{Marked, MarkerPolicy, MarkerSet, MarkerTaint, TaintEffect};
 pub use netdns::{

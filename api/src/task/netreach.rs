@@ -5,6 +5,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::common::{AgentSpec, NetHttpRequest, NetSuccessCondition, SchedulePlan};
+use super::isolation::Isolation;
 use super::status::TaskStatus;
 
 fn yes() -> bool {
@@ -44,6 +45,13 @@ pub struct NetReachSpec {
     /// When a target is healthy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<NetSuccessCondition>,
+    /// Peers that must NOT be reachable from any agent (beyond upstream): each round every
+    /// agent tries each of them a few times, and the round fails when one gets through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new("self.all(a, self.exists_one(b, b.name == a.name))")
+        .message("each isolation entry needs a name of its own"))]
+    pub isolation: Option<Vec<Isolation>>,
 }
 
 /// `spec.target` of NetReach: which address types of the carrier to probe.

@@ -28,6 +28,9 @@ pub(super) fn net_reach(
         errors,
     );
 
+    if let Some(isolations) = &spec.isolation {
+        super::isolation::check(isolations, &path.child("isolation"), errors);
+    }
     let expect_path = path.child("expect");
     let path = path.child("target");
     let Some(target) = &spec.target else {

@@ -8,6 +8,7 @@
 mod address;
 mod common;
 pub(crate) mod field;
+mod isolation;
 mod kinds;
 mod names;
 pub mod structure;

@@ -423,6 +423,96 @@ fn cases() -> Vec<Case> {
             crd_rejects: true,
         },
         Case {
+            rule: "isolation: neither podSelector nor service",
+            kind: NR,
+            name: "t",
+            spec: "isolation: [{name: db, namespace: shop, port: 5432}]",
+            errors: &[
+                r#"spec.isolation[0]: Invalid value: "object": exactly one of podSelector and service names the peers"#,
+            ],
+            crd_rejects: true,
+        },
+        Case {
+            rule: "isolation: both podSelector and service",
+            kind: NR,
+            name: "t",
+            spec: "isolation: [{name: db, namespace: shop, service: db, podSelector: {matchLabels: {app: db}}, port: 5432}]",
+            errors: &[
+                r#"spec.isolation[0]: Invalid value: "object": exactly one of podSelector and service names the peers"#,
+            ],
+            crd_rejects: true,
+        },
+        Case {
+            rule: "isolation: TCP without a port",
+            kind: NR,
+            name: "t",
+            spec: "isolation: [{name: db, namespace: shop, service: db}]",
+            errors: &[
+                r#"spec.isolation[0].port: Required value: port is required for TCP and UDP, and ICMP has none"#,
+            ],
+            crd_rejects: true,
+        },
+        Case {
+            rule: "isolation: ICMP with a port",
+            kind: NR,
+            name: "t",
+            spec: "isolation: [{name: db, namespace: shop, podSelector: {matchLabels: {app: db}}, protocol: ICMP, port: 1}]",
+            errors: &[
+                r#"spec.isolation[0].port: Invalid value: 1: port is required for TCP and UDP, and ICMP has none"#,
+            ],
+            crd_rejects: true,
+        },
+        Case {
+            rule: "isolation: ICMP to a Service",
+            kind: NR,
+            name: "t",
+            spec: "isolation: [{name: db, namespace: shop, service: db, protocol: ICMP}]",
+            errors: &[
+                r#"spec.isolation[0].service: Invalid value: "db": a Service's ClusterIP answers no ICMP echo: ICMP isolation needs podSelector"#,
+            ],
+            crd_rejects: true,
+        },
+        Case {
+            rule: "isolation: two entries of one name",
+            kind: NR,
+            name: "t",
+            spec: "isolation: [{name: db, namespace: shop, service: db, port: 1}, {name: db, namespace: web, service: db, port: 1}]",
+            errors: &[
+                r#"spec.isolation: Invalid value: "db": each isolation entry needs a name of its own"#,
+            ],
+            crd_rejects: true,
+        },
+        Case {
+            rule: "isolation: a name that is not a DNS label",
+            kind: NR,
+            name: "t",
+            spec: "isolation: [{name: Db, namespace: shop, service: db, port: 1}]",
+            errors: &[
+                r#"spec.isolation[0].name: Invalid value: "Db": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character, of at most 32 characters"#,
+            ],
+            crd_rejects: true,
+        },
+        Case {
+            rule: "isolation: a port out of range",
+            kind: NR,
+            name: "t",
+            spec: "isolation: [{name: db, namespace: shop, service: db, port: 70000}]",
+            errors: &[
+                r#"spec.isolation[0].port: Invalid value: 70000: must be between 1 and 65535"#,
+            ],
+            crd_rejects: true,
+        },
+        Case {
+            rule: "isolation: In without values",
+            kind: NR,
+            name: "t",
+            spec: "isolation: [{name: db, namespace: shop, podSelector: {matchExpressions: [{key: app, operator: In}]}, port: 1}]",
+            errors: &[
+                r#"spec.isolation[0].podSelector: Invalid value: "object": failed to parse value as expression: Expected values for In operator, got none"#,
+            ],
+            crd_rejects: false,
+        },
+        Case {
             rule: "maxJitterInMs on a DNS task",
             kind: DNS,
             name: "t",

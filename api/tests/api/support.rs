@@ -94,6 +94,12 @@ fn bounds(value: &Value, schema: &Value, path: &str, problems: &mut Vec<String>)
         if num("maxLength").is_some_and(|m| len > m) || num("minLength").is_some_and(|m| len < m) {
             problems.push(format!("{path}: length out of bounds"));
         }
+        if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+            let re = regex::Regex::new(pattern).expect("the schema's pattern compiles");
+            if !re.is_match(s) {
+                problems.push(format!("{path}: should match '{pattern}'"));
+            }
+        }
     }
     match value {
         Value::Object(map) => {
