@@ -50,6 +50,7 @@ pub fn net_reach_report(node: &str, round: i64, targets: usize, seed: u64) -> Re
                     status_codes: BTreeMap::from([(200, 100)]),
                     histograms: None,
                     datagrams: None,
+                    isolation: None,
                 },
             }
         })

@@ -217,6 +217,14 @@ pub fn local_plan(
             plan.path_mtu = target.path_mtu;
             plan.http = targets;
             plan.setup_failures = missing;
+            // Its peers are a cluster's pods and Services: unchecked, the round must not pass.
+            for isolation in t.spec.isolation.iter().flatten() {
+                plan.setup_failures.push(format!(
+                    "isolation {}: its peers are pods or a Service of a cluster; `kdoctor \
+                     local` cannot check it",
+                    isolation.name
+                ));
+            }
             Ok(plan)
         }
     }

@@ -9,13 +9,17 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kdoctor_api::config::Config;
 use kdoctor_api::defaults::ClusterFacts;
-use kdoctor_api::task::{AppHttpHealthySpec, NetDnsTargetDns, NetReachTarget, Task, TaskResource};
+use kdoctor_api::task::isolation::MAX_ISOLATED_PODS;
+use kdoctor_api::task::{
+    AppHttpHealthySpec, Isolation, NetDnsTargetDns, NetReachTarget, Task, TaskResource,
+};
 use kdoctor_transport::tls::{ServerTrust, client_config, parse_identity, parse_roots};
 use kube::api::ListParams;
+use kube::core::Selector;
 use kube::{Api, Client};
 use rustls::ClientConfig;
 
@@ -472,6 +476,69 @@ impl Discovery {
                 .clone()
                 .or_else(|| self.args.service_ipv6_name.clone()),
         }
+    }
+
+    /// The peers of an isolation check (`spec.isolation[]`): its Service's ClusterIPs, or the
+    /// running pods its selector picks (the first [`MAX_ISOLATED_PODS`] by name; more are a
+    /// problem the round reports, since the rest go unchecked). Each as (name, address).
+    pub async fn isolation_peers(
+        &self,
+        isolation: &Isolation,
+    ) -> Result<(Vec<(String, IpAddr)>, Option<String>), DiscoveryError> {
+        let namespace = &isolation.namespace;
+        if let Some(name) = &isolation.service {
+            let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
+            let what = format!("Service {namespace}/{name}");
+            let service = get(&api, what.clone(), name).await?;
+            let ips = dns_addresses(std::slice::from_ref(&service));
+            if ips.is_empty() {
+                return Err(DiscoveryError::Unusable {
+                    what,
+                    problem: "it has no ClusterIP (headless): name its pods with podSelector"
+                        .into(),
+                });
+            }
+            let peer = format!("svc-{name}");
+            return Ok((ips.into_iter().map(|ip| (peer.clone(), ip)).collect(), None));
+        }
+        let selector = match isolation.pod_selector.clone().map(Selector::try_from) {
+            Some(Ok(selector)) => selector.to_string(),
+            Some(Err(e)) => {
+                return Err(DiscoveryError::Unusable {
+                    what: format!("isolation {} podSelector", isolation.name),
+                    problem: e.to_string(),
+                });
+            }
+            None => String::new(),
+        };
+        let what = format!("pods in {namespace} selected by {selector:?}");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        // One more than checked: whether some were left out.
+        let params = ListParams::default()
+            .labels(&selector)
+            .limit(MAX_ISOLATED_PODS as u32 + 1);
+        let list = api
+            .list(&params)
+            .await
+            .map_err(|source| DiscoveryError::Api {
+                what: what.clone(),
+                source,
+            })?;
+        let (mut pods, _) = carrier_pods(&list.items, None);
+        let more =
+            (pods.len() > MAX_ISOLATED_PODS || list.metadata.continue_.is_some()).then(|| {
+                format!(
+                    "isolation {}: {what} are more than {MAX_ISOLATED_PODS}: only the first \
+                     {MAX_ISOLATED_PODS} by name are checked",
+                    isolation.name
+                )
+            });
+        pods.truncate(MAX_ISOLATED_PODS);
+        let peers = pods
+            .into_iter()
+            .flat_map(|pod| pod.ips.into_iter().map(move |ip| (pod.name.clone(), ip)))
+            .collect();
+        Ok((peers, more))
     }
 
     /// The ClusterIPs of the DNS Service a Netdns `targetDns` names, or of the cluster DNS

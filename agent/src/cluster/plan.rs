@@ -14,7 +14,8 @@ use crate::round::peers;
 pub use crate::round::prepare::Actor;
 use crate::round::prepare::prepare;
 use crate::round::targets::{
-    app_http_target, icmp_targets, netdns_targets, netreach_targets, tcp_targets, udp_targets,
+    app_http_target, icmp_targets, isolation_targets, netdns_targets, netreach_targets,
+    tcp_targets, udp_targets,
 };
 
 /// Builds the plan of `duty` for `task`, probing for at most `time_box`.
@@ -45,6 +46,20 @@ pub async fn plan(
             plan.http = targets;
             plan.setup_failures.extend(problems);
             plan.setup_failures.extend(missing);
+            for isolation in t.spec.isolation.iter().flatten() {
+                match discovery.isolation_peers(isolation).await {
+                    Ok((peers, more)) => {
+                        plan.setup_failures.extend(more);
+                        match isolation_targets(&target, isolation, &peers) {
+                            Ok(found) => plan.isolation.extend(found),
+                            Err(problem) => plan.setup_failures.push(problem),
+                        }
+                    }
+                    Err(e) => plan
+                        .setup_failures
+                        .push(format!("isolation {}: {e}", isolation.name)),
+                }
+            }
         }
         Task::AppHttpHealthy(t) => match discovery.app_http(&t.spec).await {
             Ok((body, tls)) => {

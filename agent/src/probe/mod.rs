@@ -6,6 +6,7 @@
 pub mod datagram;
 pub mod dns;
 pub mod http;
+pub mod isolation;
 pub mod outcome;
 pub mod queueing;
 pub mod record;

@@ -8,8 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kdoctor_api::go_duration;
 use kdoctor_api::report::{
     AppHttpHealthyTaskDetail, DatagramMetrics, DnsMetrics, EncodedHistogram, HttpMetrics,
-    HttpTargetResult, LatencyDistribution, NetDnsTaskDetail, NetReachTaskDetail, Report,
-    RequestMetrics, SystemResource, TargetOutcome, TaskResult, TotalRunningLoad,
+    HttpTargetResult, IsolationMetrics, LatencyDistribution, NetDnsTaskDetail, NetReachTaskDetail,
+    Report, RequestMetrics, SystemResource, TargetOutcome, TaskResult, TotalRunningLoad,
 };
 use kdoctor_api::task::NetSuccessCondition;
 
@@ -17,6 +17,7 @@ use crate::histogram::{Latencies, encode, micros_to_ms};
 use crate::judge::{Counts, Verdict, judge, judge_jitter, judge_path_mtu};
 use crate::probe::Measurement;
 use crate::probe::datagram::tally::{DatagramTally, PathMtuFinding};
+use crate::probe::isolation::{REACHED, Tally};
 
 pub mod names;
 pub use names::*;
@@ -92,6 +93,7 @@ pub fn http_metrics(m: &Measurement) -> HttpMetrics {
             .datagrams
             .as_ref()
             .map(|d| datagram_metrics(m, d)),
+        isolation: None,
     }
 }
 
@@ -175,6 +177,96 @@ pub fn http_detail<D: From<HttpTargetResult>>(
         request_target_metrics: metrics,
     }
     .into()
+}
+
+/// The detail of an isolation check's peer (`spec.isolation`): it succeeds only when every
+/// try was made and none got through; its requests are the tries and its successes the tries
+/// that were blocked.
+pub fn isolation_detail(
+    name: &str,
+    url: &str,
+    method: &str,
+    check: &str,
+    tally: &Tally,
+) -> HttpTargetResult {
+    let count = |n: u32| i64::from(n);
+    let blocked = tally.attempts - tally.reached;
+    let held = tally.held();
+    let observed = match (&tally.not_checked, tally.reached) {
+        (Some(_), 0) => "not checked",
+        (_, 0) => "unreachable",
+        _ => "reachable",
+    };
+    let failure_reason = if held {
+        None
+    } else if tally.reached > 0 {
+        let how: Vec<String> = tally
+            .outcomes
+            .iter()
+            .filter(|(seen, _)| REACHED.contains(&seen.as_str()))
+            .map(|(seen, n)| format!("{seen} {n}"))
+            .collect();
+        Some(format!(
+            "isolation {check} broken: {} of {} tries reached {url} ({}); it must be unreachable",
+            tally.reached,
+            tally.attempts,
+            how.join(", ")
+        ))
+    } else {
+        Some(format!(
+            "isolation {check} not checked: {}",
+            tally.not_checked.as_deref().unwrap_or("no try was made")
+        ))
+    };
+    let started = tally.started.unwrap_or_else(jiff::Timestamp::now);
+    let ended = started.checked_add(tally.elapsed).unwrap_or(started);
+    let secs = tally.elapsed.as_secs_f64();
+    HttpTargetResult {
+        name: name.to_string(),
+        url: url.to_string(),
+        method: method.to_string(),
+        request_succeed: held,
+        request_mean_delay: 0.0,
+        request_succeed_rate: if tally.attempts > 0 {
+            f64::from(blocked) / f64::from(tally.attempts)
+        } else {
+            0.0
+        },
+        failure_reason,
+        request_target_metrics: HttpMetrics {
+            requests: RequestMetrics {
+                request_start_time: time(started),
+                request_end_time: time(ended),
+                request_duration: go_duration::format(tally.elapsed),
+                request_counts: count(tally.attempts),
+                success_counts: count(blocked),
+                tps: if secs > 0.0 {
+                    f64::from(tally.attempts) / secs
+                } else {
+                    0.0
+                },
+                errors: BTreeMap::new(),
+                latencies: LatencyDistribution::default(),
+                exists_not_send_requests: tally.not_checked.is_some(),
+            },
+            total_data_size: "0 byte".to_string(),
+            status_codes: BTreeMap::new(),
+            histograms: None,
+            datagrams: None,
+            isolation: Some(IsolationMetrics {
+                check: check.to_string(),
+                expected: "unreachable".to_string(),
+                observed: observed.to_string(),
+                attempts: count(tally.attempts),
+                reached: count(tally.reached),
+                outcomes: tally
+                    .outcomes
+                    .iter()
+                    .map(|(seen, n)| (seen.clone(), count(*n)))
+                    .collect(),
+            }),
+        },
+    }
 }
 
 /// The detail of a DNS target.

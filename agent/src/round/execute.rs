@@ -12,18 +12,19 @@ use kdoctor_transport::tls::{ServerTrust, client_config};
 use rustls::ClientConfig;
 use tokio::task::JoinSet;
 
-use super::targets::{DnsTarget, HttpTarget, Load, SocketTarget};
+use super::targets::{DnsTarget, HttpTarget, IsolationTarget, Load, SocketTarget};
 use crate::metrics::Metrics;
 use crate::probe::datagram::tally::PathMtuFinding;
 use crate::probe::datagram::{DEFAULT_PAYLOAD_BYTES, IcmpProber, UdpProber, pmtu};
 use crate::probe::dns::DnsProber;
 use crate::probe::http::{HttpProber, client_alpn};
+use crate::probe::isolation::{self, Tally};
 use crate::probe::tcp::TcpProber;
 use crate::probe::{Measurement, Plan, Prober, Progress, run_observed};
 use crate::probe_metrics::{RoundLabels, TargetSeries};
 use crate::report::{
     KindResult, RoundContext, TARGET_TYPE_APP_HTTP_HEALTHY, TARGET_TYPE_NETDNS,
-    TARGET_TYPE_NETREACH, dns_detail, http_detail, round_report, task_result,
+    TARGET_TYPE_NETREACH, dns_detail, http_detail, isolation_detail, round_report, task_result,
 };
 use crate::resource::{Sampler, Source};
 
@@ -48,6 +49,8 @@ pub struct RoundPlan {
     pub udp: Vec<SocketTarget>,
     /// ICMP echo targets (NetReach with `spec.target.icmp`).
     pub icmp: Vec<SocketTarget>,
+    /// Peers that must not be reachable (NetReach `spec.isolation`).
+    pub isolation: Vec<IsolationTarget>,
     /// Search the path MTU to each UDP target after its run (`spec.target.pathMTU`).
     pub path_mtu: bool,
     /// DNS targets (Netdns).
@@ -69,8 +72,12 @@ pub struct RoundPlan {
 impl RoundPlan {
     /// Targets probed, whatever their protocol (the report's `targetNumber`).
     pub fn target_count(&self) -> i64 {
-        (self.http.len() + self.tcp.len() + self.udp.len() + self.icmp.len() + self.dns.len())
-            as i64
+        (self.http.len()
+            + self.tcp.len()
+            + self.udp.len()
+            + self.icmp.len()
+            + self.isolation.len()
+            + self.dns.len()) as i64
     }
 }
 
@@ -79,6 +86,8 @@ enum Done {
     /// A TCP connect, UDP or ICMP echo target.
     Socket(Protocol, SocketTarget, Measurement),
     Dns(DnsTarget, Measurement),
+    /// A peer of an isolation check.
+    Isolation(IsolationTarget, Tally),
 }
 
 /// Runs the round and returns its report (never an error: problems are the report's verdict).
@@ -168,6 +177,13 @@ pub async fn execute_with(
                     Err(e) => failures.push(format!("test {}: {e}", target.name)),
                 }
             }
+            for target in plan.isolation.clone() {
+                let timeout = plan.load.timeout;
+                set.spawn(async move {
+                    let tally = isolation::check(target.protocol, target.addr, timeout).await;
+                    Done::Isolation(target, tally)
+                });
+            }
             for target in plan.dns.clone() {
                 let tls = client_config(ServerTrust::Any, None, &[])
                     .map(Arc::new)
@@ -203,7 +219,9 @@ pub async fn execute_with(
     }
     let usage = sampler.finish().await;
     let target_count = plan.target_count();
-    let load = running_load(plan.kind, plan.load.qps, target_count);
+    // An isolation check makes a few tries, not the request rate.
+    let paced = target_count - plan.isolation.len() as i64;
+    let load = running_load(plan.kind, plan.load.qps, paced);
     let context = RoundContext {
         round: plan.round,
         node: plan.node.clone(),
@@ -221,6 +239,7 @@ pub async fn execute_with(
             .chain(plan.tcp.iter().map(|t| t.name.as_str()))
             .chain(plan.udp.iter().map(|t| t.name.as_str()))
             .chain(plan.icmp.iter().map(|t| t.name.as_str()))
+            .chain(plan.isolation.iter().map(|t| t.name.as_str()))
             .chain(plan.dns.iter().map(|t| t.name.as_str()))
             .position(|n| n == name)
             .unwrap_or(usize::MAX)
@@ -229,6 +248,7 @@ pub async fn execute_with(
         Done::Http(t, _) => position(&t.name),
         Done::Socket(_, t, _) => position(&t.name),
         Done::Dns(t, _) => position(&t.name),
+        Done::Isolation(t, _) => position(&t.name),
     });
     let result = kind_result(&plan, &done, &context, &failures);
     round_report(&context, plan.task_uid.clone(), result)
@@ -272,7 +292,7 @@ fn kind_result(
                         m,
                         expect,
                     )),
-                    Done::Http(..) | Done::Socket(..) => None,
+                    Done::Http(..) | Done::Socket(..) | Done::Isolation(..) => None,
                 })
                 .collect();
             KindResult::Netdns(result_of(TARGET_TYPE_NETDNS, details, context, failures))
@@ -362,6 +382,10 @@ fn http_details<D: From<HttpTargetResult>>(
             Done::Socket(protocol, t, m) => {
                 let (method, url) = protocol.method_and_url(t.addr)?;
                 Some(http_detail(&t.name, &url, method, m, expect))
+            }
+            Done::Isolation(t, tally) => {
+                let (method, url) = Protocol::from(t.protocol).method_and_url(t.addr)?;
+                Some(isolation_detail(&t.name, &url, method, &t.check, tally).into())
             }
             Done::Dns(..) => None,
         })

@@ -62,6 +62,7 @@ pub fn prepare(
         tcp: Vec::new(),
         udp: Vec::new(),
         icmp: Vec::new(),
+        isolation: Vec::new(),
         path_mtu: false,
         dns: Vec::new(),
         load,

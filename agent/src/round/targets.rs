@@ -5,10 +5,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use bytes::Bytes;
-use kdoctor_api::report::protocol::Protocol;
+use kdoctor_api::report::protocol::{Protocol, deny_entry_name};
 use kdoctor_api::task::apphttphealthy::parse_header;
 use kdoctor_api::task::{
-    AppHttpHealthySpec, NetHttpRequest, NetReachTarget, NetdnsRequest, NetdnsSpec,
+    AppHttpHealthySpec, Isolation, IsolationProtocol, NetHttpRequest, NetReachTarget,
+    NetdnsRequest, NetdnsSpec,
 };
 
 use crate::probe::dns::{DnsRequestSpec, RecordType};
@@ -74,6 +75,57 @@ pub struct SocketTarget {
     pub name: String,
     /// Where to connect or send.
     pub addr: SocketAddr,
+}
+
+/// A peer an isolation check tries to reach (NetReach `spec.isolation`): it must not be
+/// reachable.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IsolationTarget {
+    /// `<TCP_|UDP_|ICMP_>Deny_<check>_<peer>_<ip>`.
+    pub name: String,
+    /// The `spec.isolation` entry.
+    pub check: String,
+    /// How it is tried.
+    pub protocol: IsolationProtocol,
+    /// Where (port 0 for ICMP).
+    pub addr: SocketAddr,
+}
+
+/// The peers of one isolation check (name, address) as targets, in the task's IP families.
+/// A check left with no peer is a problem that fails the round: a check of nothing must not
+/// pass for an isolation that holds.
+pub fn isolation_targets(
+    target: &NetReachTarget,
+    isolation: &Isolation,
+    peers: &[(String, IpAddr)],
+) -> Result<Vec<IsolationTarget>, String> {
+    let protocol = Protocol::from(isolation.protocol);
+    let port = isolation
+        .port
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(0);
+    let out: Vec<IsolationTarget> = peers
+        .iter()
+        .filter(|(_, ip)| (ip.is_ipv4() && target.ipv4) || (ip.is_ipv6() && target.ipv6))
+        .map(|(peer, ip)| IsolationTarget {
+            name: deny_entry_name(protocol, &isolation.name, peer, *ip),
+            check: isolation.name.clone(),
+            protocol: isolation.protocol,
+            addr: SocketAddr::new(*ip, port),
+        })
+        .collect();
+    if out.is_empty() {
+        let families = match (target.ipv4, target.ipv6) {
+            (true, true) => "IPv4 or IPv6",
+            (false, true) => "IPv6",
+            _ => "IPv4",
+        };
+        return Err(format!(
+            "isolation {}: no peer with an {families} address in namespace {}: nothing to check",
+            isolation.name, isolation.namespace
+        ));
+    }
+    Ok(out)
 }
 
 /// A DNS target of a round.

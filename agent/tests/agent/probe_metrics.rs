@@ -82,6 +82,7 @@ fn plan(kind: TaskKind, http: Vec<HttpTarget>, load: Load) -> RoundPlan {
         tcp: vec![],
         udp: vec![],
         icmp: vec![],
+        isolation: vec![],
         path_mtu: false,
         dns: vec![],
         load,

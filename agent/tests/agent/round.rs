@@ -7,10 +7,12 @@ use std::time::Duration;
 use kdoctor_agent::round::execute::{RoundPlan, execute};
 use kdoctor_agent::round::prepare::{Actor, prepare};
 use kdoctor_agent::round::targets::{
-    Carrier, CarrierPod, Load, netdns_targets, netreach_targets, tcp_targets, udp_targets,
+    Carrier, CarrierPod, Load, isolation_targets, netdns_targets, netreach_targets, tcp_targets,
+    udp_targets,
 };
 use kdoctor_api::task::{
-    NetDnsTarget, NetDnsTargetUser, NetReachTarget, NetdnsRequest, NetdnsSpec, TaskKind,
+    Isolation, IsolationProtocol, NetDnsTarget, NetDnsTargetUser, NetReachTarget, NetdnsRequest,
+    NetdnsSpec, TaskKind,
 };
 
 use crate::peers::Unbound;
@@ -27,6 +29,7 @@ fn plan(kind: TaskKind, load: Load) -> RoundPlan {
         tcp: vec![],
         udp: vec![],
         icmp: vec![],
+        isolation: vec![],
         path_mtu: false,
         dns: vec![],
         load,
@@ -198,6 +201,139 @@ async fn netreach_with_tcp_reports_a_connect_entry_beside_each_http_target() {
     );
     // The HTTP requests are the echo server's; the connects never reach HTTP.
     assert_eq!(agent.echo.count("default"), 20);
+}
+
+#[tokio::test]
+async fn netreach_with_isolation_passes_only_while_the_peers_stay_unreachable() {
+    let _shared = crate::support::shared().await;
+    let agent = agent().await;
+    let v4 = agent.http.iter().find(|a| a.is_ipv4()).copied().unwrap();
+    let carrier = Carrier {
+        pods: vec![CarrierPod {
+            name: "kdoctor-agent-abc".into(),
+            ips: vec![v4.ip()],
+            multus: vec![],
+        }],
+        http_port: v4.port(),
+        ..Carrier::default()
+    };
+    let target = NetReachTarget {
+        cluster_ip: false,
+        node_port: false,
+        ..NetReachTarget::default()
+    };
+    let (http, missing) = netreach_targets(&target, &carrier);
+    assert!(missing.is_empty(), "{missing:?}");
+    // A UDP port that never answers stands for a peer a policy keeps away; a TCP port nothing
+    // listens on answers with a reset: the SYN got through, so that isolation is broken.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (udp_port, tcp_port) = (
+        silent.local_addr().unwrap().port(),
+        closed.local_addr().unwrap().port(),
+    );
+    drop(closed);
+    let check = |name: &str, protocol, port: u16| Isolation {
+        name: name.into(),
+        namespace: "shop".into(),
+        pod_selector: Some(Default::default()),
+        service: None,
+        protocol,
+        port: Some(i32::from(port)),
+    };
+    let peers = [("db-0".to_string(), v4.ip())];
+    let held = isolation_targets(
+        &target,
+        &check("dns", IsolationProtocol::Udp, udp_port),
+        &peers,
+    )
+    .expect("a peer");
+    let broken = isolation_targets(
+        &target,
+        &check("db", IsolationProtocol::Tcp, tcp_port),
+        &peers,
+    )
+    .expect("a peer");
+    let round = |isolation| {
+        let mut p = plan(TaskKind::NetReach, load(1));
+        p.http = http.clone();
+        p.isolation = isolation;
+        p.load.timeout = Duration::from_millis(300);
+        execute(p, None)
+    };
+
+    let report = round([held.clone(), broken].concat()).await;
+    let result = report.task_net_reach.as_ref().expect("NetReach result");
+    let entries: Vec<(&str, &str, &str, bool)> = result
+        .round_task_detail
+        .iter()
+        .map(|d| {
+            (
+                d.name.as_str(),
+                d.method.as_str(),
+                d.url.as_str(),
+                d.request_succeed,
+            )
+        })
+        .collect();
+    let ip = v4.ip();
+    assert_eq!(
+        entries[1..],
+        [
+            (
+                format!("UDP_Deny_dns_db-0_{ip}").as_str(),
+                "UDP",
+                format!("udp://{ip}:{udp_port}").as_str(),
+                true
+            ),
+            (
+                format!("TCP_Deny_db_db-0_{ip}").as_str(),
+                "TCP",
+                format!("tcp://{ip}:{tcp_port}").as_str(),
+                false
+            ),
+        ]
+    );
+    assert!(entries[0].3, "the path that must work works: {entries:?}");
+    let isolation = |i: usize| {
+        result.round_task_detail[i]
+            .request_target_metrics
+            .isolation
+            .clone()
+            .expect("isolation metrics")
+    };
+    assert_eq!(
+        (
+            isolation(1).observed.as_str(),
+            isolation(1).reached,
+            isolation(1).attempts
+        ),
+        ("unreachable", 0, 3)
+    );
+    assert_eq!(
+        (isolation(2).observed.as_str(), isolation(2).reached),
+        ("reachable", 3)
+    );
+    assert!(!result.round_succeed, "a broken isolation fails the round");
+    let reason = result.round_task_detail[2]
+        .failure_reason
+        .as_deref()
+        .unwrap_or("");
+    assert!(
+        reason.contains("isolation db broken: 3 of 3 tries reached")
+            && reason.contains("refused 3"),
+        "{reason}"
+    );
+    assert_eq!(result.target_number, 3);
+    assert_eq!(
+        result.running_load_total.net_reach_qps, 20,
+        "tries are not the rate"
+    );
+
+    let report = round(held).await;
+    let result = report.task_net_reach.as_ref().expect("NetReach result");
+    assert!(result.round_succeed, "{:?}", result.failure_reason);
+    drop(silent);
 }
 
 #[tokio::test]

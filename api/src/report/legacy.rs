@@ -273,6 +273,7 @@ impl LegacyMetrics {
             status_codes: self.status_codes.unwrap_or_default(),
             histograms: None,
             datagrams: None,
+            isolation: None,
         }
     }
 

@@ -494,6 +494,28 @@ pub struct HttpMetrics {
     /// What only a stream of datagrams shows (UDP echo entries, beyond upstream).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub datagrams: Option<DatagramMetrics>,
+    /// The tries of an isolation check (`spec.isolation`, beyond upstream): the entry
+    /// succeeds only when none got through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<IsolationMetrics>,
+}
+
+/// What an isolation check saw of a peer that must not be reachable.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct IsolationMetrics {
+    /// The `spec.isolation` entry.
+    pub check: String,
+    /// What the task expects: `unreachable`.
+    pub expected: String,
+    /// What the tries saw: `unreachable`, `reachable`, or `not checked`.
+    pub observed: String,
+    /// Tries made.
+    pub attempts: i64,
+    /// Tries that got through.
+    pub reached: i64,
+    /// Tries by what they saw (`timeout`, `established`, `refused`, `port unreachable`, …).
+    pub outcomes: BTreeMap<String, i64>,
 }
 
 /// Loss, order, jitter and path length of a UDP echo target's datagrams.

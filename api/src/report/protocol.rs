@@ -9,6 +9,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// What follows the protocol's prefix in the name of an isolation check's entry
+/// (`TCP_Deny_<check>_<peer>_<ip>`): a peer that must not be reachable.
+pub const DENY_PREFIX: &str = "Deny_";
+
 /// The name prefix of a TCP connect entry.
 pub const TCP_PREFIX: &str = "TCP_";
 /// The `method` of a TCP connect entry (where an HTTP entry says `GET`).
@@ -90,6 +94,34 @@ impl Protocol {
     }
 }
 
+impl From<crate::task::IsolationProtocol> for Protocol {
+    fn from(p: crate::task::IsolationProtocol) -> Protocol {
+        match p {
+            crate::task::IsolationProtocol::Tcp => Protocol::Tcp,
+            crate::task::IsolationProtocol::Udp => Protocol::Udp,
+            crate::task::IsolationProtocol::Icmp => Protocol::Icmp,
+        }
+    }
+}
+
+/// The entry name of an isolation check's peer: `TCP_Deny_db_db-0_10.0.0.5`.
+pub fn deny_entry_name(
+    protocol: Protocol,
+    check: &str,
+    peer: &str,
+    ip: std::net::IpAddr,
+) -> String {
+    protocol.entry_name(&format!("{DENY_PREFIX}{check}_{peer}_{ip}"))
+}
+
+/// The check and peer of an isolation entry's name (without its protocol prefix).
+pub fn split_deny(base: &str) -> Option<(&str, &str)> {
+    let rest = base.strip_prefix(DENY_PREFIX)?;
+    let (check, peer_ip) = rest.split_once('_')?;
+    let (peer, _ip) = peer_ip.rsplit_once('_')?;
+    Some((check, peer))
+}
+
 impl std::str::FromStr for Protocol {
     type Err = String;
 
@@ -135,5 +167,23 @@ mod tests {
         let udp = Protocol::Udp.entry_name(base);
         assert_eq!(udp, "UDP_AgentPodV4IP_kdoctor-agent-x_10.0.0.1");
         assert_eq!(Protocol::split(&udp), (Protocol::Udp, base));
+    }
+
+    #[test]
+    fn an_isolation_entry_names_its_check_and_peer() {
+        let ip = "10.0.0.5".parse().expect("ip");
+        let name = deny_entry_name(Protocol::Tcp, "db", "svc-db-0", ip);
+        assert_eq!(name, "TCP_Deny_db_svc-db-0_10.0.0.5");
+        let (protocol, base) = Protocol::split(&name);
+        assert_eq!(protocol, Protocol::Tcp);
+        assert_eq!(split_deny(base), Some(("db", "svc-db-0")));
+        assert_eq!(split_deny("AgentPodV4IP_x_10.0.0.1"), None);
+        let v6 = deny_entry_name(
+            Protocol::Icmp,
+            "web",
+            "web-1",
+            "fd00::5".parse().expect("ip"),
+        );
+        assert_eq!(split_deny(Protocol::split(&v6).1), Some(("web", "web-1")));
     }
 }
