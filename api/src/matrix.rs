@@ -9,7 +9,10 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::report::Report;
-use crate::report::protocol::Protocol;
+use crate::report::protocol::{Protocol, split_deny};
+
+/// How the column of a peer that must not be reachable begins: `deny db: db-0`.
+pub const DENY_COLUMN: &str = "deny";
 
 /// `kind` of the matrix view of a KdoctorReport.
 pub const KIND: &str = "KdoctorReportMatrix";
@@ -139,10 +142,14 @@ impl Matrix {
         }
     }
 
-    /// What a column is: `node-1 (zone-a) (pod)` or `ClusterIP v4`.
+    /// What a column is: `node-1 (zone-a) (pod)`, `ClusterIP v4`, or a peer that must not be
+    /// reachable.
     pub fn column_name(&self, column: &Column) -> String {
         match column {
             Column::Node(node) => format!("{} (pod)", self.node_label(node)),
+            Column::Kind(kind) if kind.starts_with(DENY_COLUMN) => {
+                format!("{kind} (must be unreachable: a cell counts the tries blocked)")
+            }
             Column::Kind(kind) => kind.clone(),
         }
     }
@@ -190,6 +197,11 @@ impl Matrix {
 /// `AgentClusterV6IP_<ip>:<port>`, `AgentIngress_v4_<url>`, …) given which node runs each pod.
 pub fn column_of(name: &str, pod_nodes: &HashMap<String, String>) -> Column {
     let (_, name) = Protocol::split(name);
+    // A peer that must stay unreachable: its own column, whose cells count the tries that
+    // were blocked as successes, so a full cell is an isolation that held.
+    if let Some((check, peer)) = split_deny(name) {
+        return Column::Kind(format!("{DENY_COLUMN} {check}: {peer}"));
+    }
     let (prefix, rest) = name.split_once('_').unwrap_or((name, ""));
     let family = if prefix.contains("V6") || rest.starts_with("v6") {
         "v6"
@@ -374,6 +386,16 @@ mod tests {
         assert_eq!(
             column_of("AgentNodePortV4IP_172.18.0.2_31000", &pods),
             Column::Kind("NodePort v4".into())
+        );
+        // A peer that must not be reachable, even when it is an agent pod: expected and
+        // observed differ from the mesh's, so it never shares the node's column.
+        assert_eq!(
+            column_of("TCP_Deny_db_kdoctor-agent-x_10.0.0.1", &pods),
+            Column::Kind("deny db: kdoctor-agent-x".into())
+        );
+        assert_eq!(
+            column_of("UDP_Deny_dns_svc-dns_fd00::10", &pods),
+            Column::Kind("deny dns: svc-dns".into())
         );
     }
 
