@@ -39,6 +39,11 @@
 #     NodePort is answered by that node's agent only, which sees the caller's own address (under
 #     Cluster, before: agents of other nodes answer too, and see the node's address); a round
 #     under Local reaches every target;
+#   - a real NetworkPolicy enforcer (kube-network-policies, hack/netpol/build.sh) on every real
+#     node: with a policy isolating two "database" pods (kdoctor's echo server on real-2 and
+#     real-3), a round whose spec.isolation names them passes with every agent's TCP, UDP and
+#     ICMP tries observed unreachable; with the policy deleted, the next round fails with every
+#     one observed reachable;
 #   - the diagnostics of docs/troubleshooting.md (controller logs, metrics by port-forward).
 #
 #   hack/e2e-real-node.sh        (E2E_KEEP=1 keeps the cluster, as hack/e2e.sh)
@@ -70,6 +75,7 @@ wait_until() {
 }
 cleanup() {
   local code=$? node warnings
+  declare -F netpol_stop >/dev/null && netpol_stop
   if [ "$code" -ne 0 ] && [ -d "$CLUSTER_DIR/logs" ]; then
     for node in "${REAL_NODES[@]}"; do
       for log in "kubelet-$node" "containerd-$node"; do
@@ -377,6 +383,118 @@ lower_link 1500
 check_rows "$ROWS"
 LOW_NODE="" LOW_MTU="" LOW_HOLE=0 ROUND_MIN_MTU=""
 echo "the lowered link shows as path MTU 1400 on exactly the pairs through it, told apart as fragmentation-needed or black-hole"
+
+step "a real NetworkPolicy enforcer (kube-network-policies) on every real node: the isolation a policy promises holds, and its removal fails the round"
+# SIG Network's reference enforcer, one per node like its kube-proxy, in the node's network
+# namespace (hack/netpol/build.sh says why it is patched). Fail-open: packets pass while it is
+# not running, so a check that passes proves the enforcer blocked them, and the rest of this
+# run is unaffected once it stops.
+NETPOL_BIN="$(hack/netpol/build.sh)"
+NETPOL_PIDS=()
+netpol_stop() {
+  local pid i
+  for pid in "${NETPOL_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for i in "${!REAL_NODES[@]}"; do
+    ip netns exec "$CLUSTER_NETNS-real-$((i + 1))" nft delete table inet kube-network-policies 2>/dev/null || true
+  done
+  NETPOL_PIDS=()
+}
+for i in "${!REAL_NODES[@]}"; do
+  node="${REAL_NODES[$i]}"
+  setsid ip netns exec "$CLUSTER_NETNS-real-$((i + 1))" env KUBECONFIG="$CLUSTER_DIR/admin.inner.kubeconfig" "$NETPOL_BIN" \
+    --hostname-override="$node" --disable-nri --fail-open --netfilter-bug-1766-fix=false \
+    --metrics-bind-address=127.0.0.1:9080 --v=2 >"$CLUSTER_DIR/logs/netpol-$node.log" 2>&1 </dev/null &
+  NETPOL_PIDS+=("$!")
+done
+netpol_ready() { # node index
+  ip netns exec "$CLUSTER_NETNS-real-$1" nft list table inet kube-network-policies >/dev/null 2>&1 &&
+    ip netns exec "$CLUSTER_NETNS-real-$1" curl -fsS http://127.0.0.1:9080/metrics >/dev/null
+}
+for i in "${!REAL_NODES[@]}"; do
+  wait_until 60 "kube-network-policies on ${REAL_NODES[$i]} did not program its table ($(tail -n 3 "$CLUSTER_DIR/logs/netpol-${REAL_NODES[$i]}.log" | tr '\n' ' '))" netpol_ready "$((i + 1))"
+done
+# The peers: kdoctor's own echo server (HTTP 8080, UDP echo 5712) as a "database" on real-2 and
+# real-3, which the agents must not reach once a policy isolates it.
+SHOP=kdoctor-e2e-shop
+IMAGE="$(k -n kdoctor get daemonset kdoctor-agent -o jsonpath='{.spec.template.spec.containers[0].image}')"
+k create namespace "$SHOP" >/dev/null
+k apply -f - >/dev/null <<YAML
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: db, namespace: $SHOP}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+            - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [real-2, real-3]}]
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - {labelSelector: {matchLabels: {app: db}}, topologyKey: kubernetes.io/hostname}
+      containers:
+      - name: db
+        image: $IMAGE
+        imagePullPolicy: Never
+        args: [agent, --app-http-port=8080, --app-https-port=8443, --health-port=8081, --metrics-port=8082]
+        securityContext: {runAsUser: 65532, runAsNonRoot: true, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+        readinessProbe: {httpGet: {path: /healthy/readiness, port: 8081}, periodSeconds: 2}
+YAML
+k -n "$SHOP" rollout status deployment/db --timeout=120s
+# Ingress to the database from nowhere: the policy kube-network-policies enforces.
+k apply -f - >/dev/null <<YAML
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: db-isolated, namespace: $SHOP}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  policyTypes: [Ingress]
+YAML
+# A mesh round beside the isolation checks (ROWS as round's; ISOLATION: node name=observed).
+ISOLATION=""
+isolation_round() { # name
+  sed -e "s/^  name: task$/  name: $1/" examples/netreach.yaml |
+    python3 -c '
+import sys
+text = sys.stdin.read()
+text += """  isolation:
+  - {name: db, namespace: kdoctor-e2e-shop, podSelector: {matchLabels: {app: db}}, port: 8080}
+  - {name: db-udp, namespace: kdoctor-e2e-shop, podSelector: {matchLabels: {app: db}}, protocol: UDP, port: 5712}
+  - {name: db-ping, namespace: kdoctor-e2e-shop, podSelector: {matchLabels: {app: db}}, protocol: ICMP}
+"""
+print(text, end="")' | k apply -f - >/dev/null
+  wait_until 180 "the NetReach $1 round did not finish" finished "$1"
+  ROUND_RESULT="$(k get netreach "$1" -o jsonpath='{.status.lastRoundStatus}')"
+  ISOLATION="$(k get kdoctorreport "netreach-$1" -o jsonpath='{range .report.latestRoundReport[*]}{.nodeName}{range .taskNetReach.roundTaskDetail[*]}{" "}{.name}{"="}{.requestTargetMetrics.isolation.observed}{end}{"\n"}{end}' | tr ' ' '\n' | grep -E '^real-|_Deny_' )"
+}
+# Every node's row has the three checks of both database pods (at each family the round
+# probed: IPv4 here), each observed as WANT; nothing else failed.
+check_isolation() { # want
+  local rows entries
+  rows="$(grep -c '^real-' <<<"$ISOLATION")"
+  [ "$rows" = "${#REAL_NODES[@]}" ] || fail "$rows rows in the report, expected one per real node: $ISOLATION"
+  entries="$(grep -c '_Deny_' <<<"$ISOLATION")"
+  [ "$entries" = $((${#REAL_NODES[@]} * 3 * 2)) ] || fail "$entries isolation entries, expected 3 checks of 2 pods from ${#REAL_NODES[@]} nodes: $ISOLATION"
+  ! grep '_Deny_' <<<"$ISOLATION" | grep -v "=$1\$" >/dev/null ||
+    fail "isolation entries not observed $1: $(grep '_Deny_' <<<"$ISOLATION" | grep -v "=$1\$" | tr '\n' ' ')"
+  echo "every node's isolation checks (TCP, UDP, ICMP to both database pods) observed $1"
+}
+isolation_round isolated
+[ "$ROUND_RESULT" = succeed ] || fail "with the policy enforced the round ended '$ROUND_RESULT', not succeed: $ISOLATION"
+check_isolation unreachable
+k -n "$SHOP" delete networkpolicy db-isolated >/dev/null
+# The enforcer drops its rules for the pods once no policy selects them.
+sleep 2
+isolation_round opened
+[ "$ROUND_RESULT" = fail ] || fail "with the policy removed the round ended '$ROUND_RESULT', not fail: $ISOLATION"
+check_isolation reachable
+echo "the policy's isolation held under kube-network-policies, and its removal failed the round naming every pair"
+netpol_stop
+k delete namespace "$SHOP" --wait=false >/dev/null
 
 # Who answered 30 fresh connections to URL, made by CMD... (curl in a namespace), and the
 # caller's address each saw: "count server client" lines.

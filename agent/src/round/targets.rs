@@ -422,6 +422,57 @@ mod tests {
     use kdoctor_api::task::{NetDnsTarget, NetDnsTargetDns, NetDnsTargetUser};
 
     #[test]
+    fn isolation_peers_are_named_per_address_of_the_task_s_families_and_none_is_a_failure() {
+        let isolation = Isolation {
+            name: "db".into(),
+            namespace: "shop".into(),
+            pod_selector: Some(Default::default()),
+            service: None,
+            protocol: IsolationProtocol::Udp,
+            port: Some(5712),
+        };
+        let peers = [
+            ("db-0".to_string(), "10.0.0.5".parse().expect("ip")),
+            ("db-0".to_string(), "fd00::5".parse().expect("ip")),
+        ];
+        let v4_only = NetReachTarget::default();
+        let found = isolation_targets(&v4_only, &isolation, &peers).expect("a peer");
+        assert_eq!(
+            found,
+            [IsolationTarget {
+                name: "UDP_Deny_db_db-0_10.0.0.5".into(),
+                check: "db".into(),
+                protocol: IsolationProtocol::Udp,
+                addr: "10.0.0.5:5712".parse().expect("addr"),
+            }]
+        );
+        let both = NetReachTarget {
+            ipv6: true,
+            ..NetReachTarget::default()
+        };
+        assert_eq!(
+            isolation_targets(&both, &isolation, &peers)
+                .expect("peers")
+                .len(),
+            2
+        );
+        let icmp = Isolation {
+            protocol: IsolationProtocol::Icmp,
+            port: None,
+            ..isolation.clone()
+        };
+        let ping = isolation_targets(&v4_only, &icmp, &peers).expect("a peer");
+        assert_eq!(ping[0].addr.port(), 0);
+        assert_eq!(ping[0].name, "ICMP_Deny_db_db-0_10.0.0.5");
+        let only_v6 = &peers[1..];
+        let none = isolation_targets(&v4_only, &isolation, only_v6).expect_err("nothing left");
+        assert_eq!(
+            none,
+            "isolation db: no peer with an IPv4 address in namespace shop: nothing to check"
+        );
+    }
+
+    #[test]
     fn netdns_user_and_cluster_targets_as_upstream() {
         let mut spec = NetdnsSpec {
             target: Some(NetDnsTarget {
