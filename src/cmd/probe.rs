@@ -50,6 +50,10 @@ enum Command {
     /// Send ICMP echo requests (ping) to an address: loss, duplicates, reordering, round-trip
     /// jitter, hops back. Needs this process's group in net.ipv4.ping_group_range.
     Icmp(IcmpArgs),
+    /// Find the path MTU to an agent's UDP echo port: the largest packet that passes with
+    /// don't-fragment set, and why no larger one does (interface, fragmentation-needed,
+    /// black-hole).
+    Mtu(MtuArgs),
     /// Probe a DNS server.
     Dns(DnsArgs),
     /// Run one round of each AppHttpHealthy or Netdns (targetUser) task in a file, from here.
@@ -176,6 +180,32 @@ struct IcmpArgs {
 }
 
 #[derive(clap::Args)]
+struct MtuArgs {
+    /// The echo port: `IP:PORT`, `[IPv6]:PORT` or `HOST:PORT` (an agent's is port 5712).
+    address: String,
+    /// How long each size's echo is waited for (a lost one is tried three times).
+    #[arg(long, default_value = "500ms", value_parser = duration)]
+    timeout: Duration,
+    /// Exit 1 when the path MTU is below this many bytes, as `expect.minPathMTU` fails a round.
+    #[arg(long, value_name = "BYTES")]
+    min: Option<u32>,
+    /// `table`: one line; `json`/`yaml`: the address, `pathMTU` and `pathMTULimit` as the
+    /// report's UDP entries give them.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    output: Format,
+}
+
+/// What `kdoctor probe mtu` found, in the report's words.
+#[derive(serde::Serialize)]
+struct MtuFinding {
+    address: String,
+    #[serde(rename = "pathMTU", skip_serializing_if = "Option::is_none")]
+    path_mtu: Option<u32>,
+    #[serde(rename = "pathMTULimit")]
+    path_mtu_limit: &'static str,
+}
+
+#[derive(clap::Args)]
 struct DnsArgs {
     /// Server: `IP` or `IP:PORT` (port 53, or 853 for tcp-tls).
     server: String,
@@ -222,6 +252,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             Command::Tcp(a) => run_tcp(a).await,
             Command::Udp(a) => run_udp(a).await,
             Command::Icmp(a) => run_icmp(a).await,
+            Command::Mtu(a) => run_mtu(a).await,
             Command::Dns(a) => run_dns(a).await,
             Command::Task(a) => run_task(a).await,
         }
@@ -332,6 +363,34 @@ async fn run_icmp(args: &IcmpArgs) -> Result<ExitCode> {
     .await
     .map_err(|e| size_error(e, args.size))?;
     print(&outcome, &ip.to_string(), &load, args.load.output)
+}
+
+async fn run_mtu(args: &MtuArgs) -> Result<ExitCode> {
+    let addr = socket_address(&args.address).await?;
+    let found = kdoctor_agent::probe::datagram::pmtu::discover(addr, args.timeout)
+        .await
+        .with_context(|| format!("path MTU to {addr}"))?;
+    let finding = MtuFinding {
+        address: addr.to_string(),
+        path_mtu: found.map(|f| f.bytes),
+        path_mtu_limit: found.map_or("nothing-passed", |f| f.limit.as_str()),
+    };
+    match args.output {
+        Format::Table => match found {
+            Some(f) => println!("PATH MTU {addr}: {} bytes ({})", f.bytes, f.limit.as_str()),
+            None => println!(
+                "PATH MTU {addr}: nothing passed, not even the smallest echo (is it an agent's \
+                 UDP echo port?)"
+            ),
+        },
+        format => print!("{}", render(&[&finding], format)?),
+    }
+    let enough = found.is_some_and(|f| args.min.is_none_or(|min| f.bytes >= min));
+    Ok(if enough {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// `--ca` refused where no TLS session is opened.
@@ -896,6 +955,34 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("is not a port"), "{err:#}");
+    }
+
+    #[tokio::test]
+    async fn mtu_probe_finds_loopback_s_path_mtu_and_fails_below_min() {
+        let socket = kdoctor_agent::udp_echo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = socket.local_addr().unwrap();
+        let metrics = kdoctor_agent::metrics::Metrics::new();
+        let server = kdoctor_agent::udp_echo::serve(socket, metrics.clone());
+        let args = |min: Option<u32>| MtuArgs {
+            address: addr.to_string(),
+            timeout: Duration::from_millis(500),
+            min,
+            output: Format::Json,
+        };
+        // Loopback's MTU is 65,536; an IPv4 packet is at most 65,535 bytes.
+        assert_eq!(
+            run_mtu(&args(Some(65_535))).await.unwrap(),
+            ExitCode::SUCCESS
+        );
+        assert_eq!(run_mtu(&args(None)).await.unwrap(), ExitCode::SUCCESS);
+        assert_eq!(
+            run_mtu(&args(Some(65_536))).await.unwrap(),
+            ExitCode::from(1),
+            "a path below --min fails as minPathMTU fails a round"
+        );
+        let echoed = metrics.udp_echo.with_label_values(&["echoed"]).get();
+        assert!(echoed >= 3, "each search reached the echo port: {echoed}");
+        server.abort();
     }
 
     #[tokio::test]
