@@ -41,9 +41,10 @@
 #     under Local reaches every target;
 #   - a real NetworkPolicy enforcer (kube-network-policies, hack/netpol/build.sh) on every real
 #     node: with a policy isolating two "database" pods (kdoctor's echo server on real-2 and
-#     real-3), a round whose spec.isolation names them passes with every agent's TCP, UDP and
-#     ICMP tries observed unreachable; with the policy deleted, the next round fails with every
-#     one observed reachable;
+#     real-3): before the enforcer runs, a round whose spec.isolation names them fails with
+#     every agent's TCP, UDP and ICMP tries observed reachable (the policy alone does nothing);
+#     under the enforcer the next passes with every one observed unreachable; with the policy
+#     deleted, the next fails again, every one reachable;
 #   - the diagnostics of docs/troubleshooting.md (controller logs, metrics by port-forward).
 #
 #   hack/e2e-real-node.sh        (E2E_KEEP=1 keeps the cluster, as hack/e2e.sh)
@@ -389,30 +390,6 @@ step "a real NetworkPolicy enforcer (kube-network-policies) on every real node: 
 # namespace (hack/netpol/build.sh says why it is patched). Fail-open: packets pass while it is
 # not running, so a check that passes proves the enforcer blocked them, and the rest of this
 # run is unaffected once it stops.
-NETPOL_BIN="$(hack/netpol/build.sh)"
-NETPOL_PIDS=()
-netpol_stop() {
-  local pid i
-  for pid in "${NETPOL_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for i in "${!REAL_NODES[@]}"; do
-    ip netns exec "$CLUSTER_NETNS-real-$((i + 1))" nft delete table inet kube-network-policies 2>/dev/null || true
-  done
-  NETPOL_PIDS=()
-}
-for i in "${!REAL_NODES[@]}"; do
-  node="${REAL_NODES[$i]}"
-  setsid ip netns exec "$CLUSTER_NETNS-real-$((i + 1))" env KUBECONFIG="$CLUSTER_DIR/admin.inner.kubeconfig" "$NETPOL_BIN" \
-    --hostname-override="$node" --disable-nri --fail-open --netfilter-bug-1766-fix=false \
-    --metrics-bind-address=127.0.0.1:9080 --v=2 >"$CLUSTER_DIR/logs/netpol-$node.log" 2>&1 </dev/null &
-  NETPOL_PIDS+=("$!")
-done
-netpol_ready() { # node index
-  ip netns exec "$CLUSTER_NETNS-real-$1" nft list table inet kube-network-policies >/dev/null 2>&1 &&
-    ip netns exec "$CLUSTER_NETNS-real-$1" curl -fsS http://127.0.0.1:9080/metrics >/dev/null
-}
-for i in "${!REAL_NODES[@]}"; do
-  wait_until 60 "kube-network-policies on ${REAL_NODES[$i]} did not program its table ($(tail -n 3 "$CLUSTER_DIR/logs/netpol-${REAL_NODES[$i]}.log" | tr '\n' ' '))" netpol_ready "$((i + 1))"
-done
 # The peers: kdoctor's own echo server (HTTP 8080, UDP echo 5712) as a "database" on real-2 and
 # real-3, which the agents must not reach once a policy isolates it.
 SHOP=kdoctor-e2e-shop
@@ -483,6 +460,34 @@ check_isolation() { # want
     fail "isolation entries not observed $1: $(grep '_Deny_' <<<"$ISOLATION" | grep -v "=$1\$" | tr '\n' ' ')"
   echo "every node's isolation checks (TCP, UDP, ICMP to both database pods) observed $1"
 }
+# The policy alone, before any enforcer runs: nothing enforces it, and the checks say so.
+isolation_round unenforced
+[ "$ROUND_RESULT" = fail ] || fail "with the policy applied but no enforcer running the round ended '$ROUND_RESULT', not fail: $ISOLATION"
+check_isolation reachable
+NETPOL_BIN="$(hack/netpol/build.sh)"
+NETPOL_PIDS=()
+netpol_stop() {
+  local pid i
+  for pid in "${NETPOL_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for i in "${!REAL_NODES[@]}"; do
+    ip netns exec "$CLUSTER_NETNS-real-$((i + 1))" nft delete table inet kube-network-policies 2>/dev/null || true
+  done
+  NETPOL_PIDS=()
+}
+for i in "${!REAL_NODES[@]}"; do
+  node="${REAL_NODES[$i]}"
+  setsid ip netns exec "$CLUSTER_NETNS-real-$((i + 1))" env KUBECONFIG="$CLUSTER_DIR/admin.inner.kubeconfig" "$NETPOL_BIN" \
+    --hostname-override="$node" --disable-nri --fail-open --netfilter-bug-1766-fix=false \
+    --metrics-bind-address=127.0.0.1:9080 --v=2 >"$CLUSTER_DIR/logs/netpol-$node.log" 2>&1 </dev/null &
+  NETPOL_PIDS+=("$!")
+done
+netpol_ready() { # node index
+  ip netns exec "$CLUSTER_NETNS-real-$1" nft list table inet kube-network-policies >/dev/null 2>&1 &&
+    ip netns exec "$CLUSTER_NETNS-real-$1" curl -fsS http://127.0.0.1:9080/metrics >/dev/null
+}
+for i in "${!REAL_NODES[@]}"; do
+  wait_until 60 "kube-network-policies on ${REAL_NODES[$i]} did not program its table ($(tail -n 3 "$CLUSTER_DIR/logs/netpol-${REAL_NODES[$i]}.log" | tr '\n' ' '))" netpol_ready "$((i + 1))"
+done
 isolation_round isolated
 [ "$ROUND_RESULT" = succeed ] || fail "with the policy enforced the round ended '$ROUND_RESULT', not succeed: $ISOLATION"
 check_isolation unreachable
@@ -492,7 +497,7 @@ sleep 2
 isolation_round opened
 [ "$ROUND_RESULT" = fail ] || fail "with the policy removed the round ended '$ROUND_RESULT', not fail: $ISOLATION"
 check_isolation reachable
-echo "the policy's isolation held under kube-network-policies, and its removal failed the round naming every pair"
+echo "unenforced, the policy's isolation failed the round; under kube-network-policies it held; its removal failed the round again, naming every pair"
 netpol_stop
 k delete namespace "$SHOP" --wait=false >/dev/null
 
