@@ -15,6 +15,7 @@ use kdoctor_transport::accept::{accept_loop, handshake};
 use kdoctor_transport::limits::ServeLimits;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
@@ -26,6 +27,10 @@ pub const TTL: u32 = 3600;
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most distinct counters kept.
 pub const MAX_COUNTERS: usize = 10_000;
+/// Most forwarded UDP queries waiting for the upstream at once: each holds a task and a
+/// socket for up to [`FORWARD_TIMEOUT`], so a flood of names to forward would otherwise grow
+/// both without bound. Beyond it a query is dropped.
+pub const MAX_FORWARDS_IN_FLIGHT: usize = 256;
 /// A TCP or DoT client that sends nothing for this long is disconnected.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -156,27 +161,44 @@ async fn respond(
     }
 }
 
-/// Serves queries on a UDP socket until aborted.
+/// Serves queries on a UDP socket until aborted. Test names are answered in the receive loop;
+/// only forwards, which wait for the upstream, get a task each, at most
+/// [`MAX_FORWARDS_IN_FLIGHT`] at once.
 pub fn serve_udp(
     socket: UdpSocket,
     counters: Counters,
     upstream: Option<SocketAddr>,
 ) -> JoinHandle<()> {
     let socket = Arc::new(socket);
+    let forwards = Arc::new(Semaphore::new(MAX_FORWARDS_IN_FLIGHT));
     tokio::spawn(async move {
         let mut buf = vec![0u8; 4096];
         loop {
             let Ok((n, peer)) = socket.recv_from(&mut buf).await else {
                 continue;
             };
-            let query = buf[..n].to_vec();
-            let socket = socket.clone();
-            let counters = counters.clone();
-            tokio::spawn(async move {
-                if let Some(reply) = respond(&query, &counters, upstream).await {
+            match answer(&buf[..n], &counters, upstream.is_some()) {
+                Answer::Reply(reply) => {
                     let _ = socket.send_to(&reply, peer).await;
                 }
-            });
+                Answer::Drop => {}
+                Answer::Forward => {
+                    let (Some(upstream), Ok(permit)) =
+                        (upstream, forwards.clone().try_acquire_owned())
+                    else {
+                        // Busy: dropped, as an overloaded server does; the client retries.
+                        continue;
+                    };
+                    let query = buf[..n].to_vec();
+                    let socket = socket.clone();
+                    tokio::spawn(async move {
+                        let _permit = permit;
+                        if let Some(reply) = forward(&query, upstream).await {
+                            let _ = socket.send_to(&reply, peer).await;
+                        }
+                    });
+                }
+            }
         }
     })
 }
@@ -264,6 +286,48 @@ mod tests {
             Answer::Reply(bytes) => Message::from_vec(&bytes).unwrap(),
             other => panic!("expected a reply, got {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn udp_forwards_are_bounded_and_test_names_answered_while_they_wait() {
+        // An upstream that never answers: every forward holds its slot for FORWARD_TIMEOUT.
+        let upstream = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = server.local_addr().unwrap();
+        let serving = serve_udp(
+            server,
+            Counters::default(),
+            Some(upstream.local_addr().unwrap()),
+        );
+        let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        client.connect(addr).await.unwrap();
+        let flood = MAX_FORWARDS_IN_FLIGHT + 100;
+        for i in 0..flood {
+            let q = query(&format!("host-{i}.example."), RecordType::A);
+            client.send(&q).await.unwrap();
+        }
+        let mut forwarded = 0;
+        let mut buf = [0u8; 512];
+        while let Ok(Ok(_)) =
+            tokio::time::timeout(Duration::from_millis(500), upstream.recv(&mut buf)).await
+        {
+            forwarded += 1;
+        }
+        assert_eq!(
+            forwarded, MAX_FORWARDS_IN_FLIGHT,
+            "{flood} names to forward, the upstream silent"
+        );
+        // The test names do not wait behind the forwards.
+        client
+            .send(&query("netdns-e2e-a.example.", RecordType::A))
+            .await
+            .unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(1), client.recv(&mut buf))
+            .await
+            .expect("answered while every forward slot is taken")
+            .unwrap();
+        assert_eq!(Message::from_vec(&buf[..n]).unwrap().answers.len(), 1);
+        serving.abort();
     }
 
     #[test]
