@@ -22,8 +22,10 @@
 #     real node, each reached every target (pods, ClusterIP, NodePort, LoadBalancer, Ingress;
 #     over IPv4 and, on the chart's dual-stack install, IPv6), and each agent's pod IP was
 #     reached from every node: six pairs across node boundaries per family; each target is also
-#     timed as a TCP connect (spec.target.tcp), every TCP_ entry reached too; each agent pod is
-#     also sent UDP echoes (spec.target.udp), every UDP_ entry echoed, with the hops each way
+#     timed as a TCP connect (spec.target.tcp), every TCP_ entry reached too; each agent pod and
+#     the agents' Services (ClusterIP, NodePort, LoadBalancer: their udp-echo port, through
+#     kube-proxy) are also sent UDP echoes (spec.target.udp), every UDP_ entry echoed; the pods'
+#     with the hops each way
 #     its path has: none from an agent to itself, at least two across nodes (both nodes route);
 #     and pinged (spec.target.icmp, ICMP_ entries, on unprivileged ICMP sockets), every ICMP_
 #     entry answered.

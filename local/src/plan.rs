@@ -8,8 +8,8 @@ use std::time::Duration;
 use kdoctor_agent::round::execute::RoundPlan;
 use kdoctor_agent::round::prepare::{Actor, prepare};
 use kdoctor_agent::round::targets::{
-    Carrier, CarrierPod, app_http_target, icmp_targets, netdns_targets, netreach_targets,
-    tcp_targets, udp_targets,
+    Carrier, CarrierPod, ServiceAddresses, app_http_target, icmp_targets, netdns_targets,
+    netreach_targets, tcp_targets, udp_targets,
 };
 use kdoctor_api::config::Config;
 use kdoctor_api::defaults::ClusterFacts;
@@ -102,6 +102,14 @@ pub fn loopback_carrier(pod: &str, http_port: u16, udp_port: u16, ipv6: bool) ->
     let v6 = ipv6.then(|| SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), http_port));
     let mut ips = vec![v4.ip()];
     ips.extend(v6.map(|a| a.ip()));
+    let udp = |ip: IpAddr| {
+        let echo = Some(SocketAddr::new(ip, udp_port));
+        ServiceAddresses {
+            cluster_ip: echo,
+            node_port: echo,
+            load_balancer: echo,
+        }
+    };
     Carrier {
         pods: vec![CarrierPod {
             name: pod.to_string(),
@@ -113,6 +121,10 @@ pub fn loopback_carrier(pod: &str, http_port: u16, udp_port: u16, ipv6: bool) ->
         cluster_ip: [Some(v4), v6],
         node_port: [Some(v4), v6],
         load_balancer: [Some(v4), v6],
+        udp_service: [
+            udp(v4.ip()),
+            v6.map_or_else(ServiceAddresses::default, |a| udp(a.ip())),
+        ],
         ingress: Some(format!("http://{v4}/kdoctoragent")),
     }
 }
@@ -212,7 +224,7 @@ pub fn local_plan(
             let target = t.spec.target.clone().unwrap_or_default();
             let (targets, missing) = netreach_targets(&target, carrier);
             plan.tcp = tcp_targets(&target, &targets);
-            plan.udp = udp_targets(&target, &targets, carrier.udp_port);
+            plan.udp = udp_targets(&target, &targets, carrier);
             plan.icmp = icmp_targets(&target, &targets);
             plan.path_mtu = target.path_mtu;
             plan.http = targets;

@@ -417,11 +417,11 @@ fn service(
     agent: &AgentSpec,
     options: &ControllerOptions,
 ) -> Service {
-    let service_port = |port_name: &str, number: u16| ServicePort {
+    let service_port = |port_name: &str, number: u16, protocol: &str| ServicePort {
         name: Some(port_name.to_string()),
         port: i32::from(number),
         target_port: Some(IntOrString::String(port_name.to_string())),
-        protocol: Some("TCP".to_string()),
+        protocol: Some(protocol.to_string()),
         ..ServicePort::default()
     };
     Service {
@@ -432,8 +432,10 @@ fn service(
             ip_families: Some(vec![family.to_string()]),
             ip_family_policy: Some("SingleStack".to_string()),
             ports: Some(vec![
-                service_port("http", options.ports.http),
-                service_port("https", options.ports.https),
+                service_port("http", options.ports.http, "TCP"),
+                service_port("https", options.ports.https, "TCP"),
+                // NetReach `spec.target.udp` echoes through the Service too.
+                service_port("udp-echo", options.ports.udp_echo, "UDP"),
             ]),
             ..ServiceSpec::default()
         }),

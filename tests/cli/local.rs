@@ -505,9 +505,20 @@ fn the_local_examples_run_as_they_are() {
         .filter(|d| d["name"].as_str().is_some_and(|n| n.starts_with("UDP_")))
         .collect();
     assert!(tcp > 0 && tcp * 2 + udp.len() == names.len(), "{names:?}");
-    assert_eq!(
-        udp.iter().map(|d| d["name"].as_str()).collect::<Vec<_>>(),
-        [Some("UDP_AgentPodV4IP_kdoctor-local_127.0.0.1")]
+    // The pod, then the Service stand-ins' UDP echo port (the same local server).
+    let udp_names: Vec<&str> = udp.iter().filter_map(|d| d["name"].as_str()).collect();
+    assert_eq!(udp_names.len(), 4, "{udp_names:?}");
+    assert_eq!(udp_names[0], "UDP_AgentPodV4IP_kdoctor-local_127.0.0.1");
+    for (name, kind) in udp_names[1..].iter().zip([
+        "UDP_AgentClusterV4IP_127.0.0.1:",
+        "UDP_AgentNodePortV4IP_127.0.0.1_",
+        "UDP_AgentLoadbalancerV4IP_127.0.0.1:",
+    ]) {
+        assert!(name.starts_with(kind), "{udp_names:?}");
+    }
+    assert!(
+        udp.iter().all(|d| d["requestSucceed"] == true),
+        "every UDP entry echoed: {udp:?}"
     );
     let datagrams = &udp[0]["requestTargetMetrics"]["datagrams"];
     assert_eq!(udp[0]["requestSucceed"], true, "{}", udp[0]);

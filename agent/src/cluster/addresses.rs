@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 
 use crate::round::targets::CarrierPod;
+pub use crate::round::targets::ServiceAddresses;
 
 /// An IP family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,28 +34,23 @@ fn ip(text: &str) -> Option<IpAddr> {
     text.split('/').next()?.trim().parse().ok()
 }
 
-/// A Service's addresses for its port named `http`, in one family.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct ServiceAddresses {
-    /// ClusterIP and port.
-    pub cluster_ip: Option<SocketAddr>,
-    /// This node's address and the NodePort.
-    pub node_port: Option<SocketAddr>,
-    /// First load-balancer ingress IP and the port.
-    pub load_balancer: Option<SocketAddr>,
-}
+/// The Service port HTTP targets use.
+pub const HTTP_PORT_NAME: &str = "http";
+/// The Service port UDP echo targets use (`spec.target.udp`).
+pub const UDP_ECHO_PORT_NAME: &str = "udp-echo";
 
-/// The addresses `service` offers in `family`; `node_ip` is this node's address of that
-/// family, for the NodePort.
+/// The addresses `service` offers in `family` for its port named `port_name`; `node_ip` is
+/// this node's address of that family, for the NodePort.
 pub fn service_addresses(
     service: &Service,
     family: Family,
     node_ip: Option<IpAddr>,
+    port_name: &str,
 ) -> ServiceAddresses {
     let spec = service.spec.as_ref();
     let port = spec
         .and_then(|s| s.ports.as_ref())
-        .and_then(|ports| ports.iter().find(|p| p.name.as_deref() == Some("http")));
+        .and_then(|ports| ports.iter().find(|p| p.name.as_deref() == Some(port_name)));
     let Some(port) = port else {
         return ServiceAddresses::default();
     };
@@ -241,19 +237,39 @@ mod tests {
                 "clusterIPs": ["10.96.0.20", "fd00::20"],
                 "ports": [
                     {"name": "https", "port": 443, "nodePort": 31443},
-                    {"name": "http", "port": 80, "nodePort": 31080}
+                    {"name": "http", "port": 80, "nodePort": 31080},
+                    {"name": "udp-echo", "port": 5712, "nodePort": 31712, "protocol": "UDP"}
                 ]
             },
             "status": {"loadBalancer": {"ingress": [{"ip": "172.18.0.50"}, {"ip": "172.18.0.51"}]}}
         }));
-        let v4 = service_addresses(&svc, Family::V4, Some("172.18.0.2".parse().unwrap()));
+        let v4 = service_addresses(
+            &svc,
+            Family::V4,
+            Some("172.18.0.2".parse().unwrap()),
+            HTTP_PORT_NAME,
+        );
         assert_eq!(v4.cluster_ip, Some("10.96.0.20:80".parse().unwrap()));
         assert_eq!(v4.node_port, Some("172.18.0.2:31080".parse().unwrap()));
         assert_eq!(v4.load_balancer, Some("172.18.0.50:80".parse().unwrap()));
-        let v6 = service_addresses(&svc, Family::V6, Some("172.18.0.2".parse().unwrap()));
+        let v6 = service_addresses(
+            &svc,
+            Family::V6,
+            Some("172.18.0.2".parse().unwrap()),
+            HTTP_PORT_NAME,
+        );
         assert_eq!(v6.cluster_ip, Some("[fd00::20]:80".parse().unwrap()));
         assert_eq!(v6.node_port, None, "no IPv6 node address");
         assert_eq!(v6.load_balancer, None);
+        let udp = service_addresses(
+            &svc,
+            Family::V4,
+            Some("172.18.0.2".parse().unwrap()),
+            UDP_ECHO_PORT_NAME,
+        );
+        assert_eq!(udp.cluster_ip, Some("10.96.0.20:5712".parse().unwrap()));
+        assert_eq!(udp.node_port, Some("172.18.0.2:31712".parse().unwrap()));
+        assert_eq!(udp.load_balancer, Some("172.18.0.50:5712".parse().unwrap()));
 
         let cluster_ip_only: Service = from_json(serde_json::json!({
             "spec": {"clusterIP": "10.96.0.21", "ports": [{"name": "http", "port": 8080}]}
@@ -262,6 +278,7 @@ mod tests {
             &cluster_ip_only,
             Family::V4,
             Some("172.18.0.2".parse().unwrap()),
+            HTTP_PORT_NAME,
         );
         assert_eq!(a.cluster_ip, Some("10.96.0.21:8080".parse().unwrap()));
         assert_eq!((a.node_port, a.load_balancer), (None, None));
@@ -269,7 +286,7 @@ mod tests {
             "spec": {"clusterIP": "10.96.0.22", "ports": [{"port": 80}]}
         }));
         assert_eq!(
-            service_addresses(&unnamed, Family::V4, None),
+            service_addresses(&unnamed, Family::V4, None, HTTP_PORT_NAME),
             ServiceAddresses::default()
         );
     }

@@ -24,7 +24,8 @@ use kube::{Api, Client};
 use rustls::ClientConfig;
 
 use super::addresses::{
-    Family, carrier_pods, dns_addresses, ingress_url, node_address, service_addresses,
+    Family, HTTP_PORT_NAME, UDP_ECHO_PORT_NAME, carrier_pods, dns_addresses, ingress_url,
+    node_address, service_addresses,
 };
 use super::pods::PodCaches;
 use crate::config::TaskArgs;
@@ -438,10 +439,14 @@ impl Discovery {
             } else {
                 None
             };
-            let found = service_addresses(&service, family, node_ip);
+            let found = service_addresses(&service, family, node_ip, HTTP_PORT_NAME);
             carrier.cluster_ip[i] = found.cluster_ip;
             carrier.node_port[i] = found.node_port;
             carrier.load_balancer[i] = found.load_balancer;
+            if target.udp {
+                carrier.udp_service[i] =
+                    service_addresses(&service, family, node_ip, UDP_ECHO_PORT_NAME);
+            }
         }
         if target.ingress
             && target.ipv4

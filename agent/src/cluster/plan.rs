@@ -40,7 +40,7 @@ pub async fn plan(
             }
             let (targets, missing) = netreach_targets(&target, &carrier);
             plan.tcp = tcp_targets(&target, &targets);
-            plan.udp = udp_targets(&target, &targets, carrier.udp_port);
+            plan.udp = udp_targets(&target, &targets, &carrier);
             plan.icmp = icmp_targets(&target, &targets);
             plan.path_mtu = target.path_mtu;
             plan.http = targets;

@@ -243,6 +243,9 @@ pub struct Carrier {
     pub node_port: [Option<SocketAddr>; 2],
     /// LoadBalancer ingress address and port, IPv4 then IPv6.
     pub load_balancer: [Option<SocketAddr>; 2],
+    /// The Service's UDP echo port (`udp-echo`), IPv4 then IPv6: absent from a Service of an
+    /// install that declares none.
+    pub udp_service: [ServiceAddresses; 2],
     /// The Ingress URL (`http://<LB IP><path>`), IPv4 only.
     pub ingress: Option<String>,
 }
@@ -256,6 +259,17 @@ pub struct CarrierPod {
     pub ips: Vec<IpAddr>,
     /// Multus secondary IPs (interfaces other than eth0).
     pub multus: Vec<IpAddr>,
+}
+
+/// A Service's addresses for one of its ports, in one family.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ServiceAddresses {
+    /// ClusterIP and port.
+    pub cluster_ip: Option<SocketAddr>,
+    /// This node's address and the NodePort.
+    pub node_port: Option<SocketAddr>,
+    /// First load-balancer ingress IP and the port.
+    pub load_balancer: Option<SocketAddr>,
 }
 
 /// How the name of every agent pod IP target begins (`AgentPodV4IP_…`, `AgentPodV6IP_…`).
@@ -366,18 +380,49 @@ pub fn tcp_targets(target: &NetReachTarget, http: &[HttpTarget]) -> Vec<SocketTa
         .collect()
 }
 
-/// The UDP echo targets of a NetReach round: with `spec.target.udp`, the UDP echo port
-/// (`udp_port`) of every agent pod IP the HTTP targets probe; none without it. Only pods: a
-/// Service's UDP port would be a second port on every carrier Service.
+/// The UDP echo targets of a NetReach round: with `spec.target.udp`, every agent pod IP the
+/// HTTP targets probe at the echo port, and each Service address the task asks for
+/// (`clusterIP`, `nodePort`, `loadBalancer`) at the Service's `udp-echo` port, where kube-proxy
+/// carries each flow to one agent; none without it. A Service without that port (an install
+/// older than it) gets no UDP entry: its HTTP entries still report it.
 pub fn udp_targets(
     target: &NetReachTarget,
     http: &[HttpTarget],
-    udp_port: u16,
+    carrier: &Carrier,
 ) -> Vec<SocketTarget> {
-    match target.udp {
-        true => pod_targets(Protocol::Udp, http, udp_port),
-        false => Vec::new(),
+    if !target.udp {
+        return Vec::new();
     }
+    let mut out = pod_targets(Protocol::Udp, http, carrier.udp_port);
+    for (i, family) in [(0, "4"), (1, "6")] {
+        if (i == 0 && !target.ipv4) || (i == 1 && !target.ipv6) {
+            continue;
+        }
+        let service = &carrier.udp_service[i];
+        let named = |base: String, addr: SocketAddr| SocketTarget {
+            name: Protocol::Udp.entry_name(&base),
+            addr,
+        };
+        if target.cluster_ip
+            && let Some(addr) = service.cluster_ip
+        {
+            out.push(named(format!("AgentClusterV{family}IP_{addr}"), addr));
+        }
+        if target.node_port
+            && let Some(addr) = service.node_port
+        {
+            out.push(named(
+                format!("AgentNodePortV{family}IP_{}_{}", addr.ip(), addr.port()),
+                addr,
+            ));
+        }
+        if target.load_balancer
+            && let Some(addr) = service.load_balancer
+        {
+            out.push(named(format!("AgentLoadbalancerV{family}IP_{addr}"), addr));
+        }
+    }
+    out
 }
 
 /// The ICMP echo targets of a NetReach round: with `spec.target.icmp`, every agent pod IP the
@@ -574,6 +619,17 @@ mod tests {
                 Some("[fc00::2]:31000".parse().unwrap()),
             ],
             load_balancer: [None, None],
+            udp_service: [
+                ServiceAddresses {
+                    cluster_ip: Some("10.96.1.1:5712".parse().unwrap()),
+                    node_port: Some("172.18.0.2:31712".parse().unwrap()),
+                    load_balancer: None,
+                },
+                ServiceAddresses {
+                    node_port: Some("[fc00::2]:31712".parse().unwrap()),
+                    ..ServiceAddresses::default()
+                },
+            ],
             ingress: Some("http://172.18.0.50/kdoctoragent".into()),
         };
         let (targets, missing) = netreach_targets(&target, &carrier);
@@ -634,14 +690,17 @@ mod tests {
                 "172.18.0.50:80".parse().unwrap()
             )
         );
-        assert!(udp_targets(&target, &targets, 7).is_empty(), "udp is off");
+        assert!(
+            udp_targets(&target, &targets, &carrier).is_empty(),
+            "udp is off"
+        );
         let udp: Vec<(String, SocketAddr)> = udp_targets(
             &NetReachTarget {
                 udp: true,
                 ..target.clone()
             },
             &targets,
-            7,
+            &carrier,
         )
         .into_iter()
         .map(|t| (t.name, t.addr))
@@ -661,8 +720,20 @@ mod tests {
                     "UDP_AgentPodV4IP_kdoctor-agent-x_192.168.1.5".to_string(),
                     "192.168.1.5:7".parse().unwrap()
                 ),
+                (
+                    "UDP_AgentClusterV4IP_10.96.1.1:5712".to_string(),
+                    "10.96.1.1:5712".parse().unwrap()
+                ),
+                (
+                    "UDP_AgentNodePortV4IP_172.18.0.2_31712".to_string(),
+                    "172.18.0.2:31712".parse().unwrap()
+                ),
+                (
+                    "UDP_AgentNodePortV6IP_fc00::2_31712".to_string(),
+                    "[fc00::2]:31712".parse().unwrap()
+                ),
             ],
-            "one UDP target per agent pod IP, none for Services"
+            "one UDP target per agent pod IP, then the Services' UDP echo ports the task asks for"
         );
         let icmp: Vec<(String, SocketAddr)> = icmp_targets(
             &NetReachTarget {

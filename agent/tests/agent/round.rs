@@ -68,6 +68,7 @@ async fn netreach_round_against_the_echo_targets() {
         node_port: [Some(SocketAddr::new(v4.ip(), v4.port())), None],
         load_balancer: [None, None],
         ingress: None,
+        ..Carrier::default()
     };
     let target = NetReachTarget {
         ipv4: true,
@@ -375,7 +376,7 @@ async fn netreach_with_udp_reports_loss_order_jitter_and_hops_for_each_pod() {
     let (http, missing) = netreach_targets(&target, &carrier);
     assert!(missing.is_empty(), "{missing:?}");
     let mut p = plan(TaskKind::NetReach, load(1));
-    p.udp = udp_targets(&target, &http, carrier.udp_port);
+    p.udp = udp_targets(&target, &http, &carrier);
     // Only the UDP entries are judged here.
     p.setup_failures = vec![];
     p.http = vec![];
