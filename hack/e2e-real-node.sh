@@ -276,11 +276,21 @@ check_rows() { # rows [cut_a cut_b]
     done
   done
   if [ -z "$cut_a" ]; then
-    local failed
+    local failed kind
     failed="$(tr ' ' '\n' <<<"$rows" | grep '=' | grep -v '=1$' || true)"
     [ -z "$failed" ] || fail "targets not reached every time: $failed"
+    # The Services' UDP echo port, through kube-proxy, in every row (reached: checked above).
+    for from in "${REAL_NODES[@]}"; do
+      for family in $families; do
+        for kind in Cluster NodePort Loadbalancer; do
+          awk -v node="$from" -v entry="UDP_Agent${kind}V${family}IP_" '$1 == node && index($0, " " entry) { found = 1 } END { exit !found }' <<<"$rows" ||
+            fail "$from's row has no UDP echo entry for the agents' $kind Service over IPv$family"
+        done
+      done
+    done
   fi
   echo "every node's row checked: $pairs pairs across node boundaries (IPv${families// / and IPv}), by HTTP, TCP connect, UDP and ICMP echo"
+  [ -n "$cut_a" ] || echo "and every row has the Services' UDP echo entries (ClusterIP, NodePort, LoadBalancer), each echoed"
   [ -n "$cut_a" ] || echo "UDP echo hops (there/back):$HOP_COUNTS"
   [ -n "$cut_a" ] || echo "path MTUs:$MTU_SEEN"
 }
