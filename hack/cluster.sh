@@ -205,6 +205,7 @@ cmd_up() {
 
   # A leftover namespace of a run that was killed: start clean.
   if [ -e "/var/run/netns/$NS" ]; then cmd_down; fi
+  reap_orphaned_test_clusters
   unmount_under "$DIR"
   rm -rf "$DIR"
   mkdir -p "$DIR"/{pki,logs,pids,etcd,kubelet}
@@ -413,6 +414,22 @@ unmount_under() { # dir
   dir="$(realpath "$1")"
   awk -v d="$dir/" 'index($2, d) == 1 { print $2 }' /proc/self/mounts | sort -r |
     while read -r m; do umount -l "$m" 2>/dev/null || true; done
+}
+
+# The clusters of test processes that died without taking theirs down (a killed `cargo test`
+# skips its Drop): kube-sim's TestCluster names them kdt-<test pid>-<n>, in
+# $TMPDIR/kdoctor-kdt-<pid>-<n>. A cluster whose test process is gone is taken down; one whose
+# process runs is left alone.
+reap_orphaned_test_clusters() {
+  local ns pid
+  for ns in $(ls /var/run/netns 2>/dev/null | grep -E '^kdt-[0-9]+-[0-9]+$' || true); do
+    pid="${ns#kdt-}"
+    pid="${pid%-*}"
+    kill -0 "$pid" 2>/dev/null && continue
+    log "taking down $ns, left by test process $pid, which is gone"
+    CLUSTER_DIR="${TMPDIR:-/tmp}/kdoctor-$ns" CLUSTER_NETNS="$ns" "$ROOT/hack/cluster.sh" down >/dev/null 2>&1 ||
+      log "could not take down $ns: CLUSTER_DIR=${TMPDIR:-/tmp}/kdoctor-$ns CLUSTER_NETNS=$ns hack/cluster.sh down"
+  done
 }
 
 cmd_down() {
