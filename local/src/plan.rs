@@ -102,13 +102,20 @@ pub fn loopback_carrier(pod: &str, http_port: u16, udp_port: u16, ipv6: bool) ->
     let v6 = ipv6.then(|| SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), http_port));
     let mut ips = vec![v4.ip()];
     ips.extend(v6.map(|a| a.ip()));
-    let udp = |ip: IpAddr| {
-        let echo = Some(SocketAddr::new(ip, udp_port));
-        ServiceAddresses {
-            cluster_ip: echo,
-            node_port: echo,
-            load_balancer: echo,
-        }
+    // The one server stands for every kind of Service address, at each of its ports.
+    let service = |port: u16| {
+        let at = |ip: IpAddr| {
+            let server = Some(SocketAddr::new(ip, port));
+            ServiceAddresses {
+                cluster_ip: server,
+                node_port: server,
+                load_balancer: server,
+            }
+        };
+        [
+            at(v4.ip()),
+            v6.map_or_else(ServiceAddresses::default, |a| at(a.ip())),
+        ]
     };
     Carrier {
         pods: vec![CarrierPod {
@@ -118,13 +125,8 @@ pub fn loopback_carrier(pod: &str, http_port: u16, udp_port: u16, ipv6: bool) ->
         }],
         http_port,
         udp_port,
-        cluster_ip: [Some(v4), v6],
-        node_port: [Some(v4), v6],
-        load_balancer: [Some(v4), v6],
-        udp_service: [
-            udp(v4.ip()),
-            v6.map_or_else(ServiceAddresses::default, |a| udp(a.ip())),
-        ],
+        http_service: service(http_port),
+        udp_service: service(udp_port),
         ingress: Some(format!("http://{v4}/kdoctoragent")),
     }
 }

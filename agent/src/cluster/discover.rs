@@ -439,10 +439,7 @@ impl Discovery {
             } else {
                 None
             };
-            let found = service_addresses(&service, family, node_ip, HTTP_PORT_NAME);
-            carrier.cluster_ip[i] = found.cluster_ip;
-            carrier.node_port[i] = found.node_port;
-            carrier.load_balancer[i] = found.load_balancer;
+            carrier.http_service[i] = service_addresses(&service, family, node_ip, HTTP_PORT_NAME);
             if target.udp {
                 carrier.udp_service[i] =
                     service_addresses(&service, family, node_ip, UDP_ECHO_PORT_NAME);

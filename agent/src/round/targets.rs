@@ -237,13 +237,10 @@ pub struct Carrier {
     pub http_port: u16,
     /// Port of the UDP echo target (`ENV_AGENT_APP_UDP_ECHO_PORT`).
     pub udp_port: u16,
-    /// Service ClusterIP and port, IPv4 then IPv6.
-    pub cluster_ip: [Option<SocketAddr>; 2],
-    /// This node's address (IPv4, IPv6) and the Service's NodePort.
-    pub node_port: [Option<SocketAddr>; 2],
-    /// LoadBalancer ingress address and port, IPv4 then IPv6.
-    pub load_balancer: [Option<SocketAddr>; 2],
-    /// The Service's UDP echo port (`udp-echo`), IPv4 then IPv6: absent from a Service of an
+    /// The Service's HTTP port (`http`): ClusterIP, this node's address with the NodePort,
+    /// LoadBalancer address; IPv4 then IPv6.
+    pub http_service: [ServiceAddresses; 2],
+    /// The Service's UDP echo port (`udp-echo`), the same way: absent from a Service of an
     /// install that declares none.
     pub udp_service: [ServiceAddresses; 2],
     /// The Ingress URL (`http://<LB IP><path>`), IPv4 only.
@@ -298,10 +295,6 @@ pub fn netreach_targets(
 ) -> (Vec<HttpTarget>, Vec<String>) {
     let mut targets = Vec::new();
     let mut missing = Vec::new();
-    let families: Vec<(usize, &str)> = [(0, "4"), (1, "6")]
-        .into_iter()
-        .filter(|(i, _)| if *i == 0 { target.ipv4 } else { target.ipv6 })
-        .collect();
     if target.endpoint {
         for pod in &carrier.pods {
             let extra = if target.multus_interface {
@@ -325,33 +318,10 @@ pub fn netreach_targets(
             }
         }
     }
-    for (i, family) in &families {
-        if target.cluster_ip {
-            match carrier.cluster_ip[*i] {
-                Some(addr) => targets.push(get(
-                    format!("AgentClusterV{family}IP_{addr}"),
-                    format!("http://{addr}"),
-                )),
-                None => missing.push(format!("failed to get cluster IPv{family} IP")),
-            }
-        }
-        if target.node_port {
-            match carrier.node_port[*i] {
-                Some(addr) => targets.push(get(
-                    format!("AgentNodePortV{family}IP_{}_{}", addr.ip(), addr.port()),
-                    format!("http://{addr}"),
-                )),
-                None => missing.push(format!("failed to get nodePort IPv{family} address")),
-            }
-        }
-        if target.load_balancer {
-            match carrier.load_balancer[*i] {
-                Some(addr) => targets.push(get(
-                    format!("AgentLoadbalancerV{family}IP_{addr}"),
-                    format!("http://{addr}"),
-                )),
-                None => missing.push(format!("failed to get loadbalancer IPv{family} address")),
-            }
+    for (name, addr) in service_entries(target, &carrier.http_service) {
+        match addr {
+            Ok(addr) => targets.push(get(name, format!("http://{addr}"))),
+            Err(problem) => missing.push(problem),
         }
     }
     if target.ingress && target.ipv4 {
@@ -394,32 +364,63 @@ pub fn udp_targets(
         return Vec::new();
     }
     let mut out = pod_targets(Protocol::Udp, http, carrier.udp_port);
-    for (i, family) in [(0, "4"), (1, "6")] {
-        if (i == 0 && !target.ipv4) || (i == 1 && !target.ipv6) {
+    out.extend(
+        service_entries(target, &carrier.udp_service)
+            .into_iter()
+            .filter_map(|(name, addr)| {
+                Some(SocketTarget {
+                    name: Protocol::Udp.entry_name(&name),
+                    addr: addr.ok()?,
+                })
+            }),
+    );
+    out
+}
+
+/// The Service addresses a NetReach task asks for (`clusterIP`, `nodePort`, `loadBalancer`),
+/// in its families and upstream's order, each under upstream's target name, or the message
+/// upstream gives when the Service does not offer it.
+fn service_entries(
+    target: &NetReachTarget,
+    services: &[ServiceAddresses; 2],
+) -> Vec<(String, Result<SocketAddr, String>)> {
+    let mut out = Vec::new();
+    for (service, family, wanted) in [
+        (&services[0], "4", target.ipv4),
+        (&services[1], "6", target.ipv6),
+    ] {
+        if !wanted {
             continue;
         }
-        let service = &carrier.udp_service[i];
-        let named = |base: String, addr: SocketAddr| SocketTarget {
-            name: Protocol::Udp.entry_name(&base),
-            addr,
-        };
-        if target.cluster_ip
-            && let Some(addr) = service.cluster_ip
-        {
-            out.push(named(format!("AgentClusterV{family}IP_{addr}"), addr));
+        if target.cluster_ip {
+            out.push(match service.cluster_ip {
+                Some(addr) => (format!("AgentClusterV{family}IP_{addr}"), Ok(addr)),
+                None => (
+                    String::new(),
+                    Err(format!("failed to get cluster IPv{family} IP")),
+                ),
+            });
         }
-        if target.node_port
-            && let Some(addr) = service.node_port
-        {
-            out.push(named(
-                format!("AgentNodePortV{family}IP_{}_{}", addr.ip(), addr.port()),
-                addr,
-            ));
+        if target.node_port {
+            out.push(match service.node_port {
+                Some(addr) => (
+                    format!("AgentNodePortV{family}IP_{}_{}", addr.ip(), addr.port()),
+                    Ok(addr),
+                ),
+                None => (
+                    String::new(),
+                    Err(format!("failed to get nodePort IPv{family} address")),
+                ),
+            });
         }
-        if target.load_balancer
-            && let Some(addr) = service.load_balancer
-        {
-            out.push(named(format!("AgentLoadbalancerV{family}IP_{addr}"), addr));
+        if target.load_balancer {
+            out.push(match service.load_balancer {
+                Some(addr) => (format!("AgentLoadbalancerV{family}IP_{addr}"), Ok(addr)),
+                None => (
+                    String::new(),
+                    Err(format!("failed to get loadbalancer IPv{family} address")),
+                ),
+            });
         }
     }
     out
@@ -613,12 +614,17 @@ mod tests {
             }],
             http_port: 80,
             udp_port: 7,
-            cluster_ip: [Some("10.96.1.1:80".parse().unwrap()), None],
-            node_port: [
-                Some("172.18.0.2:31000".parse().unwrap()),
-                Some("[fc00::2]:31000".parse().unwrap()),
+            http_service: [
+                ServiceAddresses {
+                    cluster_ip: Some("10.96.1.1:80".parse().unwrap()),
+                    node_port: Some("172.18.0.2:31000".parse().unwrap()),
+                    load_balancer: None,
+                },
+                ServiceAddresses {
+                    node_port: Some("[fc00::2]:31000".parse().unwrap()),
+                    ..ServiceAddresses::default()
+                },
             ],
-            load_balancer: [None, None],
             udp_service: [
                 ServiceAddresses {
                     cluster_ip: Some("10.96.1.1:5712".parse().unwrap()),

@@ -7,8 +7,8 @@ use std::time::Duration;
 use kdoctor_agent::round::execute::{RoundPlan, execute};
 use kdoctor_agent::round::prepare::{Actor, prepare};
 use kdoctor_agent::round::targets::{
-    Carrier, CarrierPod, Load, isolation_targets, netdns_targets, netreach_targets, tcp_targets,
-    udp_targets,
+    Carrier, CarrierPod, Load, ServiceAddresses, isolation_targets, netdns_targets,
+    netreach_targets, tcp_targets, udp_targets,
 };
 use kdoctor_api::task::{
     Isolation, IsolationProtocol, NetDnsTarget, NetDnsTargetUser, NetReachTarget, NetdnsRequest,
@@ -64,9 +64,17 @@ async fn netreach_round_against_the_echo_targets() {
         }],
         http_port: v4.port(),
         udp_port: 0,
-        cluster_ip: [Some(v4), Some(v6)],
-        node_port: [Some(SocketAddr::new(v4.ip(), v4.port())), None],
-        load_balancer: [None, None],
+        http_service: [
+            ServiceAddresses {
+                cluster_ip: Some(v4),
+                node_port: Some(SocketAddr::new(v4.ip(), v4.port())),
+                load_balancer: None,
+            },
+            ServiceAddresses {
+                cluster_ip: Some(v6),
+                ..ServiceAddresses::default()
+            },
+        ],
         ingress: None,
         ..Carrier::default()
     };
@@ -140,7 +148,13 @@ async fn netreach_with_tcp_reports_a_connect_entry_beside_each_http_target() {
             multus: vec![],
         }],
         http_port: v4.port(),
-        cluster_ip: [Some(dead), None],
+        http_service: [
+            ServiceAddresses {
+                cluster_ip: Some(dead),
+                ..ServiceAddresses::default()
+            },
+            ServiceAddresses::default(),
+        ],
         ..Carrier::default()
     };
     let target = NetReachTarget {
