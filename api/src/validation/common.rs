@@ -155,14 +155,8 @@ pub(super) fn expect(
             "at least one of successRate and meanAccessDelayInMs must be set",
         ));
     }
-    if let Some(rate) = expect.success_rate
-        && !(0.0..=1.0).contains(&rate)
-    {
-        errors.push(FieldError::invalid(
-            path.child("successRate"),
-            rate,
-            "must be between 0 and 1",
-        ));
+    if let Some(rate) = expect.success_rate {
+        within(rate, 0.0, 1.0, path.child("successRate"), errors);
     }
     if let Some(delay) = expect.mean_access_delay_in_ms
         && delay < 1
@@ -182,14 +176,8 @@ pub(super) fn expect(
             "must be more than 0 and at most 60000",
         ));
     }
-    if let Some(mtu) = expect.min_path_mtu
-        && !(576..=65_535).contains(&mtu)
-    {
-        errors.push(FieldError::invalid(
-            path.child("minPathMTU"),
-            mtu,
-            "must be between 576 and 65535",
-        ));
+    if let Some(mtu) = expect.min_path_mtu {
+        within(mtu, 576, 65_535, path.child("minPathMTU"), errors);
     }
     if let Some(code) = expect.status_code {
         if !status_code_allowed {
@@ -197,12 +185,8 @@ pub(super) fn expect(
                 path.child("statusCode"),
                 "statusCode applies to HTTP tasks only",
             ));
-        } else if !(100..=599).contains(&code) {
-            errors.push(FieldError::invalid(
-                path.child("statusCode"),
-                code,
-                "must be between 100 and 599",
-            ));
+        } else {
+            within(code, 100, 599, path.child("statusCode"), errors);
         }
     }
 }
@@ -230,6 +214,17 @@ pub(super) fn agent_spec(agent: Option<&AgentSpec>, path: &FieldPath, errors: &m
             minutes,
             "must not be negative",
         ));
+    }
+}
+
+/// `value` at `path` must lie in `low..=high`: "must be between LOW and HIGH" otherwise.
+pub(super) fn within<T>(value: T, low: T, high: T, path: FieldPath, errors: &mut ErrorList)
+where
+    T: PartialOrd + std::fmt::Display + Into<BadValue>,
+{
+    if value < low || value > high {
+        let rule = format!("must be between {low} and {high}");
+        errors.push(FieldError::invalid(path, value, rule));
     }
 }
 

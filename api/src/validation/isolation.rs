@@ -3,12 +3,13 @@
 
 use kube::core::Selector;
 
-use super::common::object;
+use super::common::{object, within};
 use super::field::{ErrorList, FieldError, FieldPath};
 use crate::naming::is_dns1123_label;
 use crate::task::isolation::{MAX_ISOLATION_NAME, MAX_ISOLATIONS};
 use crate::task::{Isolation, IsolationProtocol};
 
+const PORT_RULE: &str = "port is required for TCP and UDP, and ICMP has none";
 const LABEL_RULE: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric \
                           characters or '-', and must start and end with an alphanumeric character";
 
@@ -68,25 +69,12 @@ fn entry(isolation: &Isolation, path: &FieldPath, errors: &mut ErrorList) {
     let icmp = isolation.protocol == IsolationProtocol::Icmp;
     if icmp == isolation.port.is_some() {
         errors.push(match isolation.port {
-            Some(port) => FieldError::invalid(
-                path.child("port"),
-                port,
-                "port is required for TCP and UDP, and ICMP has none",
-            ),
-            None => FieldError::required(
-                path.child("port"),
-                "port is required for TCP and UDP, and ICMP has none",
-            ),
+            Some(port) => FieldError::invalid(path.child("port"), port, PORT_RULE),
+            None => FieldError::required(path.child("port"), PORT_RULE),
         });
     }
-    if let Some(port) = isolation.port
-        && !(1..=65_535).contains(&port)
-    {
-        errors.push(FieldError::invalid(
-            path.child("port"),
-            port,
-            "must be between 1 and 65535",
-        ));
+    if let Some(port) = isolation.port {
+        within(port, 1, 65_535, path.child("port"), errors);
     }
     if icmp && let Some(service) = &isolation.service {
         errors.push(FieldError::invalid(

@@ -250,13 +250,7 @@ pub(super) fn netdns(spec: &NetdnsSpec, config: &Config, path: &FieldPath, error
                 )),
                 Some(_) => {}
             }
-            if !(1..=65535).contains(&user.port) {
-                errors.push(FieldError::invalid(
-                    path.child("port"),
-                    user.port,
-                    "must be between 1 and 65535",
-                ));
-            }
+            common::within(user.port, 1, 65_535, path.child("port"), errors);
         }
         (None, Some(dns)) => {
             let path = path.child("targetDns");
