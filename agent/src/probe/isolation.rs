@@ -13,13 +13,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use kdoctor_api::task::IsolationProtocol;
-use tokio::net::{TcpSocket, UdpSocket};
+use tokio::net::UdpSocket;
 
 use super::datagram::EchoCodec;
 use super::datagram::icmp::IcmpEcho;
 use super::datagram::socket::{connected, wall_ns};
 use super::datagram::udp::UdpEcho;
 use super::datagram::wire::{HEADER_BYTES, Request};
+use super::tcp::resetting_socket;
 
 /// Tries per peer and round: one lost packet on a working path does not pass for a policy.
 pub const ATTEMPTS: u32 = 3;
@@ -120,12 +121,7 @@ pub async fn attempt(
 }
 
 async fn tcp(addr: SocketAddr, timeout: Duration) -> io::Result<Verdict> {
-    let socket = match addr {
-        SocketAddr::V4(_) => TcpSocket::new_v4()?,
-        SocketAddr::V6(_) => TcpSocket::new_v6()?,
-    };
-    // A reset on close: nothing left in TIME_WAIT, and the peer logs no half-open connection.
-    socket.set_zero_linger()?;
+    let socket = resetting_socket(addr)?;
     match tokio::time::timeout(timeout, socket.connect(addr)).await {
         Err(_) => Ok(Verdict::Blocked("timeout".into())),
         Ok(Ok(_stream)) => Ok(Verdict::Reached("established")),

@@ -17,6 +17,17 @@ use super::Prober;
 use super::http::classify_io;
 use super::outcome::{Attempt, Phases, ProbeError};
 
+/// A socket of `addr`'s family that closes with a reset (`SO_LINGER` 0): nothing left in
+/// TIME_WAIT on this side (see the module's comment).
+pub fn resetting_socket(addr: SocketAddr) -> std::io::Result<TcpSocket> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    socket.set_zero_linger()?;
+    Ok(socket)
+}
+
 /// Probes one address with TCP connects.
 #[derive(Clone, Debug)]
 pub struct TcpProber {
@@ -35,12 +46,7 @@ impl TcpProber {
     }
 
     async fn connect(&self) -> Result<Duration, ProbeError> {
-        let socket = match self.addr {
-            SocketAddr::V4(_) => TcpSocket::new_v4(),
-            SocketAddr::V6(_) => TcpSocket::new_v6(),
-        }
-        .map_err(|e| classify_io(&e))?;
-        socket.set_zero_linger().map_err(|e| classify_io(&e))?;
+        let socket = resetting_socket(self.addr).map_err(|e| classify_io(&e))?;
         let began = Instant::now();
         let stream = socket
             .connect(self.addr)
