@@ -44,21 +44,22 @@ fn time(t: jiff::Timestamp) -> Time {
     Time(t)
 }
 
+/// `count` over `elapsed` (0 over no time).
+fn per_second(count: f64, elapsed: std::time::Duration) -> f64 {
+    let secs = elapsed.as_secs_f64();
+    if secs > 0.0 { count / secs } else { 0.0 }
+}
+
 /// The fields every target has.
 pub fn request_metrics(m: &Measurement) -> RequestMetrics {
     let r = &m.recorder;
-    let secs = m.elapsed.as_secs_f64();
     RequestMetrics {
         request_start_time: time(m.started),
         request_end_time: time(m.ended()),
         request_duration: go_duration::format(m.elapsed),
         request_counts: r.requests as i64,
         success_counts: r.successes as i64,
-        tps: if secs > 0.0 {
-            r.requests as f64 / secs
-        } else {
-            0.0
-        },
+        tps: per_second(r.requests as f64, m.elapsed),
         errors: r.errors.clone(),
         latencies: latency_distribution(&r.response_ok, r.mean_ok_micros()),
         exists_not_send_requests: r.unsent > 0,
@@ -220,7 +221,6 @@ pub fn isolation_detail(
     };
     let started = tally.started.unwrap_or_else(jiff::Timestamp::now);
     let ended = started.checked_add(tally.elapsed).unwrap_or(started);
-    let secs = tally.elapsed.as_secs_f64();
     HttpTargetResult {
         name: name.to_string(),
         url: url.to_string(),
@@ -240,11 +240,7 @@ pub fn isolation_detail(
                 request_duration: go_duration::format(tally.elapsed),
                 request_counts: count(tally.attempts),
                 success_counts: count(blocked),
-                tps: if secs > 0.0 {
-                    f64::from(tally.attempts) / secs
-                } else {
-                    0.0
-                },
+                tps: per_second(f64::from(tally.attempts), tally.elapsed),
                 errors: BTreeMap::new(),
                 latencies: LatencyDistribution::default(),
                 exists_not_send_requests: tally.not_checked.is_some(),

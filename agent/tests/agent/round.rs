@@ -41,6 +41,19 @@ fn plan(kind: TaskKind, load: Load) -> RoundPlan {
     }
 }
 
+/// The agent of these tests as the carrier's one pod, its echo server at `v4`.
+fn one_agent(v4: SocketAddr) -> Carrier {
+    Carrier {
+        pods: vec![CarrierPod {
+            name: "kdoctor-agent-abc".into(),
+            ips: vec![v4.ip()],
+            multus: vec![],
+        }],
+        http_port: v4.port(),
+        ..Carrier::default()
+    }
+}
+
 fn load(secs: u64) -> Load {
     Load {
         qps: 20.0,
@@ -57,12 +70,6 @@ async fn netreach_round_against_the_echo_targets() {
     let v6 = agent.http.iter().find(|a| a.is_ipv6()).copied().unwrap();
     // Loopback stands in for the carrier: the pod IPs are 127.0.0.1 (the IPv4 echo port).
     let carrier = Carrier {
-        pods: vec![CarrierPod {
-            name: "kdoctor-agent-abc".into(),
-            ips: vec![v4.ip()],
-            multus: vec![],
-        }],
-        http_port: v4.port(),
         udp_port: 0,
         http_service: [
             ServiceAddresses {
@@ -76,7 +83,7 @@ async fn netreach_round_against_the_echo_targets() {
             },
         ],
         ingress: None,
-        ..Carrier::default()
+        ..one_agent(v4)
     };
     let target = NetReachTarget {
         ipv4: true,
@@ -142,12 +149,6 @@ async fn netreach_with_tcp_reports_a_connect_entry_beside_each_http_target() {
     let dead = closed.local_addr().unwrap();
     drop(closed);
     let carrier = Carrier {
-        pods: vec![CarrierPod {
-            name: "kdoctor-agent-abc".into(),
-            ips: vec![v4.ip()],
-            multus: vec![],
-        }],
-        http_port: v4.port(),
         http_service: [
             ServiceAddresses {
                 cluster_ip: Some(dead),
@@ -155,7 +156,7 @@ async fn netreach_with_tcp_reports_a_connect_entry_beside_each_http_target() {
             },
             ServiceAddresses::default(),
         ],
-        ..Carrier::default()
+        ..one_agent(v4)
     };
     let target = NetReachTarget {
         node_port: false,
@@ -223,15 +224,7 @@ async fn netreach_with_isolation_passes_only_while_the_peers_stay_unreachable() 
     let _shared = crate::support::shared().await;
     let agent = agent().await;
     let v4 = agent.http.iter().find(|a| a.is_ipv4()).copied().unwrap();
-    let carrier = Carrier {
-        pods: vec![CarrierPod {
-            name: "kdoctor-agent-abc".into(),
-            ips: vec![v4.ip()],
-            multus: vec![],
-        }],
-        http_port: v4.port(),
-        ..Carrier::default()
-    };
+    let carrier = one_agent(v4);
     let target = NetReachTarget {
         cluster_ip: false,
         node_port: false,
@@ -379,7 +372,7 @@ async fn netreach_with_udp_reports_loss_order_jitter_and_hops_for_each_pod() {
         ],
         http_port: v4.port(),
         udp_port: udp.port(),
-        ..Carrier::default()
+        ..one_agent(v4)
     };
     let target = NetReachTarget {
         cluster_ip: false,
@@ -565,15 +558,7 @@ async fn an_omitted_request_runs_at_the_configured_default_rate() {
     let kdoctor_api::task::Task::NetReach(nr) = &effective else {
         panic!("a NetReach task")
     };
-    let carrier = Carrier {
-        pods: vec![CarrierPod {
-            name: "kdoctor-agent-abc".into(),
-            ips: vec![v4.ip()],
-            multus: vec![],
-        }],
-        http_port: v4.port(),
-        ..Carrier::default()
-    };
+    let carrier = one_agent(v4);
     let (http, missing) = netreach_targets(nr.spec.target.as_ref().unwrap(), &carrier);
     assert!(missing.is_empty(), "{missing:?}");
     p.http = http;
