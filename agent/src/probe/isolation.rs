@@ -115,8 +115,16 @@ pub async fn attempt(
 ) -> io::Result<Verdict> {
     match protocol {
         IsolationProtocol::Tcp => tcp(addr, timeout).await,
-        IsolationProtocol::Udp => datagram::<UdpEcho>(addr, timeout, seq, "answered").await,
-        IsolationProtocol::Icmp => datagram::<IcmpEcho>(addr, timeout, seq, "echo reply").await,
+        // Any answer from the port says the datagram got there, kdoctor's echo or not.
+        IsolationProtocol::Udp => {
+            datagram::<UdpEcho>(addr, timeout, seq, "answered", |_| true).await
+        }
+        // A raw socket also reads the peer's other ICMP messages, a policy's "prohibited"
+        // among them: only the echo reply says the request arrived.
+        IsolationProtocol::Icmp => {
+            let reply = |read: &[u8]| IcmpEcho::decode(read).is_some();
+            datagram::<IcmpEcho>(addr, timeout, seq, "echo reply", reply).await
+        }
     }
 }
 
@@ -133,12 +141,14 @@ async fn tcp(addr: SocketAddr, timeout: Duration) -> io::Result<Verdict> {
 }
 
 /// A datagram kdoctor's echo port answers (UDP) or an echo request (ICMP), and the first
-/// datagram or error back. The socket is connected, so only `addr` can answer it.
+/// datagram `is_answer` takes, or error, back. The socket is connected, so only `addr` can
+/// answer it.
 async fn datagram<C: EchoCodec>(
     addr: SocketAddr,
     timeout: Duration,
     seq: u64,
     answered: &'static str,
+    is_answer: impl Fn(&[u8]) -> bool,
 ) -> io::Result<Verdict> {
     let socket = connected(C::open(addr)?, addr)?;
     let socket = UdpSocket::from_std(socket.into())?;
@@ -152,9 +162,18 @@ async fn datagram<C: EchoCodec>(
         return sent_error(e);
     }
     let mut buf = [0u8; 2048];
-    match tokio::time::timeout(timeout, socket.recv(&mut buf)).await {
+    let answer = async {
+        loop {
+            match socket.recv(&mut buf).await {
+                Ok(len) if is_answer(&buf[..len]) => return Ok(()),
+                Ok(_) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    match tokio::time::timeout(timeout, answer).await {
         Err(_) => Ok(Verdict::Blocked("timeout".into())),
-        Ok(Ok(_)) => Ok(Verdict::Reached(answered)),
+        Ok(Ok(())) => Ok(Verdict::Reached(answered)),
         Ok(Err(e)) => sent_error(e),
     }
 }
@@ -257,6 +276,36 @@ mod tests {
             Some(&ATTEMPTS),
             "{tally:?}"
         );
+    }
+
+    #[test]
+    fn an_echo_reply_counts_as_reached_on_a_raw_socket_and_an_unreachable_as_blocked() {
+        use crate::probe::datagram::tests::in_namespace;
+        // No group may open a ping socket there: the tries go out on raw sockets, which also
+        // read the peer's other ICMP messages.
+        let (open, unreachable) = in_namespace("1 0", || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+            let timeout = Duration::from_secs(1);
+            let open = runtime.block_on(check(IsolationProtocol::Icmp, loopback, timeout));
+            // A host unreachable is no error on the socket (Linux holds it not fatal): the raw
+            // socket only reads it, among the peer's messages, and must not take it for the
+            // reply.
+            let reject = std::process::Command::new("iptables")
+                .args(["-A", "INPUT", "-p", "icmp", "--icmp-type", "echo-request"])
+                .args(["-j", "REJECT", "--reject-with", "icmp-host-unreachable"])
+                .status()
+                .expect("iptables");
+            assert!(reject.success());
+            let unreachable = runtime.block_on(check(IsolationProtocol::Icmp, loopback, timeout));
+            (open, unreachable)
+        });
+        assert_eq!(open.outcomes.get("echo reply"), Some(&ATTEMPTS), "{open:?}");
+        assert_eq!(unreachable.reached, 0, "{unreachable:?}");
+        assert!(unreachable.held(), "{unreachable:?}");
     }
 
     #[tokio::test]

@@ -58,6 +58,8 @@ pub trait EchoCodec: Send + Sync + 'static {
     const KIND: &'static str;
     /// Bytes the codec puts around kdoctor's header.
     const OVERHEAD: usize;
+    /// Bytes a read may carry before the echo (a raw socket's IP header).
+    const HEADROOM: usize = 0;
     /// A socket of the target's family, not yet connected.
     fn open(addr: SocketAddr) -> io::Result<socket2::Socket>;
     /// The datagram of `request`, `size` bytes long, to an IPv6 target or not.
@@ -192,7 +194,7 @@ impl<C: EchoCodec> DatagramProber<C> {
         };
         let datagram = C::encode(&request, self.payload_bytes, self.addr.is_ipv6());
         socket.send(&datagram).await.map_err(|e| classify_io(&e))?;
-        let mut buf = vec![0u8; self.payload_bytes + 1];
+        let mut buf = vec![0u8; self.payload_bytes + C::HEADROOM + 1];
         tokio::pin!(answer);
         loop {
             tokio::select! {
@@ -257,7 +259,7 @@ impl<C: EchoCodec> Prober for DatagramProber<C> {
     /// Reads the echoes still queued (late ones, duplicates) and adds the stream's counts.
     fn finish(&self, recorder: &mut Recorder) {
         if let Some(socket) = self.socket.get() {
-            let mut buf = vec![0u8; self.payload_bytes + 1];
+            let mut buf = vec![0u8; self.payload_bytes + C::HEADROOM + 1];
             for _ in 0..MAX_DRAINED {
                 match socket::try_recv(socket, &mut buf) {
                     Ok(d) if !d.truncated => self.dispatch(&buf[..d.len], d.info),
@@ -276,4 +278,4 @@ impl<C: EchoCodec> Prober for DatagramProber<C> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
