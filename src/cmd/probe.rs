@@ -1044,13 +1044,21 @@ mod tests {
 
     #[test]
     fn an_icmp_probe_where_ping_sockets_are_refused_stops_before_the_run_saying_why() {
-        // A fresh network namespace has net.ipv4.ping_group_range "1 0": no group may open one.
+        // A fresh network namespace has net.ipv4.ping_group_range "1 0": no group may open one,
+        // and nobody has no CAP_NET_RAW for a raw socket.
         let err = std::thread::spawn(|| {
-            // SAFETY: unshare affects only this thread's network namespace.
-            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-                panic!(
-                    "unshare: {} (the test needs root)",
-                    std::io::Error::last_os_error()
+            // SAFETY: unshare affects only this thread's network namespace, and the raw
+            // setresuid only this thread's credentials; neither touches memory.
+            unsafe {
+                if libc::unshare(libc::CLONE_NEWNET) != 0 {
+                    panic!(
+                        "unshare: {} (the test needs root)",
+                        std::io::Error::last_os_error()
+                    );
+                }
+                assert_eq!(
+                    libc::syscall(libc::SYS_setresuid, 65_534, 65_534, 65_534),
+                    0
                 );
             }
             tokio::runtime::Builder::new_current_thread()
@@ -1067,7 +1075,7 @@ mod tests {
         .join()
         .unwrap();
         assert!(
-            format!("{err:#}").contains("net.ipv4.ping_group_range"),
+            format!("{err:#}").contains("net.ipv4.ping_group_range, and it lacks CAP_NET_RAW"),
             "{err:#}"
         );
         let err = std::thread::spawn(|| {

@@ -504,7 +504,23 @@ fn the_local_examples_run_as_they_are() {
         .iter()
         .filter(|d| d["name"].as_str().is_some_and(|n| n.starts_with("UDP_")))
         .collect();
-    assert!(tcp > 0 && tcp * 2 + udp.len() == names.len(), "{names:?}");
+    // And pings the pod: its ICMP_ entry, answered on a ping socket or (as root) a raw one.
+    let icmp: Vec<&serde_json::Value> = details
+        .as_array()
+        .expect("details")
+        .iter()
+        .filter(|d| d["name"].as_str().is_some_and(|n| n.starts_with("ICMP_")))
+        .collect();
+    assert!(
+        tcp > 0 && tcp * 2 + udp.len() + icmp.len() == names.len(),
+        "{names:?}"
+    );
+    assert_eq!(icmp.len(), 1, "{names:?}");
+    assert_eq!(
+        icmp[0]["name"], "ICMP_AgentPodV4IP_kdoctor-local_127.0.0.1",
+        "{names:?}"
+    );
+    assert_eq!(icmp[0]["requestSucceed"], true, "{}", icmp[0]);
     // The pod, then the Service stand-ins' UDP echo port (the same local server).
     let udp_names: Vec<&str> = udp.iter().filter_map(|d| d["name"].as_str()).collect();
     assert_eq!(udp_names.len(), 4, "{udp_names:?}");
@@ -524,6 +540,9 @@ fn the_local_examples_run_as_they_are() {
     assert_eq!(udp[0]["requestSucceed"], true, "{}", udp[0]);
     assert_eq!(datagrams["lossPercent"], 0.0, "{datagrams}");
     assert_eq!(datagrams["forwardHops"], 0, "{datagrams}");
+    // The path MTU searched after the run: loopback takes the largest datagram.
+    assert_eq!(datagrams["pathMTU"], 65_535, "{datagrams}");
+    assert_eq!(datagrams["pathMTULimit"], "interface", "{datagrams}");
     assert!(
         names.contains(&"TCP_AgentPodV4IP_kdoctor-local_127.0.0.1"),
         "{names:?}"

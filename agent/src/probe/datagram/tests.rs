@@ -227,44 +227,14 @@ fn icmp_probes(addr: SocketAddr, n: usize) -> Vec<Attempt> {
         })
 }
 
-/// Drops `CAP_NET_RAW` from this thread's effective and permitted sets (capabilities are per
-/// thread), as a pod without it or an ordinary user has none.
-fn drop_net_raw() {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: libc::c_int,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    const VERSION_3: u32 = 0x2008_0522;
-    const CAP_NET_RAW: u32 = 13;
-    let mut header = Header {
-        version: VERSION_3,
-        pid: 0,
-    };
-    let mut data = [Data::default(); 2];
-    // SAFETY: both pointers are to live structs of the layout the v3 interface reads and
-    // writes (a header and two data words); pid 0 is this thread.
-    unsafe {
-        assert_eq!(
-            libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()),
-            0
-        );
-        data[0].effective &= !(1 << CAP_NET_RAW);
-        data[0].permitted &= !(1 << CAP_NET_RAW);
-        assert_eq!(
-            libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()),
-            0,
-            "capset: {}",
-            std::io::Error::last_os_error()
-        );
-    }
+/// Makes this thread an ordinary user (nobody), without `CAP_NET_RAW` as a pod not granted it:
+/// the raw system call changes this thread's credentials alone, where libc's would change the
+/// whole test process's.
+pub(crate) fn become_nobody() {
+    const NOBODY: libc::c_long = 65_534;
+    // SAFETY: setresuid takes three integers and touches nothing in this process's memory.
+    let rc = unsafe { libc::syscall(libc::SYS_setresuid, NOBODY, NOBODY, NOBODY) };
+    assert_eq!(rc, 0, "setresuid: {}", std::io::Error::last_os_error());
 }
 
 fn assert_answered_with_hops_back(attempts: &[Attempt]) {
@@ -295,7 +265,7 @@ fn icmp_echoes_are_answered_on_a_ping_socket_or_else_a_raw_one_and_a_refused_soc
     // the requests going out on loopback and must take only the replies.
     assert_answered_with_hops_back(&in_namespace("1 0", icmp_both_families));
     let refused = in_namespace("1 0", || {
-        drop_net_raw();
+        become_nobody();
         icmp_probes(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), 1)
     });
     let error = refused[0].result.clone().expect_err("no ICMP socket");
