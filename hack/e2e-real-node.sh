@@ -107,6 +107,8 @@ trap cleanup EXIT
 
 step "a real control plane and ${REAL_NODES[*]} (kubelet, containerd, runc), no other node"
 hack/image/build.sh >/dev/null
+# The same binary as the image's (built just now, so this is a cache hit): the kubectl plugin.
+KDOCTOR_BIN="$(hack/image/binary.sh)"
 hack/cluster.sh up --nodes 0 --real-nodes "${#REAL_NODES[@]}"
 export KUBECONFIG="$CLUSTER_DIR/kubeconfig"
 # Dual stack where the machine allows IPv6 in network namespaces; otherwise the IPv6 half is
@@ -308,6 +310,25 @@ expected_mtu() { # from to family
   else echo "1500/interface"
   fi
 }
+# kubectl kdoctor matrix REPORT --metric mtu shows, between the real nodes, what expected_mtu
+# says over IPv4 (the narrower family; a node to itself: loopback's 65535).
+check_mtu_matrix() { # report
+  local text row node to want got column
+  text="$("$KDOCTOR_BIN" kubectl matrix "$1" --metric mtu --no-color)" || fail "kubectl kdoctor matrix $1 --metric mtu failed"
+  echo "$text"
+  for node in "${REAL_NODES[@]}"; do
+    row="$(awk -v n="$node" '$1 == n' <<<"$text")"
+    [ -n "$row" ] || fail "the path MTU matrix has no row for $node"
+    column=1
+    for to in "${REAL_NODES[@]}"; do
+      column=$((column + 1))
+      got="$(awk -v f="$column" '{ print $f }' <<<"$row")"
+      want="$(expected_mtu "$node" "$to" 4)"
+      [ "$got" = "${want%%/*}" ] || fail "the path MTU matrix shows $node to $to as '$got', expected ${want%%/*}"
+    done
+  done
+  grep -q "bad below 1500, the widest between two nodes" <<<"$text" || fail "the path MTU matrix does not judge its cells against 1500"
+}
 check_mtu() { # from pod family expected
   local got
   got="$(pod_rate "$MTUS" "$1" "$2" "$3" UDP_)"
@@ -387,6 +408,7 @@ LOW_NODE=real-1 LOW_MTU=1400 ROUND_MIN_MTU=1500
 round mtu
 [ "$ROUND_RESULT" = fail ] || { lower_link 1500; fail "the round with real-1's link at 1400 bytes and minPathMTU 1500 ended '$ROUND_RESULT', not fail"; }
 check_rows "$ROWS"
+check_mtu_matrix netreach-mtu
 step "and with the network's \"fragmentation needed\" dropped, a black hole towards real-1"
 frag_needed -I
 LOW_HOLE=1

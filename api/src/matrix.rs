@@ -40,6 +40,9 @@ pub struct Probe {
     pub successes: i64,
     /// 99th percentile latency in milliseconds.
     pub p99_ms: f32,
+    /// The path MTU found (UDP echo entries of a task with `spec.target.pathMTU`), bytes.
+    #[serde(default, rename = "pathMTU", skip_serializing_if = "Option::is_none")]
+    pub path_mtu: Option<u32>,
 }
 
 impl ProbeRow {
@@ -53,12 +56,18 @@ impl ProbeRow {
                 .round_task_detail
                 .iter()
                 .map(|d| {
-                    let requests = &d.request_target_metrics.requests;
+                    let metrics = &d.request_target_metrics;
+                    let requests = &metrics.requests;
                     Probe {
                         target: d.name.clone(),
                         requests: requests.request_counts,
                         successes: requests.success_counts,
                         p99_ms: requests.latencies.p99,
+                        path_mtu: metrics
+                            .datagrams
+                            .as_ref()
+                            .and_then(|d| d.path_mtu)
+                            .and_then(|bytes| u32::try_from(bytes).ok()),
                     }
                 })
                 .collect(),
@@ -67,7 +76,8 @@ impl ProbeRow {
 }
 
 /// One source → target measurement (several targets of one column are summed); on the wire
-/// `[requests, successes, p99Ms]`.
+/// `[requests, successes, p99Ms]`, and its path MTU in the matrix's own `pathMTU` grid (a
+/// fourth element would break every client that reads three).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(from = "(i64, i64, f64)", into = "(i64, i64, f64)")]
 pub struct Cell {
@@ -77,6 +87,8 @@ pub struct Cell {
     pub successes: i64,
     /// Worst p99 among the column's targets, in milliseconds.
     pub p99_ms: f64,
+    /// Smallest path MTU among the column's targets that have one, bytes.
+    pub path_mtu: Option<u32>,
 }
 
 impl From<(i64, i64, f64)> for Cell {
@@ -85,6 +97,7 @@ impl From<(i64, i64, f64)> for Cell {
             requests,
             successes,
             p99_ms,
+            path_mtu: None,
         }
     }
 }
@@ -118,6 +131,7 @@ pub enum Column {
 
 /// The matrix of one round.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "WireMatrix", into = "WireMatrix")]
 pub struct Matrix {
     /// Source nodes, grouped by zone when zones are known.
     pub rows: Vec<String>,
@@ -129,11 +143,91 @@ pub struct Matrix {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub zones: BTreeMap<String, String>,
     /// The probes the cells count (absent from a server that knows only HTTP).
-    #[serde(default)]
     pub protocol: Protocol,
 }
 
+/// A [`Matrix`] as JSON: the cells' path MTUs apart, in a grid of their own that is left out
+/// when no cell has one.
+#[derive(Serialize, Deserialize)]
+struct WireMatrix {
+    rows: Vec<String>,
+    columns: Vec<Column>,
+    cells: Vec<Vec<Option<Cell>>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    zones: BTreeMap<String, String>,
+    #[serde(default)]
+    protocol: Protocol,
+    /// `pathMTU[row][column]`, bytes; `null` where not searched.
+    #[serde(default, rename = "pathMTU", skip_serializing_if = "Vec::is_empty")]
+    path_mtu: Vec<Vec<Option<u32>>>,
+}
+
+impl From<Matrix> for WireMatrix {
+    fn from(m: Matrix) -> WireMatrix {
+        let any = m
+            .cells
+            .iter()
+            .flatten()
+            .flatten()
+            .any(|c| c.path_mtu.is_some());
+        let path_mtu = if any {
+            m.cells
+                .iter()
+                .map(|row| row.iter().map(|c| c.and_then(|c| c.path_mtu)).collect())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        WireMatrix {
+            rows: m.rows,
+            columns: m.columns,
+            cells: m.cells,
+            zones: m.zones,
+            protocol: m.protocol,
+            path_mtu,
+        }
+    }
+}
+
+impl From<WireMatrix> for Matrix {
+    fn from(mut w: WireMatrix) -> Matrix {
+        for (row, mtus) in w.cells.iter_mut().zip(&w.path_mtu) {
+            for (cell, mtu) in row.iter_mut().zip(mtus) {
+                if let Some(cell) = cell {
+                    cell.path_mtu = *mtu;
+                }
+            }
+        }
+        Matrix {
+            rows: w.rows,
+            columns: w.columns,
+            cells: w.cells,
+            zones: w.zones,
+            protocol: w.protocol,
+        }
+    }
+}
+
 impl Matrix {
+    /// The widest path MTU between two different nodes: what the network carries, and what a
+    /// cell is judged against (narrower: larger packets are cut or lost on that path alone). A
+    /// node to its own pod goes over loopback, so the diagonal counts only where there is
+    /// nothing else (one node).
+    pub fn widest_path_mtu(&self) -> Option<u32> {
+        // (between nodes, to itself)
+        let mut widest: [Option<u32>; 2] = [None, None];
+        for (node, cells) in self.rows.iter().zip(&self.cells) {
+            for (column, cell) in self.columns.iter().zip(cells) {
+                let own = matches!(column, Column::Node(target) if target == node);
+                if let Some(mtu) = cell.and_then(|c| c.path_mtu) {
+                    let slot = &mut widest[usize::from(own)];
+                    *slot = Some(slot.map_or(mtu, |w| w.max(mtu)));
+                }
+            }
+        }
+        widest[0].or(widest[1])
+    }
+
     /// A node with its zone, when known: `node-1 (zone-a)`.
     pub fn node_label(&self, node: &str) -> String {
         match self.zones.get(node) {
@@ -308,6 +402,10 @@ impl Builder {
             cell.requests += probe.requests;
             cell.successes += probe.successes;
             cell.p99_ms = cell.p99_ms.max(f64::from(probe.p99_ms));
+            cell.path_mtu = match (cell.path_mtu, probe.path_mtu) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
     }
 
@@ -359,6 +457,7 @@ mod tests {
                     requests: 10,
                     successes: *ok,
                     p99_ms: 1.5,
+                    path_mtu: None,
                 })
                 .collect(),
         }
@@ -440,6 +539,75 @@ mod tests {
         let wire = serde_json::to_string(&g).expect("json");
         assert!(wire.contains("[20,15,1.5]"), "{wire}");
         assert_eq!(serde_json::from_str::<Matrix>(&wire).expect("back"), g);
+    }
+
+    #[test]
+    fn a_cell_s_path_mtu_is_its_column_s_smallest_and_travels_in_a_grid_of_its_own() {
+        let probe = |target: &str, mtu: Option<u32>| Probe {
+            target: target.into(),
+            requests: 10,
+            successes: 10,
+            p99_ms: 1.0,
+            path_mtu: mtu,
+        };
+        let rows = [
+            ProbeRow {
+                node: "a".into(),
+                pod: "agent-a".into(),
+                probes: vec![
+                    probe("UDP_AgentPodV4IP_agent-a_1", Some(65_535)),
+                    probe("UDP_AgentPodV4IP_agent-b_2", Some(1_500)),
+                    probe("UDP_AgentPodV6IP_agent-b_3", Some(1_400)),
+                    probe("UDP_AgentPodV4IP_agent-c_4", Some(1_500)),
+                    probe("UDP_AgentClusterV4IP_5:5712", None),
+                ],
+            },
+            ProbeRow {
+                node: "b".into(),
+                pod: "agent-b".into(),
+                probes: vec![
+                    probe("UDP_AgentPodV4IP_agent-b_2", Some(65_535)),
+                    probe("UDP_AgentPodV4IP_agent-a_1", Some(1_500)),
+                ],
+            },
+            ProbeRow {
+                node: "c".into(),
+                pod: "agent-c".into(),
+                probes: vec![],
+            },
+        ];
+        let mut builder = Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone())))
+            .protocol(Protocol::Udp);
+        rows.iter().for_each(|r| builder.add(r));
+        let m = builder.finish();
+        let mtu = |row: usize, column: usize| m.cells[row][column].and_then(|c| c.path_mtu);
+        // Columns: a, b, c, then ClusterIP v4.
+        assert_eq!(mtu(0, 1), Some(1_400), "the IPv6 path is the narrower");
+        assert_eq!(mtu(0, 3), None, "a Service's port was not searched");
+        assert_eq!(m.cells[0][3].map(|c| c.requests), Some(10));
+        // Between nodes 1,500 and 1,400; the diagonal's loopback 65,535 left out.
+        assert_eq!(m.widest_path_mtu(), Some(1_500));
+
+        let wire = serde_json::to_value(&m).expect("json");
+        assert_eq!(wire["cells"][0][1], serde_json::json!([20, 20, 1.0]));
+        assert_eq!(
+            wire["pathMTU"][0],
+            serde_json::json!([65_535, 1_400, 1_500, null])
+        );
+        assert_eq!(serde_json::from_value::<Matrix>(wire).expect("back"), m);
+        // Without any path MTU the grid is left out, as servers before it sent.
+        let http = build(&rows);
+        let wire = serde_json::to_value(&http).expect("json");
+        assert!(wire.get("pathMTU").is_none(), "{wire}");
+        assert_eq!(http.widest_path_mtu(), None);
+        // One node: its own path is all there is.
+        let mut alone =
+            Builder::new([("a".to_string(), "agent-a".to_string())]).protocol(Protocol::Udp);
+        alone.add(&ProbeRow {
+            probes: rows[0].probes[..1].to_vec(),
+            ..rows[0].clone()
+        });
+        assert_eq!(alone.finish().widest_path_mtu(), Some(65_535));
     }
 
     #[test]

@@ -76,14 +76,14 @@ struct MatrixArgs {
     /// A retained round instead of the latest.
     #[arg(long)]
     round: Option<u64>,
-    /// What the cells show.
+    /// What the cells show (`mtu`: the path MTU, of UDP echoes with `spec.target.pathMTU`).
     #[arg(long, value_enum, default_value = "success")]
     metric: Metric,
     /// Which probes the cells count: `http` (the task's requests), `tcp` (its TCP connects,
     /// with `spec.target.tcp`), `udp` (its UDP echoes, with `spec.target.udp`) or `icmp` (its
-    /// ICMP echoes, with `spec.target.icmp`).
-    #[arg(long, default_value = "http", value_parser = ["http", "tcp", "udp", "icmp"])]
-    protocol: String,
+    /// ICMP echoes, with `spec.target.icmp`). Default: `http`, `udp` for `--metric mtu`.
+    #[arg(long, value_parser = ["http", "tcp", "udp", "icmp"])]
+    protocol: Option<String>,
     /// The page of columns to print (wide clusters).
     #[arg(long, default_value_t = 1)]
     page: usize,
@@ -380,15 +380,36 @@ async fn zones(client: kube::Client) -> BTreeMap<String, String> {
     }
 }
 
+/// The protocol a matrix counts: as asked, else UDP for the path MTU (only UDP echoes search
+/// it) and HTTP otherwise.
+fn matrix_protocol(asked: Option<&str>, metric: Metric) -> Result<Protocol> {
+    let protocol: Protocol = match (asked, metric) {
+        (Some(asked), _) => asked.parse().map_err(anyhow::Error::msg)?,
+        (None, Metric::Mtu) => Protocol::Udp,
+        (None, _) => Protocol::Http,
+    };
+    if metric == Metric::Mtu && protocol != Protocol::Udp {
+        bail!("--metric mtu: the path MTU is searched on UDP echo paths only; use --protocol udp");
+    }
+    Ok(protocol)
+}
+
 async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
     let name = match args.round {
         Some(round) => format!("{}.round-{round}", args.name),
         None => args.name.clone(),
     };
-    let protocol: Protocol = args.protocol.parse().map_err(anyhow::Error::msg)?;
+    let protocol = matrix_protocol(args.protocol.as_deref(), args.metric)?;
     let view = load_matrix(&client, &name, protocol).await?;
     if view.matrix.rows.is_empty() {
         bail!("kdoctorreport {name:?} has no node reports yet");
+    }
+    if args.metric == Metric::Mtu && view.matrix.widest_path_mtu().is_none() {
+        bail!(
+            "kdoctorreport {name:?}, round {}: no path MTU was searched (the task needs \
+             spec.target.udp and spec.target.pathMTU)",
+            view.round_number
+        );
     }
     let matrix = view.matrix.grouped(&zones(client).await);
     let columns_per_page = args.columns_per_page.unwrap_or_else(|| {
@@ -700,6 +721,25 @@ async fn run_tasks(client: kube::Client, args: &RunArgs) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_path_mtu_matrix_counts_udp_echoes_and_refuses_another_protocol() {
+        assert_eq!(matrix_protocol(None, Metric::Mtu).unwrap(), Protocol::Udp);
+        assert_eq!(
+            matrix_protocol(Some("udp"), Metric::Mtu).unwrap(),
+            Protocol::Udp
+        );
+        assert_eq!(matrix_protocol(None, Metric::P99).unwrap(), Protocol::Http);
+        assert_eq!(
+            matrix_protocol(Some("icmp"), Metric::Loss).unwrap(),
+            Protocol::Icmp
+        );
+        let err = matrix_protocol(Some("tcp"), Metric::Mtu).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--metric mtu: the path MTU is searched on UDP echo paths only; use --protocol udp"
+        );
+    }
     use crate::plugin::matrix::Cell;
     use crate::plugin::matrix::tests::mesh;
 

@@ -24,6 +24,7 @@ fn escape(text: &str) -> String {
 pub fn svg(m: &Matrix, metric: Metric) -> String {
     let width = LABEL + CELL * m.columns.len() + 10;
     let height = HEADER + CELL * m.rows.len() + 10;
+    let widest_mtu = m.widest_path_mtu();
     let mut out = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     );
@@ -49,7 +50,10 @@ pub fn svg(m: &Matrix, metric: Metric) -> String {
         for (c, cell) in m.cells[r].iter().enumerate() {
             let x = LABEL + CELL * c;
             let (fill, text) = match cell {
-                Some(cell) => (COLOURS[grade(cell, metric)], cell_text(cell, metric)),
+                Some(cell) => (
+                    COLOURS[grade(cell, metric, widest_mtu)],
+                    cell_text(cell, metric),
+                ),
                 None => (UNPROBED, String::new()),
             };
             let _ = writeln!(
@@ -78,10 +82,15 @@ pub fn svg(m: &Matrix, metric: Metric) -> String {
 
 /// A self-contained HTML page: title, legend and the SVG heatmap.
 pub fn html(m: &Matrix, metric: Metric, title: &str) -> String {
-    let what = match metric {
-        Metric::Success => "share of requests that succeeded",
-        Metric::P99 => "worst p99 latency",
-        Metric::Loss => "share of requests that failed or were not sent",
+    let what = match (metric, m.widest_path_mtu()) {
+        (Metric::Success, _) => "share of requests that succeeded".to_string(),
+        (Metric::P99, _) => "worst p99 latency".to_string(),
+        (Metric::Loss, _) => "share of requests that failed or were not sent".to_string(),
+        (Metric::Mtu, Some(widest)) => format!(
+            "path MTU in bytes, the narrowest of the column's paths (bad below {widest}, the \
+             widest between two nodes)"
+        ),
+        (Metric::Mtu, None) => "path MTU in bytes (none searched)".to_string(),
     };
     let legend: String = ["good", "degraded", "bad"]
         .iter()

@@ -49,6 +49,17 @@ pub struct Measured {
     pub success_counts: i64,
     /// Latency percentiles (only p99 is read).
     pub latencies: P99,
+    /// A datagram entry's measurements (only the path MTU is read).
+    #[serde(default)]
+    pub datagrams: Option<PathMtu>,
+}
+
+/// The path MTU of a UDP echo entry.
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+pub struct PathMtu {
+    /// `pathMTU`, bytes.
+    #[serde(default, rename = "pathMTU")]
+    pub path_mtu: Option<u32>,
 }
 
 /// The p99 of a latency distribution, in milliseconds.
@@ -73,6 +84,7 @@ impl From<SourceReport> for ProbeRow {
                     requests: d.request_target_metrics.request_counts,
                     successes: d.request_target_metrics.success_counts,
                     p99_ms: d.request_target_metrics.latencies.p99,
+                    path_mtu: d.request_target_metrics.datagrams.and_then(|d| d.path_mtu),
                 })
                 .collect(),
         }
@@ -88,6 +100,8 @@ pub enum Metric {
     P99,
     /// Share of requests that failed or were not sent.
     Loss,
+    /// Path MTU in bytes (UDP echoes of a task with `spec.target.pathMTU`).
+    Mtu,
 }
 
 /// The value a cell shows for a metric.
@@ -102,6 +116,8 @@ impl CellValue for Cell {
             Metric::Success => self.success(),
             Metric::Loss => 1.0 - self.success(),
             Metric::P99 => self.p99_ms,
+            // Not searched: 0, as no path carries nothing.
+            Metric::Mtu => self.path_mtu.map_or(0.0, f64::from),
         }
     }
 }

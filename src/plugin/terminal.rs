@@ -18,7 +18,8 @@ pub struct Layout {
 
 const CELL: usize = 7;
 
-/// A cell's value as printed: `100%`, `50.0%`, `1.5ms`, `120ms`, `2s`.
+/// A cell's value as printed: `100%`, `50.0%`, `1.5ms`, `120ms`, `2s`, `1400` (bytes; `-` where
+/// the path MTU was not searched).
 pub fn cell_text(cell: &Cell, metric: Metric) -> String {
     match metric {
         Metric::Success | Metric::Loss => {
@@ -39,11 +40,15 @@ pub fn cell_text(cell: &Cell, metric: Metric) -> String {
                 format!("{:.0}s", ms / 1000.0)
             }
         }
+        Metric::Mtu => cell
+            .path_mtu
+            .map_or_else(|| "-".to_string(), |bytes| bytes.to_string()),
     }
 }
 
-/// Good (0), degraded (1) or bad (2).
-pub fn grade(cell: &Cell, metric: Metric) -> usize {
+/// Good (0), degraded (1) or bad (2). A path MTU is bad below `widest_mtu`, the widest between
+/// two nodes ([`Matrix::widest_path_mtu`]): larger packets are cut or lost on that path alone.
+pub fn grade(cell: &Cell, metric: Metric, widest_mtu: Option<u32>) -> usize {
     let success = cell.success();
     let by_success = if success >= 0.999 {
         0
@@ -64,6 +69,13 @@ pub fn grade(cell: &Cell, metric: Metric) -> usize {
             };
             by_latency.max(by_success)
         }
+        Metric::Mtu => {
+            let narrower = cell
+                .path_mtu
+                .zip(widest_mtu)
+                .is_some_and(|(mtu, widest)| mtu < widest);
+            if narrower { 2 } else { by_success }
+        }
     }
 }
 
@@ -82,6 +94,7 @@ pub fn render(m: &Matrix, metric: Metric, layout: Layout) -> String {
         .max()
         .unwrap_or(0)
         .max("source \\ target".len());
+    let widest_mtu = m.widest_path_mtu();
     let mut out = String::new();
     let _ = write!(out, "{:<width$}", "source \\ target");
     for i in shown.clone() {
@@ -99,7 +112,7 @@ pub fn render(m: &Matrix, metric: Metric, layout: Layout) -> String {
                     let value = format!("{:>CELL$}", cell_text(cell, metric));
                     if layout.colour {
                         // Black on green, yellow or red.
-                        let background = [42, 43, 41][grade(cell, metric)];
+                        let background = [42, 43, 41][grade(cell, metric, widest_mtu)];
                         let _ = write!(out, "\x1b[30;{background}m{value}\x1b[0m");
                     } else {
                         out.push_str(&value);
@@ -112,6 +125,13 @@ pub fn render(m: &Matrix, metric: Metric, layout: Layout) -> String {
     out.push_str("\ncolumns:\n");
     for i in shown.clone() {
         let _ = writeln!(out, "{:>4}  {}", i + 1, m.column_name(&m.columns[i]));
+    }
+    if let (Metric::Mtu, Some(widest)) = (metric, widest_mtu) {
+        let _ = writeln!(
+            out,
+            "\ncells: path MTU in bytes, the narrowest of the column's paths (-: not searched); \
+             bad below {widest}, the widest between two nodes"
+        );
     }
     if pages > 1 {
         let _ = writeln!(
@@ -131,6 +151,8 @@ pub mod tests {
 
     use super::*;
     use crate::plugin::matrix::tests::{matrix, mesh};
+    use kdoctor_api::matrix::{Builder, ProbeRow};
+    use kdoctor_api::report::protocol::Protocol;
 
     /// Compares with `src/plugin/testdata/<name>`; `UPDATE_GOLDEN=1` rewrites it.
     pub fn golden(name: &str, actual: &str) {
@@ -163,6 +185,77 @@ pub mod tests {
             page: 1,
         };
         golden("matrix-success.txt", &render(&m, Metric::Success, layout));
+    }
+
+    #[test]
+    fn path_mtu_in_colour_is_red_on_exactly_the_pairs_narrower_than_most() {
+        // Three nodes whose pods take 1,500 bytes between them, over loopback to themselves,
+        // and 1,400 on both ways between node-0 and node-2; no search to the Service.
+        let mut reports = mesh(3);
+        for (i, report) in reports.iter_mut().enumerate() {
+            let detail = &mut report
+                .task_net_reach
+                .as_mut()
+                .expect("NetReach")
+                .round_task_detail;
+            for (j, d) in detail.iter_mut().enumerate() {
+                d.name = format!("UDP_{}", d.name);
+                let mtu = match (i, j) {
+                    (_, 3) => None,
+                    (i, j) if i == j => Some(65_535),
+                    (0, 2) | (2, 0) => Some(1_400),
+                    _ => Some(1_500),
+                };
+                let datagrams = d.request_target_metrics.datagrams.get_or_insert_default();
+                datagrams.path_mtu = mtu;
+            }
+        }
+        let rows: Vec<ProbeRow> = reports.iter().filter_map(ProbeRow::of).collect();
+        let mut builder = Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone())))
+            .protocol(Protocol::Udp);
+        rows.iter().for_each(|r| builder.add(r));
+        let m = builder.finish();
+        assert_eq!(m.widest_path_mtu(), Some(1_500));
+        let layout = Layout {
+            colour: true,
+            columns_per_page: 40,
+            page: 1,
+        };
+        let text = render(&m, Metric::Mtu, layout);
+        let red = |value: &str| format!("\x1b[30;41m{value:>CELL$}\x1b[0m");
+        let green = |value: &str| format!("\x1b[30;42m{value:>CELL$}\x1b[0m");
+        let expected_rows = [
+            (
+                "node-0",
+                [green("65535"), green("1500"), red("1400"), green("-")],
+            ),
+            (
+                "node-1",
+                [green("1500"), green("65535"), red("1500"), green("-")],
+            ),
+            (
+                "node-2",
+                [red("1400"), green("1500"), green("65535"), green("-")],
+            ),
+        ];
+        for (node, cells) in expected_rows {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(node))
+                .unwrap_or_else(|| panic!("{node}: {text}"));
+            assert!(line.ends_with(&cells.concat()), "{node}: {line:?}");
+        }
+        golden(
+            "matrix-mtu.txt",
+            &render(
+                &m,
+                Metric::Mtu,
+                Layout {
+                    colour: false,
+                    ..layout
+                },
+            ),
+        );
     }
 
     #[test]

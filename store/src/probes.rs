@@ -4,10 +4,15 @@
 //! UTF-8 bytes:
 //!
 //! `1 (format) | node | pod | u32 count | count × (target | i64 requests | i64 successes | f32 p99 ms)`
+//!
+//! A row with a path MTU (UDP echo entries with `spec.target.pathMTU`) is format 2, each probe
+//! followed by `u32 path MTU` (0: none). A row without one stays format 1, so that a replica
+//! still on the build before format 2 reads every row it can.
 
 use kdoctor_api::matrix::{Probe, ProbeRow};
 
 const FORMAT: u8 = 1;
+const FORMAT_WITH_PATH_MTU: u8 = 2;
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u32).to_le_bytes());
@@ -18,7 +23,12 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 pub fn encode(row: &ProbeRow) -> Vec<u8> {
     let names: usize = row.probes.iter().map(|p| p.target.len() + 24).sum();
     let mut out = Vec::with_capacity(16 + row.node.len() + row.pod.len() + names);
-    out.push(FORMAT);
+    let with_mtu = row.probes.iter().any(|p| p.path_mtu.is_some());
+    out.push(if with_mtu {
+        FORMAT_WITH_PATH_MTU
+    } else {
+        FORMAT
+    });
     put_str(&mut out, &row.node);
     put_str(&mut out, &row.pod);
     out.extend_from_slice(&(row.probes.len() as u32).to_le_bytes());
@@ -27,6 +37,9 @@ pub fn encode(row: &ProbeRow) -> Vec<u8> {
         out.extend_from_slice(&p.requests.to_le_bytes());
         out.extend_from_slice(&p.successes.to_le_bytes());
         out.extend_from_slice(&p.p99_ms.to_le_bytes());
+        if with_mtu {
+            out.extend_from_slice(&p.path_mtu.unwrap_or(0).to_le_bytes());
+        }
     }
     out
 }
@@ -51,23 +64,27 @@ impl<'a> Reader<'a> {
         let len = u32::from_le_bytes(self.array()?) as usize;
         String::from_utf8(self.take(len)?.to_vec()).ok()
     }
+
+    /// The format byte; None for one this build does not know.
+    fn format(&mut self) -> Option<u8> {
+        let [format] = self.array()?;
+        [FORMAT, FORMAT_WITH_PATH_MTU]
+            .contains(&format)
+            .then_some(format)
+    }
 }
 
 /// The source of a row (node, pod) from its bytes, without decoding its probes.
 pub fn decode_source(bytes: &[u8]) -> Option<(String, String)> {
     let mut r = Reader(bytes);
-    if r.take(1)? != [FORMAT] {
-        return None;
-    }
+    r.format()?;
     Some((r.string()?, r.string()?))
 }
 
 /// A row from its bytes; None when they are not a row of a known format.
 pub fn decode(bytes: &[u8]) -> Option<ProbeRow> {
     let mut r = Reader(bytes);
-    if r.take(1)? != [FORMAT] {
-        return None;
-    }
+    let with_mtu = r.format()? == FORMAT_WITH_PATH_MTU;
     let node = r.string()?;
     let pod = r.string()?;
     let count = u32::from_le_bytes(r.array()?) as usize;
@@ -79,6 +96,11 @@ pub fn decode(bytes: &[u8]) -> Option<ProbeRow> {
             requests: i64::from_le_bytes(r.array()?),
             successes: i64::from_le_bytes(r.array()?),
             p99_ms: f32::from_le_bytes(r.array()?),
+            path_mtu: if with_mtu {
+                Some(u32::from_le_bytes(r.array()?)).filter(|&bytes| bytes > 0)
+            } else {
+                None
+            },
         });
     }
     r.0.is_empty().then_some(ProbeRow { node, pod, probes })
@@ -90,14 +112,20 @@ mod tests {
     use proptest::prelude::*;
 
     fn row() -> impl Strategy<Value = ProbeRow> {
-        let probe = (".{0,40}", any::<i64>(), any::<i64>(), any::<f32>()).prop_map(
-            |(target, requests, successes, p99_ms)| Probe {
+        let probe = (
+            ".{0,40}",
+            any::<i64>(),
+            any::<i64>(),
+            any::<f32>(),
+            prop::option::weighted(0.2, 1..=u32::MAX),
+        )
+            .prop_map(|(target, requests, successes, p99_ms, path_mtu)| Probe {
                 target,
                 requests,
                 successes,
                 p99_ms,
-            },
-        );
+                path_mtu,
+            });
         (".{0,20}", ".{0,20}", prop::collection::vec(probe, 0..50))
             .prop_map(|(node, pod, probes)| ProbeRow { node, pod, probes })
     }
@@ -114,7 +142,10 @@ mod tests {
                 prop_assert_eq!(&a.target, &b.target);
                 prop_assert_eq!((a.requests, a.successes), (b.requests, b.successes));
                 prop_assert_eq!(a.p99_ms.to_bits(), b.p99_ms.to_bits());
+                prop_assert_eq!(a.path_mtu, b.path_mtu);
             }
+            let format = if row.probes.iter().any(|p| p.path_mtu.is_some()) { 2 } else { 1 };
+            prop_assert_eq!(bytes[0], format, "format 1 unless a path MTU needs 2");
             prop_assert_eq!(decode_source(&bytes), Some((row.node.clone(), row.pod.clone())));
             let n = cut.index(bytes.len());
             prop_assert!(decode(&bytes[..n]).is_none());
