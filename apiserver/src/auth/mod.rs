@@ -18,9 +18,8 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use self::config::AuthnConfig;
-use self::review::{Attributes, Decision, Reviews, TtlCache};
+use self::review::{Attributes, Decision, DecisionQuery, Reviews, TtlCache};
 use self::user::User;
-use self::x509::subject;
 use crate::kube::group::{GROUP, GROUP_RESOURCE, PLURAL};
 use crate::kube::status::ApiError;
 use crate::metrics::{ApiMetrics, RequestInfo};
@@ -112,11 +111,7 @@ impl Auth {
             match result {
                 Some(Ok(user)) => return Ok(Some(user)),
                 Some(Err((reason, detail))) if looks_proxied => {
-                    let cn = chain
-                        .first()
-                        .and_then(subject)
-                        .map(|(cn, _)| cn)
-                        .unwrap_or_default();
+                    let cn = peer.subject().map(|(cn, _)| cn).unwrap_or_default();
                     tracing::warn!(reason = reason.as_str(), cn = %cn, detail = %detail, "front-proxy certificate rejected");
                     metrics
                         .rejected_front_proxy
@@ -128,9 +123,9 @@ impl Auth {
         }
         if let (Some(pool), false) = (&config.client_ca, chain.is_empty())
             && pool.verify_once(&peer).is_ok()
-            && let Some((cn, groups)) = chain.first().and_then(subject)
+            && let Some((cn, groups)) = peer.subject()
         {
-            return Ok(Some(User::new(cn, groups)));
+            return Ok(Some(User::new(cn, groups.iter().cloned())));
         }
         let token = request
             .headers()
@@ -185,8 +180,7 @@ impl Auth {
                 path: info.path.clone(),
             }
         };
-        let key = (user.clone(), attributes.clone());
-        if let Some(decision) = self.decisions.get(&key) {
+        if let Some(decision) = self.decisions.get(&DecisionQuery(user, &attributes)) {
             return Ok(decision);
         }
         let decision = reviews
@@ -198,7 +192,8 @@ impl Auth {
                     "Internal error occurred: authorization failed: {e}"
                 ))
             })?;
-        self.decisions.put(key, decision.clone());
+        self.decisions
+            .put((user.clone(), attributes), decision.clone());
         Ok(decision)
     }
 }

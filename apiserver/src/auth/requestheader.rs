@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use axum::http::HeaderMap;
 
 use super::user::User;
-use super::x509::{CaPool, PeerCertificates, subject};
+use super::x509::{CaPool, PeerCertificates};
 
 /// The requestheader settings of `extension-apiserver-authentication`.
 #[derive(Clone, Debug)]
@@ -64,14 +64,9 @@ impl RequestHeader {
         self.ca
             .verify_once(peer)
             .map_err(|e| (Rejection::UnknownCa, e))?;
-        let chain = peer.chain();
         if !self.allowed_names.is_empty() {
-            let cn = chain
-                .first()
-                .and_then(subject)
-                .map(|(cn, _)| cn)
-                .unwrap_or_default();
-            if !self.allowed_names.contains(&cn) {
+            let cn = peer.subject().map(|(cn, _)| cn).unwrap_or_default();
+            if !self.allowed_names.iter().any(|allowed| allowed == cn) {
                 return Err((
                     Rejection::CnNotAllowed,
                     format!("x509: subject with cn={cn} is not in the allowed list"),
@@ -100,9 +95,8 @@ impl RequestHeader {
             .find(|v| !v.is_empty());
         let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (header, v) in headers {
-            let lower = header.as_str().to_ascii_lowercase();
             for prefix in &self.extra_prefixes {
-                if let Some(key) = lower.strip_prefix(&prefix.to_ascii_lowercase())
+                if let Some(key) = strip_prefix_ignoring_case(header.as_str(), prefix)
                     && let Ok(v) = v.to_str()
                 {
                     extra
@@ -135,10 +129,9 @@ impl RequestHeader {
         let prefixed: Vec<_> = headers
             .keys()
             .filter(|k| {
-                let lower = k.as_str().to_ascii_lowercase();
                 self.extra_prefixes
                     .iter()
-                    .any(|p| lower.starts_with(&p.to_ascii_lowercase()))
+                    .any(|p| strip_prefix_ignoring_case(k.as_str(), p).is_some())
             })
             .cloned()
             .collect();
@@ -146,6 +139,15 @@ impl RequestHeader {
             headers.remove(name);
         }
     }
+}
+
+/// `name` after `prefix`, compared without case (header names are case-insensitive; the
+/// `http` crate keeps them in lower case, the ConfigMap's prefixes may be in any), without
+/// allocating on every request.
+fn strip_prefix_ignoring_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = name.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &name[prefix.len()..])
 }
 
 /// Extra keys arrive percent-escaped (kube-aggregator escapes them as `url.PathEscape` does).

@@ -1,11 +1,12 @@
 //! Delegated decisions: TokenReview for bearer tokens and SubjectAccessReview for authorization,
 //! each cached for 10 seconds (allowed and denied alike), as the Go server does.
 
-use std::collections::HashMap;
+use std::hash::{Hash, RandomState};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
+use hashbrown::{Equivalent, HashMap};
 
 use super::user::User;
 
@@ -33,6 +34,24 @@ pub enum Attributes {
     },
 }
 
+/// A cached decision's key, `(User, Attributes)`, as a request has it at hand: found without
+/// cloning the user.
+pub struct DecisionQuery<'a>(pub &'a User, pub &'a Attributes);
+
+/// Hashes as the tuple does (each field in turn), so that it finds the tuple's entry.
+impl Hash for DecisionQuery<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+        self.1.hash(state);
+    }
+}
+
+impl Equivalent<(User, Attributes)> for DecisionQuery<'_> {
+    fn equivalent(&self, key: &(User, Attributes)) -> bool {
+        *self.0 == key.0 && *self.1 == key.1
+    }
+}
+
 /// An authorization answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
@@ -54,21 +73,23 @@ pub trait Reviews: Send + Sync {
     ) -> BoxFuture<'a, Result<Decision, String>>;
 }
 
-/// A time-limited cache of answers.
+/// A time-limited cache of answers. Keyed by what clients send (tokens, user names): hashed
+/// with std's randomly seeded SipHash, so that they cannot choose colliding keys.
 pub struct TtlCache<K, V> {
-    entries: Mutex<HashMap<K, (Instant, V)>>,
+    entries: Mutex<HashMap<K, (Instant, V), RandomState>>,
 }
 
-impl<K: std::hash::Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
+impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
     /// An empty cache.
     pub fn new() -> Self {
         TtlCache {
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(HashMap::with_hasher(RandomState::new())),
         }
     }
 
-    /// A fresh answer, if any.
-    pub fn get(&self, key: &K) -> Option<V> {
+    /// A fresh answer, if any: `key` is the key or a borrowed form of it that hashes and
+    /// compares alike.
+    pub fn get<Q: Hash + Equivalent<K> + ?Sized>(&self, key: &Q) -> Option<V> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries
             .get(key)
@@ -107,7 +128,7 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
     }
 }
 
-impl<K: std::hash::Hash + Eq + Clone, V: Clone> Default for TtlCache<K, V> {
+impl<K: Hash + Eq + Clone, V: Clone> Default for TtlCache<K, V> {
     fn default() -> Self {
         TtlCache::new()
     }
@@ -115,7 +136,32 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> Default for TtlCache<K, V> {
 
 #[cfg(test)]
 mod tests {
-    use super::{CACHE_CAPACITY, TtlCache};
+    use super::{Attributes, CACHE_CAPACITY, Decision, DecisionQuery, TtlCache};
+    use crate::auth::user::User;
+
+    #[test]
+    fn a_decision_is_found_by_its_borrowed_key_and_only_by_its_own() {
+        let cache = TtlCache::new();
+        let alice = User::new("alice", ["dev".to_string()]);
+        let get = Attributes::Resource {
+            verb: "get".into(),
+            name: Some("netreach-a".into()),
+        };
+        let allowed = Decision {
+            allowed: true,
+            reason: String::new(),
+        };
+        cache.put((alice.clone(), get.clone()), allowed.clone());
+        assert_eq!(cache.get(&DecisionQuery(&alice, &get)), Some(allowed));
+        // Another group, another verb: another decision.
+        let other = User::new("alice", ["ops".to_string()]);
+        assert_eq!(cache.get(&DecisionQuery(&other, &get)), None);
+        let list = Attributes::Resource {
+            verb: "list".into(),
+            name: None,
+        };
+        assert_eq!(cache.get(&DecisionQuery(&alice, &list)), None);
+    }
 
     #[test]
     fn a_cache_never_grows_past_its_capacity() {

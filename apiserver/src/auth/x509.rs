@@ -8,7 +8,7 @@
 //! expires while its connection stays open stops being accepted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::{CertificateDer, UnixTime};
@@ -38,11 +38,14 @@ pub const VERDICT_TTL: Duration = Duration::from_secs(10);
 const MAX_VERDICTS: usize = 4;
 
 /// The client certificate chain of the connection a request came on (leaf first), with what
-/// each pool found of it: made once per connection, shared by its requests.
+/// each pool found of it and the leaf's subject: made once per connection, shared by its
+/// requests.
 #[derive(Clone, Debug, Default)]
 pub struct PeerCertificates {
     chain: Arc<Vec<CertificateDer<'static>>>,
     verdicts: Arc<Mutex<Vec<Verdict>>>,
+    /// The leaf's (common name, organizations), read on the first request that needs it.
+    subject: Arc<OnceLock<Option<(String, Vec<String>)>>>,
 }
 
 impl PeerCertificates {
@@ -51,12 +54,23 @@ impl PeerCertificates {
         PeerCertificates {
             chain: Arc::new(chain),
             verdicts: Arc::default(),
+            subject: Arc::default(),
         }
     }
 
     /// The chain, leaf first (empty: the client sent no certificate).
     pub fn chain(&self) -> &[CertificateDer<'static>] {
         &self.chain
+    }
+
+    /// The leaf's common name and organizations ([`subject`]), parsed once per connection
+    /// rather than on each of its requests; `None` without a leaf or a common name. Whether
+    /// the chain is trusted is [`CaPool::verify_once`]'s to say.
+    pub fn subject(&self) -> Option<(&str, &[String])> {
+        self.subject
+            .get_or_init(|| self.chain.first().and_then(subject))
+            .as_ref()
+            .map(|(cn, orgs)| (cn.as_str(), orgs.as_slice()))
     }
 }
 

@@ -30,8 +30,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ "$(id -u)" = 0 ] || { echo "echo.sh: needs root (network namespaces)" >&2; exit 2; }
-# shellcheck source=hack/bench/agent/tools.sh
-. hack/bench/agent/tools.sh
+# shellcheck source=hack/bench/tools.sh
+. hack/bench/tools.sh
 need_tools iperf3 iputils-ping:ping
 target=${CARGO_TARGET_DIR:-$PWD/target}
 cargo build --release -q -p kdoctor

@@ -7,8 +7,8 @@
 # pass through, e.g. `run.sh --secs 5`, `run.sh --only tcp`.
 set -euo pipefail
 cd "$(dirname "$0")"
-# shellcheck source=hack/bench/agent/tools.sh
-. ./tools.sh
+# shellcheck source=hack/bench/tools.sh
+. ../tools.sh
 # nping comes with nmap.
 need_tools nginx unbound dnsperf nmap:nping
 OHA=$(../oha.sh)

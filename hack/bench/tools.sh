@@ -1,4 +1,4 @@
-# Sourced by the agent benchmarks: `need_tools PACKAGE[:COMMAND]...` installs (apt-get) the
+# Sourced by the benchmarks: `need_tools PACKAGE[:COMMAND]...` installs (apt-get) the
 # Debian packages whose command is missing (COMMAND when it is not the package's name), or
 # exits 2 saying how to install them.
 need_tools() {
