@@ -44,9 +44,12 @@ const MAX_VERDICTS: usize = 4;
 pub struct PeerCertificates {
     chain: Arc<Vec<CertificateDer<'static>>>,
     verdicts: Arc<Mutex<Vec<Verdict>>>,
-    /// The leaf's (common name, organizations), read on the first request that needs it.
-    subject: Arc<OnceLock<Option<(String, Vec<String>)>>>,
+    /// The leaf's subject, read on the first request that needs it.
+    subject: Arc<OnceLock<Option<Subject>>>,
 }
+
+/// A certificate subject's common name and organizations (user and groups).
+type Subject = (String, Vec<String>);
 
 impl PeerCertificates {
     /// A connection's chain, not yet verified by any pool.
