@@ -87,6 +87,16 @@ pub fn net_reach_report(node: &str, round: i64, targets: usize, seed: u64) -> Re
     }
 }
 
+/// The targets of a NetReach report, to edit (the fixture's names and numbers made what a test
+/// needs). Panics on a report of another kind: a test's own mistake.
+pub fn net_reach_details(report: &mut Report) -> &mut Vec<NetReachTaskDetail> {
+    &mut report
+        .task_net_reach
+        .as_mut()
+        .expect("a NetReach report")
+        .round_task_detail
+}
+
 /// A report of `kind` of `round` from `node`: the NetReach fixture's numbers in the shape of
 /// that kind (`taskAppHttpHealthy` or `taskNetDns`), so that stand-in agents report what a
 /// real agent of the task would.

@@ -219,10 +219,8 @@ impl Matrix {
         for (node, cells) in self.rows.iter().zip(&self.cells) {
             for (column, cell) in self.columns.iter().zip(cells) {
                 let own = matches!(column, Column::Node(target) if target == node);
-                if let Some(mtu) = cell.and_then(|c| c.path_mtu) {
-                    let slot = &mut widest[usize::from(own)];
-                    *slot = Some(slot.map_or(mtu, |w| w.max(mtu)));
-                }
+                let slot = &mut widest[usize::from(own)];
+                *slot = (*slot).max(cell.and_then(|c| c.path_mtu));
             }
         }
         widest[0].or(widest[1])
@@ -402,10 +400,7 @@ impl Builder {
             cell.requests += probe.requests;
             cell.successes += probe.successes;
             cell.p99_ms = cell.p99_ms.max(f64::from(probe.p99_ms));
-            cell.path_mtu = match (cell.path_mtu, probe.path_mtu) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            cell.path_mtu = cell.path_mtu.into_iter().chain(probe.path_mtu).min();
         }
     }
 
@@ -433,9 +428,11 @@ impl Builder {
     }
 }
 
-/// Builds the matrix of a round's rows (see [`Builder`]).
-pub fn build(rows: &[ProbeRow]) -> Matrix {
-    let mut builder = Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone())));
+/// Builds the matrix of a round's rows, its cells counting the probes of `protocol` (see
+/// [`Builder`]).
+pub fn build(rows: &[ProbeRow], protocol: Protocol) -> Matrix {
+    let mut builder =
+        Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone()))).protocol(protocol);
     for row in rows {
         builder.add(row);
     }
@@ -511,7 +508,7 @@ mod tests {
             ),
             row("a", &[("AgentPodV4IP_agent-b_3", 0)]),
         ];
-        let m = build(&rows);
+        let m = build(&rows, Protocol::Http);
         assert_eq!(m.rows, ["a", "b"]);
         assert_eq!(
             m.columns,
@@ -576,10 +573,7 @@ mod tests {
                 probes: vec![],
             },
         ];
-        let mut builder = Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone())))
-            .protocol(Protocol::Udp);
-        rows.iter().for_each(|r| builder.add(r));
-        let m = builder.finish();
+        let m = build(&rows, Protocol::Udp);
         let mtu = |row: usize, column: usize| m.cells[row][column].and_then(|c| c.path_mtu);
         // Columns: a, b, c, then ClusterIP v4.
         assert_eq!(mtu(0, 1), Some(1_400), "the IPv6 path is the narrower");
@@ -596,18 +590,19 @@ mod tests {
         );
         assert_eq!(serde_json::from_value::<Matrix>(wire).expect("back"), m);
         // Without any path MTU the grid is left out, as servers before it sent.
-        let http = build(&rows);
+        let http = build(&rows, Protocol::Http);
         let wire = serde_json::to_value(&http).expect("json");
         assert!(wire.get("pathMTU").is_none(), "{wire}");
         assert_eq!(http.widest_path_mtu(), None);
         // One node: its own path is all there is.
-        let mut alone =
-            Builder::new([("a".to_string(), "agent-a".to_string())]).protocol(Protocol::Udp);
-        alone.add(&ProbeRow {
+        let alone = ProbeRow {
             probes: rows[0].probes[..1].to_vec(),
             ..rows[0].clone()
-        });
-        assert_eq!(alone.finish().widest_path_mtu(), Some(65_535));
+        };
+        assert_eq!(
+            build(&[alone], Protocol::Udp).widest_path_mtu(),
+            Some(65_535)
+        );
     }
 
     #[test]
@@ -628,13 +623,10 @@ mod tests {
             let c = m.columns.iter().position(|c| *c == column)?;
             m.cells[0][c].map(|c| (c.requests, c.successes))
         };
-        let http = build(&rows);
+        let http = build(&rows, Protocol::Http);
         assert_eq!(cell(&http, Column::Node("b".into())), Some((10, 10)));
         assert_eq!(cell(&http, Column::Kind("ClusterIP v4".into())), None);
-        let mut tcp = Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone())))
-            .protocol(Protocol::Tcp);
-        rows.iter().for_each(|r| tcp.add(r));
-        let tcp = tcp.finish();
+        let tcp = build(&rows, Protocol::Tcp);
         assert_eq!(
             (http.protocol, tcp.protocol),
             (Protocol::Http, Protocol::Tcp)
@@ -644,10 +636,7 @@ mod tests {
             cell(&tcp, Column::Kind("ClusterIP v4".into())),
             Some((10, 7))
         );
-        let mut udp = Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone())))
-            .protocol(Protocol::Udp);
-        rows.iter().for_each(|r| udp.add(r));
-        let udp = udp.finish();
+        let udp = build(&rows, Protocol::Udp);
         assert_eq!(cell(&udp, Column::Node("b".into())), Some((10, 9)));
         assert_eq!(cell(&udp, Column::Kind("ClusterIP v4".into())), None);
     }

@@ -749,11 +749,7 @@ mod tests {
         // Each target also timed as a TCP connect, every connect failed: a TCP matrix counted
         // from these differs from the HTTP one in every cell.
         for report in &mut reports {
-            let details = &mut report
-                .task_net_reach
-                .as_mut()
-                .expect("NetReach")
-                .round_task_detail;
+            let details = kdoctor_api::fixtures::net_reach_details(report);
             let tcp: Vec<_> = details
                 .iter()
                 .map(|d| {
@@ -781,7 +777,7 @@ mod tests {
         let view = serde_json::json!({
             "apiVersion": "system.kdoctor.io/v1beta1", "kind": "KdoctorReportMatrix",
             "task": {"kind": "NetReach", "name": "mesh"}, "roundNumber": 4,
-            "matrix": kdoctor_api::matrix::build(&rows),
+            "matrix": kdoctor_api::matrix::build(&rows, Protocol::Http),
         });
         let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
             let asks_view = request

@@ -142,7 +142,7 @@ pub mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use kdoctor_api::fixtures::net_reach_report;
+    use kdoctor_api::fixtures::{net_reach_details, net_reach_report};
     use kdoctor_api::report::Report;
 
     /// `n` nodes whose agents probe each other's pods and the ClusterIP; `node-1`'s requests to
@@ -152,12 +152,7 @@ pub mod tests {
             .map(|i| {
                 let mut report = net_reach_report(&format!("node-{i}"), 3, n + 1, i as u64);
                 report.pod_name = format!("kdoctor-agent-{i}");
-                let detail = &mut report
-                    .task_net_reach
-                    .as_mut()
-                    .expect("NetReach")
-                    .round_task_detail;
-                for (j, d) in detail.iter_mut().enumerate() {
+                for (j, d) in net_reach_details(&mut report).iter_mut().enumerate() {
                     let requests = &mut d.request_target_metrics.requests;
                     if j < n {
                         d.name = format!("AgentPodV4IP_kdoctor-agent-{j}_10.0.0.{j}");
@@ -178,7 +173,7 @@ pub mod tests {
     /// The matrix of reports, grouped by `zones`.
     pub fn matrix(reports: &[Report], zones: &BTreeMap<String, String>) -> Matrix {
         let rows: Vec<ProbeRow> = reports.iter().filter_map(ProbeRow::of).collect();
-        kdoctor_api::matrix::build(&rows).grouped(zones)
+        kdoctor_api::matrix::build(&rows, Protocol::Http).grouped(zones)
     }
 
     #[test]

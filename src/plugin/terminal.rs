@@ -151,7 +151,8 @@ pub mod tests {
 
     use super::*;
     use crate::plugin::matrix::tests::{matrix, mesh};
-    use kdoctor_api::matrix::{Builder, ProbeRow};
+    use kdoctor_api::fixtures::net_reach_details;
+    use kdoctor_api::matrix::{ProbeRow, build};
     use kdoctor_api::report::protocol::Protocol;
 
     /// Compares with `src/plugin/testdata/<name>`; `UPDATE_GOLDEN=1` rewrites it.
@@ -193,12 +194,7 @@ pub mod tests {
         // and 1,400 on both ways between node-0 and node-2; no search to the Service.
         let mut reports = mesh(3);
         for (i, report) in reports.iter_mut().enumerate() {
-            let detail = &mut report
-                .task_net_reach
-                .as_mut()
-                .expect("NetReach")
-                .round_task_detail;
-            for (j, d) in detail.iter_mut().enumerate() {
+            for (j, d) in net_reach_details(report).iter_mut().enumerate() {
                 d.name = format!("UDP_{}", d.name);
                 let mtu = match (i, j) {
                     (_, 3) => None,
@@ -211,10 +207,7 @@ pub mod tests {
             }
         }
         let rows: Vec<ProbeRow> = reports.iter().filter_map(ProbeRow::of).collect();
-        let mut builder = Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone())))
-            .protocol(Protocol::Udp);
-        rows.iter().for_each(|r| builder.add(r));
-        let m = builder.finish();
+        let m = build(&rows, Protocol::Udp);
         assert_eq!(m.widest_path_mtu(), Some(1_500));
         let layout = Layout {
             colour: true,

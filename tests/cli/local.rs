@@ -498,19 +498,17 @@ fn the_local_examples_run_as_they_are() {
         .filter_map(|d| d["name"].as_str())
         .collect();
     let tcp = names.iter().filter(|n| n.starts_with("TCP_")).count();
-    let udp: Vec<&serde_json::Value> = details
-        .as_array()
-        .expect("details")
-        .iter()
-        .filter(|d| d["name"].as_str().is_some_and(|n| n.starts_with("UDP_")))
-        .collect();
+    let entries = |prefix: &str| -> Vec<&serde_json::Value> {
+        details
+            .as_array()
+            .expect("details")
+            .iter()
+            .filter(|d| d["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+            .collect()
+    };
+    let udp = entries("UDP_");
     // And pings the pod: its ICMP_ entry, answered on a ping socket or (as root) a raw one.
-    let icmp: Vec<&serde_json::Value> = details
-        .as_array()
-        .expect("details")
-        .iter()
-        .filter(|d| d["name"].as_str().is_some_and(|n| n.starts_with("ICMP_")))
-        .collect();
+    let icmp = entries("ICMP_");
     assert!(
         tcp > 0 && tcp * 2 + udp.len() + icmp.len() == names.len(),
         "{names:?}"

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use kdoctor_api::fixtures::net_reach_report;
+use kdoctor_api::fixtures::{net_reach_details, net_reach_report};
 use kdoctor_api::report::Report;
 
 use crate::support::{free_port, kdoctor, kubectl_bin, scratch, stderr};
@@ -20,12 +20,7 @@ fn round(number: i64) -> Vec<Report> {
                 report.round_result = "fail".to_string();
             }
             report.pod_name = format!("kdoctor-agent-{i}");
-            let details = &mut report
-                .task_net_reach
-                .as_mut()
-                .expect("NetReach")
-                .round_task_detail;
-            for (j, detail) in details.iter_mut().enumerate() {
+            for (j, detail) in net_reach_details(&mut report).iter_mut().enumerate() {
                 detail.name = format!("AgentPodV4IP_kdoctor-agent-{j}_10.0.0.{j}");
                 if i == 1 && j == 2 {
                     let requests = &mut detail.request_target_metrics.requests;

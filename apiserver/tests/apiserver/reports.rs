@@ -472,7 +472,11 @@ fn matrix_of_object(object: &serde_json::Value) -> serde_json::Value {
         .map(|r| serde_json::from_value::<kdoctor_api::report::Report>(r.clone()).expect("report"))
         .filter_map(|r| kdoctor_api::matrix::ProbeRow::of(&r))
         .collect();
-    serde_json::to_value(kdoctor_api::matrix::build(&rows)).expect("json")
+    serde_json::to_value(kdoctor_api::matrix::build(
+        &rows,
+        kdoctor_api::report::protocol::Protocol::Http,
+    ))
+    .expect("json")
 }
 
 #[tokio::test]

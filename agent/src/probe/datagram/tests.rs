@@ -230,7 +230,7 @@ fn icmp_probes(addr: SocketAddr, n: usize) -> Vec<Attempt> {
 /// Makes this thread an ordinary user (nobody), without `CAP_NET_RAW` as a pod not granted it:
 /// the raw system call changes this thread's credentials alone, where libc's would change the
 /// whole test process's.
-pub(crate) fn become_nobody() {
+fn become_nobody() {
     const NOBODY: libc::c_long = 65_534;
     // SAFETY: setresuid takes three integers and touches nothing in this process's memory.
     let rc = unsafe { libc::syscall(libc::SYS_setresuid, NOBODY, NOBODY, NOBODY) };
