@@ -49,7 +49,9 @@ SERVICE_NET4=198.18.32.0/20    # kubernetes: .1, kube-dns: .10
 SERVICE_NET6=fd6b:6474:0:20::/112
 LB_NET4=198.18.16.0/20         # LoadBalancer and Ingress addresses (kube-sim assigns them)
 LB_NET6=fd6b:6474:0:10::/112
-POD_NET4=198.19.0.0/16         # a /26 per node (kube-controller-manager allocates)
+POD_NET4=198.19.0.0/16         # a /26 per node (kube-controller-manager allocates); narrower above 1,024 nodes
+# Above 4,085 nodes (the node network's room) kube-sim's nodes take their addresses from here.
+NODE_NET4_LARGE=198.18.64.0/18
 POD_NET6=fd6b:6474:0:1000::/52 # a /64 per node
 
 # shellcheck source=hack/kube/real-node.sh
@@ -177,6 +179,13 @@ cmd_up() {
   process_nodes="${process_nodes:-$nodes}"
   case "$real_nodes" in [0-9]) ;; *) die "--real-nodes $real_nodes: 0 to 9 (their addresses sit below node-1's)" ;; esac
   case "$etcd_members" in 1 | 3) ;; *) die "--etcd-members $etcd_members: 1 or 3" ;; esac
+  # The pod network holds 1,024 nodes' /26: a larger cluster gets narrower node CIDRs (a /29,
+  # five pods a node, at 5,000 nodes), and above the node network's room its nodes' addresses
+  # move to a network of their own.
+  local pod_mask4=26 node_range4="$NODE_NET4"
+  while [ $((1 << (pod_mask4 - 16))) -lt "$nodes" ]; do pod_mask4=$((pod_mask4 + 1)); done
+  [ "$pod_mask4" -le 29 ] || die "--nodes $nodes: at most 8,192 (the pod network's /29s)"
+  [ "$nodes" -le 4085 ] || node_range4="$NODE_NET4_LARGE"
   if running kube-apiserver; then
     log "already up ($DIR/kubeconfig); 'hack/cluster.sh down' first to start anew"
     return 0
@@ -326,7 +335,7 @@ EOF
     --root-ca-file="$pki/ca.crt" --service-account-private-key-file="$pki/sa.key" \
     --use-service-account-credentials=true --controllers='*,bootstrapsigner,tokencleaner' \
     --allocate-node-cidrs=true --cluster-cidr="$POD_NET4${dual:+,$POD_NET6}" \
-    --node-cidr-mask-size-ipv4=26 ${dual:+--node-cidr-mask-size-ipv6=64} \
+    --node-cidr-mask-size-ipv4="$pod_mask4" ${dual:+--node-cidr-mask-size-ipv6=64} \
     --service-cluster-ip-range="$SERVICE_NET4${dual:+,$SERVICE_NET6}" \
     --leader-elect=false --v=1
   start kube-scheduler "$KUBE_BIN/kube-scheduler" \
@@ -345,14 +354,15 @@ EOF
   local dns6="" lb6=""
   if [ "$ipv6" = 1 ]; then dns6="--dns-ip=fd6b:6474::2"; lb6="--lb-range=$LB_NET6"; fi
   start kube-sim "$sim" kubelet --kubeconfig="$DIR/kube-sim.kubeconfig" \
-    --nodes="$nodes" --process-nodes="$process_nodes" --node-range="$NODE_NET4" \
+    --nodes="$nodes" --process-nodes="$process_nodes" --node-range="$node_range4" \
     ${dual:+--node-range=$NODE_NET6} \
     --dns-ip=198.18.0.2 $dns6 --dns-service-ip=198.18.32.10 ${dual:+--dns-service-ip=fd6b:6474:0:20::a} \
     --ingress-ip=198.18.0.3 ${dual:+--ingress-ip=fd6b:6474::3} \
     --lb-range="$LB_NET4" $lb6 --node-interface=kdc0 \
     --image="ghcr.io/kdoctor-io/kdoctor=$kdoctor" \
     --work-dir="$DIR/kubelet" --netns-prefix="$NS-"
-  wait_for "$nodes Ready nodes" kube-sim 120 nodes_ready "$nodes"
+  # Thousands of nodes take minutes to register and report Ready.
+  wait_for "$nodes Ready nodes" kube-sim $((120 + nodes / 25)) nodes_ready "$nodes"
 
   # Also without kube-sim nodes: the cluster's namespace then stands for a host outside the
   # nodes (the ingress controller's, the API server's) that reaches Services through its own

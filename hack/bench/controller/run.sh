@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Controller benchmark (issue 7): `kdoctor controller` as a process against a simulated cluster of
-# --nodes (default 1000) with stand-in agents (report API on every pod address); API requests and
-# status writes per round, time from the last report to the finalised round, controller CPU and
-# RSS; the same harvest done by a bare loop (the floor) in the same run; and, on --agent-nodes
-# (default 20) real agents, the agents' API requests per round. Prints markdown for
-# docs/benchmarks.md. Options pass through, e.g. `run.sh --nodes 200 --rounds 1`.
+# Controller benchmark (issues 7 and 34): `kdoctor controller` as --replicas (default 3)
+# processes, a StatefulSet's pods, against a simulated cluster of --nodes (default 1000; a comma
+# list runs one cluster each, 1000,2500,5000, and adds a table by node count) with stand-in
+# agents (report API on every pod address); API requests and status writes per round, time from
+# the last report to the finalised round, the replicas' CPU and RSS, kube-apiserver's RSS, the
+# store's disk per round; the same harvest done by a bare loop (the floor) in the same run;
+# kubectl reading the round through the aggregation layer; and, on --agent-nodes (default 20)
+# real agents, the agents' API requests per round. Prints markdown for docs/benchmarks.md.
+# Options pass through, e.g. `run.sh --nodes 200 --rounds 1 --replicas 1`.
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(cd ../../.. && pwd)
+# Thousands of stand-in agents: a listener each, and their connections.
+ulimit -n 65536 2>/dev/null || true
+command -v /usr/bin/time >/dev/null || { echo "missing /usr/bin/time: apt-get install -y time" >&2; exit 2; }
 target=${CARGO_TARGET_DIR:-$root/target}
 (cd "$root" && CARGO_TARGET_DIR="$target" cargo build --release -q -p kdoctor)
 exec cargo run --release -q -- --kdoctor "$target/release/kdoctor" "$@"

@@ -32,8 +32,14 @@ use kdoctor_transport::pki::Ca;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube_sim::testcluster::{TestCluster, TestClusterOptions};
 
+mod aggregated;
+mod replicas;
+mod summary;
+
 const NAMESPACE: &str = "kdoctor";
 const REPORT_PORT: u16 = 3000;
+/// How many peers each stand-in's report probed.
+const PEERS: usize = 5;
 const CONTROLLER_USER: &str = "system:serviceaccount:kdoctor:kdoctor-controller";
 const AGENT_USER: &str = "system:serviceaccount:kdoctor:kdoctor-agent";
 
@@ -48,18 +54,22 @@ enum Part {
 
 struct Options {
     kdoctor: PathBuf,
-    nodes: usize,
+    /// Node counts, one scale run each (the last given when a part runs).
+    nodes: Vec<usize>,
     rounds: i64,
     agent_nodes: usize,
+    /// Controller replicas (1: one process that owns its store alone, no StatefulSet).
+    replicas: usize,
     part: Part,
 }
 
 fn options() -> Options {
     let mut o = Options {
         kdoctor: PathBuf::from("kdoctor"),
-        nodes: 1000,
+        nodes: vec![1000],
         rounds: 3,
         agent_nodes: 20,
+        replicas: 3,
         part: Part::All,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -68,7 +78,13 @@ fn options() -> Options {
         let value = args.get(i + 1).cloned().unwrap_or_default();
         match args[i].as_str() {
             "--kdoctor" => o.kdoctor = value.into(),
-            "--nodes" => o.nodes = value.parse().expect("--nodes N"),
+            "--nodes" => {
+                o.nodes = value
+                    .split(',')
+                    .map(|n| n.trim().parse().expect("--nodes N[,N...]"))
+                    .collect()
+            }
+            "--replicas" => o.replicas = value.parse().expect("--replicas N"),
             "--rounds" => o.rounds = value.parse().expect("--rounds N"),
             "--agent-nodes" => o.agent_nodes = value.parse().expect("--agent-nodes N"),
             "--part" => {
@@ -116,6 +132,8 @@ struct Cluster {
     ca: Ca,
     /// (pod, node, pod IP) of every agent pod.
     agents: Vec<(String, String, IpAddr)>,
+    /// From the default agent's DaemonSet created to every one of its pods Ready.
+    ready_after: Duration,
 }
 
 /// A client from a kubeconfig, with `token` instead of its credentials when given.
@@ -198,15 +216,16 @@ impl Cluster {
                 break ready;
             }
             assert!(
-                started.elapsed() < Duration::from_secs(300),
+                started.elapsed() < Duration::from_secs(300 + nodes as u64 / 10),
                 "only {} of {nodes} agent pods Ready",
                 ready.len()
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
+        let ready_after = started.elapsed();
         eprintln!(
             "{name}: {nodes} nodes, agent pods Ready after {:.1} s",
-            started.elapsed().as_secs_f64()
+            ready_after.as_secs_f64()
         );
         let dir = std::env::temp_dir().join(format!(
             "kdoctor-bench-controller-{}-{name}",
@@ -223,6 +242,7 @@ impl Cluster {
             dir,
             ca,
             agents,
+            ready_after,
         }
     }
 
@@ -233,8 +253,9 @@ impl Cluster {
             .expect("token")
     }
 
-    /// `kdoctor controller` as a process with the controller ServiceAccount's identity.
-    async fn controller(&self, kdoctor: &Path) -> Controller {
+    /// `kdoctor controller` as a process with the controller ServiceAccount's identity:
+    /// `replicas` of them as a StatefulSet's pods, or one that owns its store alone.
+    async fn controllers(&self, kdoctor: &Path, replicas: usize) -> Controllers {
         let token = self.token("kdoctor-controller").await;
         let kubeconfig = self.dir.join("controller.kubeconfig");
         // The admin kubeconfig's server and CA, the ServiceAccount's token as the user.
@@ -247,35 +268,66 @@ impl Cluster {
             });
         }
         std::fs::write(&kubeconfig, serde_json::to_string(&kc).expect("json")).expect("kubeconfig");
-        let log = std::fs::File::create(self.dir.join("controller.log")).expect("log file");
+        if replicas <= 1 {
+            let args = vec![
+                format!("--tls-ca-cert={}", self.dir.join("ca.crt").display()),
+                format!("--tls-ca-key={}", self.dir.join("ca.key").display()),
+                format!("--listen=127.0.0.1:{}", free_port()),
+                format!("--metrics-listen=127.0.0.1:{}", free_port()),
+                "--leader-elect=false".into(),
+                "--pod-name=bench-controller".into(),
+            ];
+            return Controllers(vec![self.spawn_controller(kdoctor, "bench-controller", args)]);
+        }
+        // As installed: the certificates managed through the API (the serving certificate's
+        // Secret, the APIService's caBundle) under the install's CA, here one the operator
+        // provided (`kdoctor certs` or Helm would), the bench's, which the stand-ins trust.
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
+            kdoctor_apiserver::certs::bootstrap::ca_secret_object(&self.ca, NAMESPACE, "kdoctor-ca"),
+        )
+        .expect("CA Secret");
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.admin.clone(), NAMESPACE)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("the install's CA Secret");
+        let pods = replicas::create(&self.admin, replicas).await;
+        Controllers(
+            pods.iter()
+                .map(|pod| self.spawn_controller(kdoctor, &pod.name, replicas::args(pod)))
+                .collect(),
+        )
+    }
+
+    fn spawn_controller(&self, kdoctor: &Path, name: &str, args: Vec<String>) -> Controller {
+        let data = self.dir.join(format!("store-{name}"));
+        let log_path = self.dir.join(format!("{name}.log"));
+        let log = std::fs::File::create(&log_path).expect("log file");
         let child = Command::new(kdoctor)
             .args(["controller", "--data"])
-            .arg(self.dir.join("store"))
-            .arg(format!("--listen=127.0.0.1:{}", free_port()))
-            .arg(format!("--metrics-listen=127.0.0.1:{}", free_port()))
-            .arg(format!(
-                "--tls-ca-cert={}",
-                self.dir.join("ca.crt").display()
-            ))
-            .arg(format!(
-                "--tls-ca-key={}",
-                self.dir.join("ca.key").display()
-            ))
-            .args([
-                "--namespace",
-                NAMESPACE,
-                "--leader-elect=false",
-                "--poll-seconds=1",
-                "--pod-name=bench-controller",
-            ])
-            .env("KUBECONFIG", &kubeconfig)
+            .arg(&data)
+            .args(["--namespace", NAMESPACE, "--poll-seconds=1"])
+            .args(args)
+            .env("KUBECONFIG", self.dir.join("controller.kubeconfig"))
             .env_remove("KUBERNETES_SERVICE_HOST")
-            .env("ENV_LOG_LEVEL", "warn")
+            .env("ENV_LOG_LEVEL", "info")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start kdoctor controller");
-        Controller(child)
+        Controller {
+            child,
+            name: name.to_string(),
+            data,
+            log: log_path,
+        }
+    }
+
+    /// kube-apiserver's process.
+    fn apiserver_pid(&self) -> u32 {
+        std::fs::read_to_string(self.kube.dir.join("pids/kube-apiserver.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+            .expect("kube-apiserver's pid")
     }
 
     fn requests(&self, user: &str) -> BTreeMap<String, u64> {
@@ -352,41 +404,81 @@ impl Drop for Cluster {
     }
 }
 
-struct Controller(Child);
+struct Controller {
+    child: Child,
+    /// Its replica's name (its pod's).
+    name: String,
+    /// Its store's directory.
+    data: PathBuf,
+    /// Its log (stderr).
+    log: PathBuf,
+}
 
-impl Controller {
-    /// (CPU seconds so far, RSS KiB, peak RSS KiB).
+/// (CPU seconds so far, RSS KiB, peak RSS KiB) of process `pid` (zeros once it is gone).
+fn usage(pid: u32) -> (f64, u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis; utime and stime are 14 and 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (ticks / 100.0, kib("VmRSS:"), kib("VmHWM:"))
+}
+
+/// Bytes of the files under `dir`.
+fn disk_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => disk_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// The controller's processes (its replicas).
+struct Controllers(Vec<Controller>);
+
+impl Controllers {
+    /// (CPU seconds of all, the largest RSS KiB, the largest peak RSS KiB).
     fn usage(&self) -> (f64, u64, u64) {
-        let pid = self.0.id();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // Fields after the command's closing parenthesis; utime and stime are 14 and 15.
-        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
-            + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let kib = |key: &str| {
-            status
-                .lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
-        (ticks / 100.0, kib("VmRSS:"), kib("VmHWM:"))
+        self.0.iter().fold((0.0, 0, 0), |(cpu, rss, peak), c| {
+            let (c_cpu, c_rss, c_peak) = usage(c.child.id());
+            (cpu + c_cpu, rss.max(c_rss), peak.max(c_peak))
+        })
+    }
+
+    fn named(&self, name: &str) -> Option<&Controller> {
+        self.0.iter().find(|c| c.name == name)
     }
 }
 
 impl Drop for Controller {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
 /// Stand-in agents: the real report API and spool on every pod address.
 struct StandIns {
     spools: Vec<(String, String, Arc<Spool>)>,
+    /// Every agent pod (name, address), in the cluster's order: a node's peers are the ones
+    /// after its own.
+    pods: Arc<Vec<(String, IpAddr)>>,
     servers: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -417,18 +509,37 @@ impl StandIns {
             ));
             spools.push((pod.clone(), node.clone(), spool));
         }
-        StandIns { spools, servers }
+        let pods = cluster
+            .agents
+            .iter()
+            .map(|(pod, _, ip)| (pod.clone(), *ip))
+            .collect();
+        StandIns {
+            spools,
+            servers,
+            pods: Arc::new(pods),
+        }
     }
 
-    /// Spools every node's report of `round` (concurrently, each one fsynced as agents do).
+    /// Spools every node's report of `round` (concurrently, each one fsynced as agents do):
+    /// each node probed the agent pods of the [`PEERS`] nodes after its own, as a round with
+    /// `maxPeers` samples them.
     async fn write(&self, task: &str, uid: &str, round: i64) {
         let expiry = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
-        let mut writes = futures::stream::iter(self.spools.clone())
-            .map(|(pod, node, spool)| {
-                let (task, uid) = (task.to_string(), uid.to_string());
+        let mut writes = futures::stream::iter(self.spools.clone().into_iter().enumerate())
+            .map(|(i, (pod, node, spool))| {
+                let (task, uid, pods) = (task.to_string(), uid.to_string(), self.pods.clone());
                 tokio::task::spawn_blocking(move || {
                     let mut report =
-                        kdoctor_api::fixtures::net_reach_report(&node, round, 5, round as u64);
+                        kdoctor_api::fixtures::net_reach_report(&node, round, PEERS, round as u64);
+                    for (k, detail) in kdoctor_api::fixtures::net_reach_details(&mut report)
+                        .iter_mut()
+                        .enumerate()
+                    {
+                        let (peer, ip) = &pods[(i + 1 + k) % pods.len()];
+                        detail.name = format!("AgentPodV4IP_{peer}_{ip}");
+                        detail.url = format!("http://{ip}:80");
+                    }
                     report.pod_name = pod;
                     report.task_uid = Some(uid);
                     spool
@@ -460,6 +571,8 @@ struct Round {
     cpu_at_start: f64,
     cpu: f64,
     peak_rss_kib: u64,
+    /// kube-apiserver's largest RSS sampled during the round.
+    apiserver_rss_kib: u64,
     requests_at_start: BTreeMap<String, u64>,
     requests: BTreeMap<String, u64>,
 }
@@ -476,7 +589,7 @@ fn diff(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeM
 /// finishes; samples the controller every 100 ms.
 async fn run_rounds(
     cluster: &Cluster,
-    controller: &Controller,
+    controllers: &Controllers,
     name: &str,
     rounds: i64,
     stand_ins: Option<&StandIns>,
@@ -485,11 +598,14 @@ async fn run_rounds(
     let api: Api<NetReach> = Api::all(cluster.admin.clone());
     let mut seen: BTreeMap<i64, Round> = BTreeMap::new();
     let started = Instant::now();
+    let apiserver = cluster.apiserver_pid();
     loop {
-        let (cpu, _, peak) = controller.usage();
+        let (cpu, _, peak) = controllers.usage();
+        let (_, apiserver_rss, _) = usage(apiserver);
         for round in seen.values_mut() {
             if round.finalised.is_none() {
                 round.peak_rss_kib = round.peak_rss_kib.max(peak);
+                round.apiserver_rss_kib = round.apiserver_rss_kib.max(apiserver_rss);
             }
         }
         let task = api.get(name).await.expect("task");
@@ -520,7 +636,7 @@ async fn run_rounds(
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(120 * rounds as u64 + 120),
+            started.elapsed() < Duration::from_secs(180 * rounds as u64 + 120),
             "the task did not finish: {status:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -597,24 +713,45 @@ fn main() {
             // Each part in a process of its own: a process lives in one cluster's namespace.
             println!("## Controller (hack/bench/controller/run.sh)\n");
             let me = std::env::current_exe().expect("this program");
-            let mut parts = vec!["scale"];
-            if o.agent_nodes > 0 {
-                parts.push("agents");
-            }
-            for part in parts {
+            let summaries = std::env::temp_dir().join(format!(
+                "kdoctor-bench-controller-{}.jsonl",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_file(&summaries);
+            for nodes in &o.nodes {
                 let status = Command::new(&me)
                     .args(std::env::args().skip(1))
-                    .args(["--part", part])
+                    .args(["--part", "scale", "--nodes", &nodes.to_string()])
+                    .env(summary::FILE_ENV, &summaries)
                     .status()
                     .expect("a part of the benchmark");
-                assert!(status.success(), "the {part} part failed");
+                assert!(status.success(), "the scale part on {nodes} nodes failed");
             }
+            if o.nodes.len() > 1 {
+                summary::print(&summaries);
+            }
+            let _ = std::fs::remove_file(&summaries);
+            if o.agent_nodes > 0 {
+                let status = Command::new(&me)
+                    .args(std::env::args().skip(1))
+                    .args(["--part", "agents"])
+                    .status()
+                    .expect("a part of the benchmark");
+                assert!(status.success(), "the agents part failed");
+            }
+            let nodes: Vec<String> = o.nodes.iter().map(|n| n.to_string()).collect();
             println!(
-                "\nReproduce: `hack/bench/controller/run.sh --nodes {} --rounds {} --agent-nodes {}`",
-                o.nodes, o.rounds, o.agent_nodes
+                "\nReproduce: `hack/bench/controller/run.sh --nodes {} --replicas {} --rounds {} --agent-nodes {}`",
+                nodes.join(","),
+                o.replicas,
+                o.rounds,
+                o.agent_nodes
             );
         }
-        Part::Scale => in_cluster(o.nodes, |kube| scale(o, kube)),
+        Part::Scale => {
+            let nodes = *o.nodes.last().expect("a node count");
+            in_cluster(nodes, |kube| scale(o, kube))
+        }
         Part::Agents => in_cluster(o.agent_nodes, |kube| agents(o, kube)),
     }
 }
@@ -643,13 +780,19 @@ where
 
 /// Scale: the controller against stand-in agents.
 async fn scale(o: Options, kube: TestCluster) {
-    let cluster = Cluster::start(kube, o.nodes, "scale").await;
+    let nodes = *o.nodes.last().expect("a node count");
+    let cluster = Cluster::start(kube, nodes, "scale").await;
     let stand_ins = StandIns::start(&cluster).await;
-    let controller = cluster.controller(&o.kdoctor).await;
-    let (_, idle_rss, _) = {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        controller.usage()
+    let controllers = cluster.controllers(&o.kdoctor, o.replicas).await;
+    let leader = if o.replicas > 1 {
+        let logs: Vec<PathBuf> = controllers.0.iter().map(|c| c.log.clone()).collect();
+        replicas::leader(&cluster.admin, Duration::from_secs(180), &logs).await
+    } else {
+        "bench-controller".to_string()
     };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, idle_rss, _) = controllers.usage();
+    let store_before: u64 = controllers.0.iter().map(|c| disk_bytes(&c.data)).sum();
     let before = cluster.requests(CONTROLLER_USER);
     cluster
         .apply_task(
@@ -660,7 +803,7 @@ async fn scale(o: Options, kube: TestCluster) {
         .await;
     let rounds = run_rounds(
         &cluster,
-        &controller,
+        &controllers,
         "scale",
         o.rounds,
         Some(&stand_ins),
@@ -668,8 +811,19 @@ async fn scale(o: Options, kube: TestCluster) {
     )
     .await;
     let whole = diff(&cluster.requests(CONTROLLER_USER), &before);
-    let (cpu_total, _, peak_total) = controller.usage();
-    drop(controller);
+    let store_after: u64 = controllers.0.iter().map(|c| disk_bytes(&c.data)).sum();
+    let leader_peak = controllers
+        .named(&leader)
+        .map(|c| usage(c.child.id()).2)
+        .unwrap_or(0);
+    // kubectl through the aggregation layer: the replicas behind the APIService.
+    let reads = if o.replicas > 1 {
+        Some(aggregated::measure(&cluster, &o.kdoctor, "scale", &controllers).await)
+    } else {
+        None
+    };
+    let (cpu_total, _, peak_total) = controllers.usage();
+    drop(controllers);
     // The floor: a fresh round of the same reports, harvested by a bare loop.
     let uid = Api::<NetReach>::all(cluster.admin.clone())
         .get("scale")
@@ -681,17 +835,26 @@ async fn scale(o: Options, kube: TestCluster) {
     stand_ins.write("scale", &uid, 1000).await;
     let floor = raw_harvest(&cluster, &stand_ins).await;
 
+    let replicas = if o.replicas > 1 {
+        format!(
+            "{} replicas of `kdoctor controller` (release) as a StatefulSet's pods, their stores \
+             replicated by Raft ({leader} led)",
+            o.replicas
+        )
+    } else {
+        "one `kdoctor controller` (release) that owns its store".to_string()
+    };
     println!(
-        "{} nodes, {} rounds of a NetReach task on the default agent; stand-in agents spool a \
-         5-target report as soon as the round is ongoing; `kdoctor controller` (release) as a \
-         process, `--poll-seconds=1`.\n",
-        o.nodes,
+        "### {nodes} nodes\n\n{nodes} nodes (agent pods Ready {:.0} s after the DaemonSet), {} rounds \
+         of a NetReach task on the default agent; stand-in agents spool a report of {PEERS} peers \
+         as soon as the round is ongoing; {replicas}, `--poll-seconds=1`.\n",
+        cluster.ready_after.as_secs_f64(),
         rounds.len()
     );
     println!(
-        "| round | result | last report → finalised (s) | controller CPU (s) | peak RSS (MiB) | API requests | status writes |"
+        "| round | result | last report → finalised (s) | controllers' CPU (s) | largest replica RSS (MiB) | kube-apiserver RSS (MiB) | API requests | status writes |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let mut lags = Vec::new();
     for r in &rounds {
         let lag = match (r.written, r.finalised) {
@@ -701,24 +864,31 @@ async fn scale(o: Options, kube: TestCluster) {
         lags.push(lag.as_secs_f64());
         let total: u64 = r.requests.values().sum();
         println!(
-            "| {} | {} | {} | {:.2} | {:.0} | {} | {} |",
+            "| {} | {} | {} | {:.2} | {:.0} | {:.0} | {} | {} |",
             r.number,
             r.result,
             secs(lag),
             r.cpu,
-            r.peak_rss_kib as f64 / 1024.0,
+            mib(r.peak_rss_kib),
+            mib(r.apiserver_rss_kib),
             total,
             status_writes(&r.requests)
         );
     }
     let whole_total: u64 = whole.values().sum();
-    let per_round = whole_total as f64 / rounds.len().max(1) as f64;
+    let reviews = whole.get("create tokenreviews").copied().unwrap_or(0);
+    let per_round = (whole_total - reviews) as f64 / rounds.len().max(1) as f64;
+    let lag = median(lags);
+    let store_per_round = store_after.saturating_sub(store_before) as f64
+        / o.replicas.max(1) as f64
+        / rounds.len().max(1) as f64;
     println!();
     println!(
-        "- Controller API requests over the whole run (task created → finished): {whole_total}, \
-         {per_round:.1} per round, {:.4} per round per node; status writes {} ({:.1} per round). \
-         By verb and resource: {}.",
-        per_round / o.nodes as f64,
+        "- Controller API requests over the whole run (task created → finished, all replicas): \
+         {whole_total}: {reviews} TokenReviews (one per agent, at its first harvest) and \
+         {per_round:.1} per round besides, {:.4} per round per node; status writes {} ({:.1} \
+         per round). By verb and resource: {}.",
+        per_round / nodes as f64,
         status_writes(&whole),
         status_writes(&whole) as f64 / rounds.len().max(1) as f64,
         whole
@@ -728,24 +898,48 @@ async fn scale(o: Options, kube: TestCluster) {
             .join(", ")
     );
     println!(
-        "- Median time from the last report spooled to the round finalised in the status: {:.2} s; \
-         the bare harvest loop over the same {} report APIs (list, fetch, write a file, ack; 64 at \
+        "- Median time from the last report spooled to the round finalised in the status: {lag:.2} s; \
+         the bare harvest loop over the same {nodes} report APIs (list, fetch, write a file, ack; 64 at \
          a time): {} s — ratio {:.1}× (the controller's includes up to one poll interval, 1 s, \
-         the store's durable write and the status write).",
-        median(lags.clone()),
-        o.nodes,
+         the store's commit on a majority of replicas and the status write).",
         secs(floor),
-        median(lags) / floor.as_secs_f64().max(1e-9)
+        lag / floor.as_secs_f64().max(1e-9)
     );
     println!(
-        "- Controller process: RSS {:.0} MiB idle before the task, peak {:.0} MiB; {:.1} CPU s \
-         over the whole run.",
-        idle_rss as f64 / 1024.0,
-        peak_total as f64 / 1024.0,
-        cpu_total
+        "- Controller processes: largest RSS {:.0} MiB idle before the task, peak {:.0} MiB (the \
+         leader's {:.0} MiB); {:.1} CPU s of all replicas over the whole run; store on disk \
+         {:.1} MB per round per replica.",
+        mib(idle_rss),
+        mib(peak_total),
+        mib(leader_peak),
+        cpu_total,
+        store_per_round / 1e6
     );
+    if let Some(reads) = &reads {
+        reads.print();
+    }
+    summary::append(&summary::Row {
+        nodes,
+        replicas: o.replicas,
+        ready_s: cluster.ready_after.as_secs_f64(),
+        reviews,
+        requests_per_round: per_round,
+        status_writes_per_round: status_writes(&whole) as f64 / rounds.len().max(1) as f64,
+        lag_s: lag,
+        floor_s: floor.as_secs_f64(),
+        cpu_per_round_s: median(rounds.iter().map(|r| r.cpu).collect()),
+        controller_peak_mib: mib(peak_total),
+        apiserver_peak_mib: mib(rounds.iter().map(|r| r.apiserver_rss_kib).max().unwrap_or(0))
+            .max(reads.as_ref().map_or(0.0, |r| r.apiserver_peak_mib)),
+        store_mb_per_round: store_per_round / 1e6,
+        reads: reads.clone(),
+    });
     drop(stand_ins);
     drop(cluster);
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
 }
 
 /// Real agents: what each agent asks the API per round.
@@ -787,7 +981,7 @@ async fn agents(o: Options, kube: TestCluster) {
             let handle = tokio::spawn(Arc::new(runner).run(agent_client.clone()));
             agents.push((running, handle));
         }
-        let controller = cluster.controller(&o.kdoctor).await;
+        let controller = cluster.controllers(&o.kdoctor, 1).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let before = cluster.requests(AGENT_USER);
         let rounds_b = o.rounds.min(2);

@@ -1,0 +1,272 @@
+//! The round as a user reads it: the real kubectl, inside the cluster's network namespace with
+//! the admin's client certificate, asks kube-apiserver, whose aggregation layer sends the
+//! request with its front-proxy certificate to a replica behind the APIService (registered
+//! from manifests/apiservice.yaml as shipped). Wall time and kubectl's peak RSS of each read
+//! (median of three), and the peak RSS of kube-apiserver and of the replicas meanwhile.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Cluster, Controllers, usage};
+
+/// The APIService manifests/apiservice.yaml registers.
+const APISERVICE: &str = "v1beta1.system.kdoctor.io";
+/// Runs of each read; the median's figures are kept.
+const RUNS: usize = 3;
+
+/// One read: wall seconds, kubectl's peak RSS, bytes it printed.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Timed {
+    pub secs: f64,
+    pub mib: f64,
+    pub bytes: u64,
+}
+
+/// The reads of one round through the aggregation layer.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Reads {
+    pub json: Timed,
+    pub yaml: Timed,
+    pub table: Timed,
+    pub list_table: Timed,
+    pub matrix: Timed,
+    pub reports_listed: usize,
+    pub apiserver_peak_mib: f64,
+    pub replicas_peak_mib: f64,
+}
+
+impl Reads {
+    pub fn print(&self) {
+        println!(
+            "\n`kubectl` (v1.34, inside the cluster's namespace, the admin's client certificate) \
+             through kube-apiserver's aggregation layer to the replicas; median of {RUNS} runs:\n"
+        );
+        println!("| read | wall (s) | kubectl peak RSS (MiB) | bytes printed |");
+        println!("|---|---|---|---|");
+        for (what, t) in [
+            ("`get kdoctorreport netreach-scale -o json`", &self.json),
+            ("`get kdoctorreport netreach-scale -o yaml`", &self.yaml),
+            ("`get kdoctorreport netreach-scale` (Table)", &self.table),
+            ("`get kdoctorreport` (Table of every report)", &self.list_table),
+            ("`kdoctor matrix netreach-scale` (the plugin)", &self.matrix),
+        ] {
+            println!("| {what} | {:.2} | {:.0} | {} |", t.secs, t.mib, t.bytes);
+        }
+        println!(
+            "\n- During these reads: kube-apiserver peak RSS {:.0} MiB, largest replica {:.0} MiB; \
+             {} reports listed.",
+            self.apiserver_peak_mib, self.replicas_peak_mib, self.reports_listed
+        );
+    }
+}
+
+/// Registers the APIService and reads task `task`'s report of every way above.
+pub async fn measure(
+    cluster: &Cluster,
+    kdoctor: &Path,
+    task: &str,
+    controllers: &Controllers,
+) -> Reads {
+    let kubectl = cluster.kube.kubectl();
+    let kubeconfig = cluster.kube.inner_kubeconfig();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..");
+    let k = |args: &[&str]| {
+        let mut c = Command::new(&kubectl);
+        c.arg("--kubeconfig").arg(&kubeconfig).args(args);
+        c
+    };
+    let applied = k(&["apply", "-f"])
+        .arg(root.join("manifests/apiservice.yaml"))
+        .output()
+        .expect("kubectl");
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    let started = Instant::now();
+    loop {
+        let out = k(&[
+            "get",
+            "apiservice",
+            APISERVICE,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+        ])
+        .output()
+        .expect("kubectl");
+        if String::from_utf8_lossy(&out.stdout).trim() == "True" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "{APISERVICE} not Available after 180 s: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Available comes before kube-apiserver's discovery lists the group's resources.
+    let started = Instant::now();
+    loop {
+        let out = k(&[
+            "api-resources",
+            "--api-group=system.kdoctor.io",
+            "--no-headers",
+        ])
+        .output()
+        .expect("kubectl");
+        if String::from_utf8_lossy(&out.stdout).contains("kdoctorreports") {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            let raw = k(&["get", "--raw", "/apis/system.kdoctor.io/v1beta1"])
+                .output()
+                .expect("kubectl");
+            let service = k(&["get", "apiservice", APISERVICE, "-o", "yaml"])
+                .output()
+                .expect("kubectl");
+            panic!(
+                "discovery has no kdoctorreports 120 s after {APISERVICE} was Available: {}\n\
+                 the group version's document: {}{}\nthe APIService: {}",
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&raw.stdout),
+                String::from_utf8_lossy(&raw.stderr),
+                String::from_utf8_lossy(&service.stdout)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let plugins = cluster.dir.join("plugins");
+    std::fs::create_dir_all(&plugins).expect("plugin dir");
+    let _ = std::fs::remove_file(plugins.join("kubectl-kdoctor"));
+    std::os::unix::fs::symlink(
+        std::fs::canonicalize(kdoctor).expect("kdoctor binary"),
+        plugins.join("kubectl-kdoctor"),
+    )
+    .expect("plugin link");
+
+    // Peak RSS of kube-apiserver and of the replicas while the reads run.
+    let pids: Vec<u32> = controllers.0.iter().map(|c| c.child.id()).collect();
+    let apiserver = cluster.apiserver_pid();
+    let (stop, api_peak, replica_peak) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let sampler = {
+        let (stop, api_peak, replica_peak) = (stop.clone(), api_peak.clone(), replica_peak.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                api_peak.fetch_max(usage(apiserver).1, Ordering::SeqCst);
+                for pid in &pids {
+                    replica_peak.fetch_max(usage(*pid).1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let name = format!("netreach-{task}");
+    let kubeconfig_arg = kubeconfig.display().to_string();
+    let path = format!(
+        "{}:{}",
+        plugins.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let read = |args: Vec<String>| {
+        let (kubectl, dir, path) = (kubectl.clone(), cluster.dir.clone(), path.clone());
+        tokio::task::spawn_blocking(move || timed(&kubectl, &args, &dir, &path))
+    };
+    let with = |rest: &[&str]| -> Vec<String> {
+        let mut args = vec![
+            "--kubeconfig".to_string(),
+            kubeconfig_arg.clone(),
+            "--cache-dir".to_string(),
+            cluster.dir.join("kube-cache").display().to_string(),
+        ];
+        args.extend(rest.iter().map(|s| s.to_string()));
+        args
+    };
+    let json = read(with(&["get", "kdoctorreport", &name, "-o", "json"]))
+        .await
+        .expect("json read");
+    let yaml = read(with(&["get", "kdoctorreport", &name, "-o", "yaml"]))
+        .await
+        .expect("yaml read");
+    let table = read(with(&["get", "kdoctorreport", &name]))
+        .await
+        .expect("table read");
+    let list_table = read(with(&["get", "kdoctorreport", "--no-headers"]))
+        .await
+        .expect("list read");
+    // --no-headers: a line a report.
+    let reports_listed = std::fs::read_to_string(cluster.dir.join("read.out"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0);
+    // A plugin takes its flags after its name.
+    let matrix = read(vec![
+        "kdoctor".into(),
+        "matrix".into(),
+        name.clone(),
+        "--no-color".into(),
+        "--kubeconfig".into(),
+        kubeconfig_arg.clone(),
+    ])
+        .await
+        .expect("matrix read");
+    stop.store(true, Ordering::SeqCst);
+    let _ = sampler.await;
+    Reads {
+        json,
+        yaml,
+        table,
+        reports_listed,
+        list_table,
+        matrix,
+        apiserver_peak_mib: api_peak.load(Ordering::SeqCst) as f64 / 1024.0,
+        replicas_peak_mib: replica_peak.load(Ordering::SeqCst) as f64 / 1024.0,
+    }
+}
+
+/// Runs kubectl `args` [`RUNS`] times under /usr/bin/time; the run of median wall time.
+/// Panics when a run fails: a read that errs is no figure.
+fn timed(kubectl: &Path, args: &[String], dir: &Path, path: &str) -> Timed {
+    let mut runs: Vec<Timed> = (0..RUNS)
+        .map(|_| {
+            let out = std::fs::File::create(dir.join("read.out")).expect("output file");
+            let status = Command::new("/usr/bin/time")
+                .args(["-f", "%e %M", "-o"])
+                .arg(dir.join("read.time"))
+                .arg(kubectl)
+                .args(args)
+                .env("PATH", path)
+                .stdout(out)
+                .stderr(std::fs::File::create(dir.join("read.err")).expect("error file"))
+                .status()
+                .expect("/usr/bin/time (apt-get install -y time)");
+            assert!(
+                status.success(),
+                "kubectl {}: {}",
+                args.join(" "),
+                std::fs::read_to_string(dir.join("read.err")).unwrap_or_default()
+            );
+            let time = std::fs::read_to_string(dir.join("read.time")).unwrap_or_default();
+            let mut fields = time.split_whitespace();
+            let secs = fields.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            let kib: f64 = fields.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            Timed {
+                secs,
+                mib: kib / 1024.0,
+                bytes: std::fs::metadata(dir.join("read.out"))
+                    .map(|m| m.len())
+                    .unwrap_or(0),
+            }
+        })
+        .collect();
+    runs.sort_by(|a, b| a.secs.total_cmp(&b.secs));
+    runs.swap_remove(RUNS / 2)
+}
