@@ -29,10 +29,32 @@ fn spec(identity: &str, now: Timestamp, acquired: Timestamp, transitions: i32) -
     }
 }
 
-/// Writes the Lease once: this replica holds it from now on.
-async fn renew(api: &Api<Lease>, identity: &str) -> Result<(), kube::Error> {
+/// Writes the Lease once: this replica holds it from now on. `last` is the Lease as this
+/// replica last wrote it: a renewal replaces it by that resourceVersion, one request; only
+/// when it is gone or someone else wrote it since (a conflict) is it read again.
+async fn renew(
+    api: &Api<Lease>,
+    identity: &str,
+    last: &mut Option<Lease>,
+) -> Result<(), kube::Error> {
     let now = Timestamp::now();
-    match api.get_opt(LEASE_NAME).await? {
+    if let Some(mut lease) = last.take() {
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.renew_time = Some(MicroTime(now));
+        }
+        match api
+            .replace(LEASE_NAME, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(written) => {
+                *last = Some(written);
+                return Ok(());
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let written = match api.get_opt(LEASE_NAME).await? {
         None => {
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -41,7 +63,7 @@ async fn renew(api: &Api<Lease>, identity: &str) -> Result<(), kube::Error> {
                 },
                 spec: Some(spec(identity, now, now, 0)),
             };
-            api.create(&PostParams::default(), &lease).await.map(drop)
+            api.create(&PostParams::default(), &lease).await?
         }
         Some(mut lease) => {
             let old = lease.spec.clone().unwrap_or_default();
@@ -55,17 +77,19 @@ async fn renew(api: &Api<Lease>, identity: &str) -> Result<(), kube::Error> {
             };
             lease.spec = Some(spec(identity, now, acquired, transitions));
             api.replace(LEASE_NAME, &PostParams::default(), &lease)
-                .await
-                .map(drop)
+                .await?
         }
-    }
+    };
+    *last = Some(written);
+    Ok(())
 }
 
 /// Keeps the Lease naming `identity` until dropped (run it while this replica leads).
 pub async fn run(client: Client, namespace: String, identity: String) {
     let api: Api<Lease> = Api::namespaced(client, &namespace);
+    let mut last = None;
     loop {
-        if let Err(e) = renew(&api, &identity).await {
+        if let Err(e) = renew(&api, &identity, &mut last).await {
             tracing::debug!(lease = LEASE_NAME, error = %e, "announcing the leader (retrying)");
         }
         tokio::time::sleep(RENEW).await;

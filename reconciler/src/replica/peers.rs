@@ -1,6 +1,6 @@
 //! Where the replicas are and which ones the StatefulSet wants: a watch of the controller's
 //! pods (a replica's address is its pod's IP, which changes when the pod restarts; its name
-//! does not) and the StatefulSet's replica count, read again every few seconds.
+//! does not) and one of the StatefulSet, for its replica count.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -17,9 +17,6 @@ use tokio::task::JoinSet;
 
 /// Label of the controller's pods.
 pub const SELECTOR: &str = "app.kubernetes.io/name=kdoctor-controller";
-
-/// How often the StatefulSet's replica count is read.
-const REFRESH: Duration = Duration::from_secs(10);
 
 /// The StatefulSet a pod belongs to and its ordinal, from the pod's name
 /// (`kdoctor-controller-2` is replica 2 of `kdoctor-controller`).
@@ -62,12 +59,17 @@ impl Peers {
         });
         let replicas = Arc::new(AtomicUsize::new(0));
         if let Some((set, _)) = ordinal_of(me) {
+            // A watch of the one StatefulSet: a scale is seen at once, and costs the API
+            // nothing while nothing changes (it was a read every 10 s by every replica).
             let sets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+            let config = watcher::Config::default().fields(&format!("metadata.name={set}"));
             let set = set.to_string();
             let count = replicas.clone();
             tasks.spawn(async move {
-                loop {
-                    match sets.get(&set).await {
+                let changes = watcher(sets, config).default_backoff().applied_objects();
+                let mut changes = std::pin::pin!(changes);
+                while let Some(change) = changes.next().await {
+                    match change {
                         Ok(s) => {
                             let n = s.spec.and_then(|s| s.replicas).unwrap_or(1).max(0) as usize;
                             if count.swap(n, Ordering::SeqCst) != n {
@@ -75,10 +77,9 @@ impl Peers {
                             }
                         }
                         Err(e) => {
-                            tracing::warn!(statefulset = %set, error = %e, "cannot read the controller's StatefulSet");
+                            tracing::warn!(statefulset = %set, error = %e, "cannot watch the controller's StatefulSet (retrying)");
                         }
                     }
-                    tokio::time::sleep(REFRESH).await;
                 }
             });
         }

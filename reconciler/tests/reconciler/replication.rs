@@ -13,7 +13,7 @@ use kdoctor_store::{RoundResult, Store};
 use kube::Api;
 
 use crate::flow::{apply, net_reach, status_when};
-use crate::support::{Cluster, ClusterConfig, NAMESPACE, eventually, ever_is};
+use crate::support::{CONTROLLER_USER, Cluster, ClusterConfig, NAMESPACE, eventually, ever_is};
 
 fn nodes_of(store: &Store, round: u64) -> Vec<String> {
     let Some(task) = store.find(TaskKind::NetReach, "ha").first().cloned() else {
@@ -198,5 +198,37 @@ async fn a_single_replica_is_a_cluster_of_one_that_runs_tasks() {
     assert_eq!(
         nodes_of(&cluster.replicas[0].store, 1),
         ["node-1", "node-2", "node-3"]
+    );
+}
+
+/// The leader names itself in the Lease with one request a renewal (every 5 s): a replace by
+/// the resourceVersion it last wrote, not a read and then a write each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_renews_the_lease_without_reading_it_each_time() {
+    let cluster = Cluster::start(ClusterConfig {
+        replicas: 1,
+        ..ClusterConfig::default()
+    })
+    .await;
+    cluster.leader(Duration::from_secs(60)).await;
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    eventually(
+        Duration::from_secs(30),
+        "the Lease names the leader",
+        || async {
+            let lease = leases.get(LEASE_NAME).await.ok()?;
+            lease.spec?.holder_identity.filter(|h| h == "controller-0")
+        },
+    )
+    .await;
+    let before = cluster.requests(CONTROLLER_USER);
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let after = cluster.requests(CONTROLLER_USER);
+    let grew =
+        |what: &str| after.get(what).copied().unwrap_or(0) - before.get(what).copied().unwrap_or(0);
+    assert_eq!(grew("get leases"), 0, "before {before:?}, after {after:?}");
+    assert!(
+        (2..=4).contains(&grew("update leases")),
+        "about one renewal every 5 s: before {before:?}, after {after:?}"
     );
 }

@@ -604,13 +604,22 @@ impl Worker {
             .unwrap_or_default()
     }
 
+    /// The node's pod CIDRs, once kube-controller-manager allocated them. Waited for as long
+    /// as it takes (with thousands of nodes, minutes): a pod without an address would be
+    /// Ready and unreachable, where a real kubelet's sandbox waits for the node's CIDR.
     async fn node_cidrs(&self) -> Vec<IpNet> {
         let mut rx = self.ctx.cidrs.clone();
         let name = self.node.name.clone();
-        let wait = rx.wait_for(|m| m.get(&name).is_some_and(|c| !c.is_empty()));
-        match tokio::time::timeout(Duration::from_secs(60), wait).await {
-            Ok(Ok(m)) => m.get(&name).cloned().unwrap_or_default(),
-            _ => Vec::new(),
+        loop {
+            let wait = rx.wait_for(|m| m.get(&name).is_some_and(|c| !c.is_empty()));
+            match tokio::time::timeout(Duration::from_secs(60), wait).await {
+                Ok(Ok(m)) => return m.get(&name).cloned().unwrap_or_default(),
+                // The CIDRs' watch is gone: kube-sim is shutting down.
+                Ok(Err(_)) => return Vec::new(),
+                Err(_) => {
+                    tracing::warn!(node = %name, "no pod CIDR for the node after 60 s; the pod waits")
+                }
+            }
         }
     }
 

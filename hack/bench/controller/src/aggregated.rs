@@ -52,7 +52,10 @@ impl Reads {
             ("`get kdoctorreport netreach-scale -o json`", &self.json),
             ("`get kdoctorreport netreach-scale -o yaml`", &self.yaml),
             ("`get kdoctorreport netreach-scale` (Table)", &self.table),
-            ("`get kdoctorreport` (Table of every report)", &self.list_table),
+            (
+                "`get kdoctorreport` (Table of every report)",
+                &self.list_table,
+            ),
             ("`kdoctor matrix netreach-scale` (the plugin)", &self.matrix),
         ] {
             println!("| {what} | {:.2} | {:.0} | {} |", t.secs, t.mib, t.bytes);
@@ -216,8 +219,8 @@ pub async fn measure(
         "--kubeconfig".into(),
         kubeconfig_arg.clone(),
     ])
-        .await
-        .expect("matrix read");
+    .await
+    .expect("matrix read");
     stop.store(true, Ordering::SeqCst);
     let _ = sampler.await;
     Reads {

@@ -25,10 +25,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kdoctor_agent::agent::{RunningAgent, start};
 use kdoctor_agent::cluster::runner::Runner;
 use kdoctor_agent::config::{AgentArgs, TaskArgs};
-use kdoctor_transport::report_client::ReportClient;
 use kdoctor_agent::spool::Spool;
 use kdoctor_api::task::{NetReach, RoundStatus, TaskKind};
 use kdoctor_transport::pki::Ca;
+use kdoctor_transport::report_client::ReportClient;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube_sim::testcluster::{TestCluster, TestClusterOptions};
 
@@ -220,7 +220,9 @@ impl Cluster {
                 "only {} of {nodes} agent pods Ready",
                 ready.len()
             );
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            // A list of thousands of pods is megabytes for kube-apiserver to encode: not too
+            // often, or the wait itself slows the cluster it waits for.
+            tokio::time::sleep(Duration::from_secs(2)).await;
         };
         let ready_after = started.elapsed();
         eprintln!(
@@ -277,15 +279,22 @@ impl Cluster {
                 "--leader-elect=false".into(),
                 "--pod-name=bench-controller".into(),
             ];
-            return Controllers(vec![self.spawn_controller(kdoctor, "bench-controller", args)]);
+            return Controllers(vec![self.spawn_controller(
+                kdoctor,
+                "bench-controller",
+                args,
+            )]);
         }
         // As installed: the certificates managed through the API (the serving certificate's
         // Secret, the APIService's caBundle) under the install's CA, here one the operator
         // provided (`kdoctor certs` or Helm would), the bench's, which the stand-ins trust.
-        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
-            kdoctor_apiserver::certs::bootstrap::ca_secret_object(&self.ca, NAMESPACE, "kdoctor-ca"),
-        )
-        .expect("CA Secret");
+        let secret: k8s_openapi::api::core::v1::Secret =
+            serde_json::from_value(kdoctor_apiserver::certs::bootstrap::ca_secret_object(
+                &self.ca,
+                NAMESPACE,
+                "kdoctor-ca",
+            ))
+            .expect("CA Secret");
         Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.admin.clone(), NAMESPACE)
             .create(&PostParams::default(), &secret)
             .await
@@ -484,8 +493,9 @@ struct StandIns {
 
 impl StandIns {
     async fn start(cluster: &Cluster) -> StandIns {
-        let identity = kdoctor_transport::tls::Identity::self_signed(&["kdoctor-agent".to_string()])
-            .expect("cert");
+        let identity =
+            kdoctor_transport::tls::Identity::self_signed(&["kdoctor-agent".to_string()])
+                .expect("cert");
         let roots = kdoctor_transport::tls::parse_roots(cluster.ca.pem.cert.as_bytes(), "CA")
             .expect("CA roots");
         let tls = Arc::new(
@@ -929,8 +939,12 @@ async fn scale(o: Options, kube: TestCluster) {
         floor_s: floor.as_secs_f64(),
         cpu_per_round_s: median(rounds.iter().map(|r| r.cpu).collect()),
         controller_peak_mib: mib(peak_total),
-        apiserver_peak_mib: mib(rounds.iter().map(|r| r.apiserver_rss_kib).max().unwrap_or(0))
-            .max(reads.as_ref().map_or(0.0, |r| r.apiserver_peak_mib)),
+        apiserver_peak_mib: mib(rounds
+            .iter()
+            .map(|r| r.apiserver_rss_kib)
+            .max()
+            .unwrap_or(0))
+        .max(reads.as_ref().map_or(0.0, |r| r.apiserver_peak_mib)),
         store_mb_per_round: store_per_round / 1e6,
         reads: reads.clone(),
     });

@@ -61,17 +61,32 @@ pub fn print(file: &Path) {
         ("controller API requests per round (besides reviews)", |r| {
             Some(r.requests_per_round)
         }),
-        ("status writes per round", |r| Some(r.status_writes_per_round)),
-        ("last report → round finalised, median (s)", |r| Some(r.lag_s)),
-        ("bare harvest loop, same agents (s)", |r| Some(r.floor_s)),
-        ("finalise lag ÷ bare loop", |r| Some(r.lag_s / r.floor_s.max(1e-9))),
-        ("controllers' CPU per round, median (s)", |r| Some(r.cpu_per_round_s)),
-        ("largest replica's peak RSS (MiB)", |r| Some(r.controller_peak_mib)),
-        ("kube-apiserver peak RSS in the rounds and reads (MiB)", |r| {
-            Some(r.apiserver_peak_mib)
+        ("status writes per round", |r| {
+            Some(r.status_writes_per_round)
         }),
-        ("store on disk per round per replica (MB)", |r| Some(r.store_mb_per_round)),
-        ("report JSON (MB)", |r| Some(r.reads.as_ref()?.json.bytes as f64 / 1e6)),
+        ("last report → round finalised, median (s)", |r| {
+            Some(r.lag_s)
+        }),
+        ("bare harvest loop, same agents (s)", |r| Some(r.floor_s)),
+        ("finalise lag ÷ bare loop", |r| {
+            Some(r.lag_s / r.floor_s.max(1e-9))
+        }),
+        ("controllers' CPU per round, median (s)", |r| {
+            Some(r.cpu_per_round_s)
+        }),
+        ("largest replica's peak RSS (MiB)", |r| {
+            Some(r.controller_peak_mib)
+        }),
+        (
+            "kube-apiserver peak RSS in the rounds and reads (MiB)",
+            |r| Some(r.apiserver_peak_mib),
+        ),
+        ("store on disk per round per replica (MB)", |r| {
+            Some(r.store_mb_per_round)
+        }),
+        ("report JSON (MB)", |r| {
+            Some(r.reads.as_ref()?.json.bytes as f64 / 1e6)
+        }),
         ("`kubectl get kdoctorreport NAME -o json` (s)", |r| {
             Some(r.reads.as_ref()?.json.secs)
         }),
@@ -81,7 +96,9 @@ pub fn print(file: &Path) {
         ("`kubectl get kdoctorreport NAME` Table (s)", |r| {
             Some(r.reads.as_ref()?.table.secs)
         }),
-        ("`kubectl kdoctor matrix` (s)", |r| Some(r.reads.as_ref()?.matrix.secs)),
+        ("`kubectl kdoctor matrix` (s)", |r| {
+            Some(r.reads.as_ref()?.matrix.secs)
+        }),
     ];
     println!("### By node count\n");
     let counts: Vec<String> = rows.iter().map(|r| format!("{} nodes", r.nodes)).collect();
