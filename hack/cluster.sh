@@ -362,7 +362,7 @@ EOF
     --image="ghcr.io/kdoctor-io/kdoctor=$kdoctor" \
     --work-dir="$DIR/kubelet" --netns-prefix="$NS-"
   # Thousands of nodes take minutes to register and report Ready.
-  wait_for "$nodes Ready nodes" kube-sim $((120 + nodes / 25)) nodes_ready "$nodes"
+  wait_for "$nodes Ready nodes" kube-sim $((120 + nodes / 8)) nodes_ready "$nodes"
 
   # Also without kube-sim nodes: the cluster's namespace then stands for a host outside the
   # nodes (the ingress controller's, the API server's) that reaches Services through its own

@@ -87,7 +87,7 @@ async fn renew(
 /// Keeps the Lease naming `identity` until dropped (run it while this replica leads).
 pub async fn run(client: Client, namespace: String, identity: String) {
     let api: Api<Lease> = Api::namespaced(client, &namespace);
-    let mut last = None;
+    let mut last: Option<Lease> = None;
     loop {
         if let Err(e) = renew(&api, &identity, &mut last).await {
             tracing::debug!(lease = LEASE_NAME, error = %e, "announcing the leader (retrying)");

@@ -1,15 +1,17 @@
 //! The controller on a real control plane (kube_sim::testcluster: kube-apiserver and the other
 //! components of Kubernetes v1.34.4, kube-sim as the kubelet of `--nodes` simulated nodes):
-//! `kdoctor controller` runs as a process under the manifests' ServiceAccount, and the
+//! `kdoctor controller` runs as `--replicas` processes, the pods of a StatefulSet, under the
+//! manifests' ServiceAccount (one process that owns its store with `--replicas 1`), and the
 //! default-agent pods are stand-ins (the real report API on every pod address, which kube-sim
 //! puts on the node network; each round's report spooled as soon as the round is ongoing). The
 //! benchmark runs inside the cluster's network namespace, and counts requests in
-//! kube-apiserver's audit log. Per round: the controller's API requests and status writes, the time from the last
-//! report to the finalised round, its CPU seconds and RSS. The floor in the same run: the same
-//! reports harvested by a bare loop over the same report API into plain files. Then, on
-//! `--agent-nodes` nodes, real agents (the agent's task loop) with the controller: the agents'
-//! API requests per round. Prints markdown.
-
+//! kube-apiserver's audit log. Per round: the controller's API requests and status writes, the
+//! time from the last report to the finalised round, the replicas' CPU seconds and RSS,
+//! kube-apiserver's RSS. The floor in the same run: the same reports harvested by a bare loop
+//! over the same report API into plain files. Then kubectl reads the round through the
+//! aggregation layer ([`aggregated`]). A list of node counts runs a cluster each and prints
+//! them side by side ([`summary`]). Then, on `--agent-nodes` nodes, real agents (the agent's
+//! task loop) with the controller: the agents' API requests per round. Prints markdown.
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -50,6 +52,8 @@ enum Part {
     All,
     Scale,
     Agents,
+    /// The table by node count of the scale runs in `--summary FILE`.
+    Table,
 }
 
 struct Options {
@@ -61,6 +65,7 @@ struct Options {
     /// Controller replicas (1: one process that owns its store alone, no StatefulSet).
     replicas: usize,
     part: Part,
+    summary: Option<PathBuf>,
 }
 
 fn options() -> Options {
@@ -71,6 +76,7 @@ fn options() -> Options {
         agent_nodes: 20,
         replicas: 3,
         part: Part::All,
+        summary: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -85,13 +91,15 @@ fn options() -> Options {
                     .collect()
             }
             "--replicas" => o.replicas = value.parse().expect("--replicas N"),
+            "--summary" => o.summary = Some(value.into()),
             "--rounds" => o.rounds = value.parse().expect("--rounds N"),
             "--agent-nodes" => o.agent_nodes = value.parse().expect("--agent-nodes N"),
             "--part" => {
                 o.part = match value.as_str() {
                     "scale" => Part::Scale,
                     "agents" => Part::Agents,
-                    other => panic!("--part scale|agents, not {other}"),
+                    "table" => Part::Table,
+                    other => panic!("--part scale|agents|table, not {other}"),
                 }
             }
             other => panic!("unknown option {other}"),
@@ -763,6 +771,9 @@ fn main() {
             in_cluster(nodes, |kube| scale(o, kube))
         }
         Part::Agents => in_cluster(o.agent_nodes, |kube| agents(o, kube)),
+        // Runs of separate invocations side by side (each `--part scale` appends to the file
+        // KDOCTOR_BENCH_SUMMARY names).
+        Part::Table => summary::print(o.summary.as_deref().expect("--summary FILE")),
     }
 }
 
