@@ -77,21 +77,12 @@ pub async fn measure(
 ) -> Reads {
     let kubectl = cluster.kube.kubectl();
     let kubeconfig = cluster.kube.inner_kubeconfig();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..");
     let k = |args: &[&str]| {
         let mut c = Command::new(&kubectl);
         c.arg("--kubeconfig").arg(&kubeconfig).args(args);
         c
     };
-    let applied = k(&["apply", "-f"])
-        .arg(root.join("manifests/apiservice.yaml"))
-        .output()
-        .expect("kubectl");
-    assert!(
-        applied.status.success(),
-        "{}",
-        String::from_utf8_lossy(&applied.stderr)
-    );
+    crate::apply_manifests(&cluster.kube, &["apiservice.yaml"]);
     let started = Instant::now();
     loop {
         let out = k(&[

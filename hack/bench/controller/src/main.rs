@@ -144,6 +144,25 @@ struct Cluster {
     ready_after: Duration,
 }
 
+/// `kubectl apply` of files of manifests/, as shipped.
+fn apply_manifests(kube: &TestCluster, files: &[&str]) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../manifests");
+    let mut apply = Command::new(kube.kubectl());
+    apply
+        .arg("--kubeconfig")
+        .arg(kube.inner_kubeconfig())
+        .arg("apply");
+    for file in files {
+        apply.arg("-f").arg(root.join(file));
+    }
+    let applied = apply.output().expect("kubectl");
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+}
+
 /// A client from a kubeconfig, with `token` instead of its credentials when given.
 async fn client_from(kubeconfig: &Path, token: Option<String>) -> kube::Client {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
@@ -171,21 +190,7 @@ impl Cluster {
             )
             .await
             .expect("namespace");
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..");
-        let applied = Command::new(kube.kubectl())
-            .arg("--kubeconfig")
-            .arg(kube.inner_kubeconfig())
-            .args(["apply", "-f"])
-            .arg(root.join("manifests/rbac.yaml"))
-            .arg("-f")
-            .arg(root.join("manifests/apiserver-rbac.yaml"))
-            .output()
-            .expect("kubectl");
-        assert!(
-            applied.status.success(),
-            "{}",
-            String::from_utf8_lossy(&applied.stderr)
-        );
+        apply_manifests(&kube, &["rbac.yaml", "apiserver-rbac.yaml"]);
         let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
         for crd in kdoctor_api::crd::crds() {
             crds.create(&PostParams::default(), &crd)
