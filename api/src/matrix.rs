@@ -329,8 +329,9 @@ pub struct Builder {
     columns: Vec<Column>,
     column_ids: HashMap<Column, usize>,
     by_target: HashMap<String, usize>,
-    /// `cells[row][column id]`, columns in the order they were first seen.
-    cells: Vec<Vec<Option<Cell>>>,
+    /// `cells[row]`: the probed cells by column id (columns in the order they were first
+    /// seen). Sparse: a round that samples k peers holds k cells a row, not one per node.
+    cells: Vec<BTreeMap<usize, Cell>>,
 }
 
 impl Builder {
@@ -351,7 +352,7 @@ impl Builder {
             .collect();
         Builder {
             pod_nodes,
-            cells: vec![Vec::new(); nodes.len()],
+            cells: vec![BTreeMap::new(); nodes.len()],
             nodes,
             row_of,
             ..Builder::default()
@@ -392,11 +393,7 @@ impl Builder {
                     id
                 }
             };
-            let cells = &mut self.cells[r];
-            if cells.len() <= id {
-                cells.resize(self.columns.len(), None);
-            }
-            let cell = cells[id].get_or_insert_with(Cell::default);
+            let cell = self.cells[r].entry(id).or_default();
             cell.requests += probe.requests;
             cell.successes += probe.successes;
             cell.p99_ms = cell.p99_ms.max(f64::from(probe.p99_ms));
@@ -407,24 +404,140 @@ impl Builder {
     /// The matrix: nodes in name order, node columns in name order, then kinds by name (see
     /// [`Matrix::grouped`]).
     pub fn finish(self) -> Matrix {
+        let view = self.finish_view();
+        let width = view.columns.len();
+        Matrix {
+            cells: view
+                .cells
+                .iter()
+                .map(|row| {
+                    let mut dense = vec![None; width];
+                    for (column, cell) in row {
+                        dense[*column] = Some(*cell);
+                    }
+                    dense
+                })
+                .collect(),
+            rows: view.rows,
+            columns: view.columns,
+            zones: BTreeMap::new(),
+            protocol: view.protocol,
+        }
+    }
+
+    /// The matrix as [`Builder::finish`] orders it, its cells kept sparse: what the API server
+    /// serves, in memory as large as the probed cells (a round of 5,000 nodes sampling 5 peers
+    /// is 25,000 cells, where the dense grid is 25 million).
+    pub fn finish_view(self) -> MatrixView {
         let mut order: Vec<usize> = (0..self.columns.len()).collect();
         order.sort_by(|&a, &b| self.columns[a].cmp(&self.columns[b]));
-        Matrix {
-            columns: order.iter().map(|&i| self.columns[i].clone()).collect(),
+        let mut rank = vec![0; order.len()];
+        for (position, &id) in order.iter().enumerate() {
+            rank[id] = position;
+        }
+        let mut columns: Vec<Option<Column>> = self.columns.into_iter().map(Some).collect();
+        MatrixView {
+            columns: order.iter().filter_map(|&i| columns[i].take()).collect(),
             cells: self
                 .cells
                 .into_iter()
                 .map(|row| {
-                    order
-                        .iter()
-                        .map(|&i| row.get(i).copied().flatten())
-                        .collect()
+                    let mut cells: Vec<(usize, Cell)> =
+                        row.into_iter().map(|(id, cell)| (rank[id], cell)).collect();
+                    cells.sort_by_key(|(column, _)| *column);
+                    cells
                 })
                 .collect(),
             rows: self.nodes,
-            zones: BTreeMap::new(),
             protocol: self.protocol,
         }
+    }
+}
+
+/// A [`Matrix`] whose cells are kept sparse: serialised as the same JSON (every row with a
+/// value or `null` for each column, the path MTUs in their grid when any cell has one), written
+/// as it goes, without the dense grid in memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MatrixView {
+    /// Source nodes.
+    pub rows: Vec<String>,
+    /// Target nodes, then target kinds.
+    pub columns: Vec<Column>,
+    /// `cells[row]`: (column, cell) of the probed cells, by column.
+    pub cells: Vec<Vec<(usize, Cell)>>,
+    /// The probes the cells count.
+    pub protocol: Protocol,
+}
+
+/// One row of a [`MatrixView`] as the dense JSON has it: `value(cell)` or `null` per column.
+struct DenseRow<'a, T, F: Fn(&Cell) -> Option<T>> {
+    width: usize,
+    cells: &'a [(usize, Cell)],
+    value: F,
+}
+
+impl<T: Serialize, F: Fn(&Cell) -> Option<T>> Serialize for DenseRow<'_, T, F> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.width))?;
+        let mut probed = self.cells.iter().peekable();
+        for column in 0..self.width {
+            match probed.next_if(|(c, _)| *c == column) {
+                Some((_, cell)) => seq.serialize_element(&(self.value)(cell))?,
+                None => seq.serialize_element(&None::<T>)?,
+            }
+        }
+        seq.end()
+    }
+}
+
+/// The rows of a [`MatrixView`], each a [`DenseRow`].
+struct DenseRows<'a, T, F: Fn(&Cell) -> Option<T> + Copy> {
+    view: &'a MatrixView,
+    value: F,
+}
+
+impl<T: Serialize, F: Fn(&Cell) -> Option<T> + Copy> Serialize for DenseRows<'_, T, F> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.view.cells.iter().map(|cells| DenseRow {
+            width: self.view.columns.len(),
+            cells,
+            value: self.value,
+        }))
+    }
+}
+
+impl Serialize for MatrixView {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        // The fields of WireMatrix, in its order; `zones` is empty here (the server does not
+        // group), so it is left out as WireMatrix leaves an empty one out.
+        let any_mtu = self
+            .cells
+            .iter()
+            .flatten()
+            .any(|(_, c)| c.path_mtu.is_some());
+        let mut out = serializer.serialize_struct("Matrix", if any_mtu { 5 } else { 4 })?;
+        out.serialize_field("rows", &self.rows)?;
+        out.serialize_field("columns", &self.columns)?;
+        out.serialize_field(
+            "cells",
+            &DenseRows {
+                view: self,
+                value: |c: &Cell| Some(*c),
+            },
+        )?;
+        out.serialize_field("protocol", &self.protocol)?;
+        if any_mtu {
+            out.serialize_field(
+                "pathMTU",
+                &DenseRows {
+                    view: self,
+                    value: |c: &Cell| c.path_mtu,
+                },
+            )?;
+        }
+        out.end()
     }
 }
 
@@ -536,6 +649,93 @@ mod tests {
         let wire = serde_json::to_string(&g).expect("json");
         assert!(wire.contains("[20,15,1.5]"), "{wire}");
         assert_eq!(serde_json::from_str::<Matrix>(&wire).expect("back"), g);
+    }
+
+    /// The rows of a sampled round: each node probes the next two (by UDP with path MTUs
+    /// on some, by HTTP), a Service, and a node that sent nothing.
+    fn sampled_rows(nodes: usize) -> Vec<ProbeRow> {
+        (0..nodes)
+            .map(|i| {
+                let peer = |k: usize| (i + k) % nodes;
+                let mut probes = Vec::new();
+                if i != 3 {
+                    for k in 1..=2 {
+                        let p = peer(k);
+                        probes.push(Probe {
+                            target: format!("AgentPodV4IP_agent-{p}_10.0.0.{p}"),
+                            requests: 10 + i as i64,
+                            successes: 10 - k as i64,
+                            p99_ms: 1.0 + k as f32,
+                            path_mtu: None,
+                        });
+                        probes.push(Probe {
+                            target: format!("UDP_AgentPodV4IP_agent-{p}_10.0.0.{p}"),
+                            requests: 5,
+                            successes: 5,
+                            p99_ms: 0.5,
+                            path_mtu: (i % 2 == 0).then_some(1_400 + k as u32),
+                        });
+                    }
+                    probes.push(Probe {
+                        target: "AgentClusterV4IP_10.96.0.1:80".into(),
+                        requests: 3,
+                        successes: 3,
+                        p99_ms: 2.0,
+                        path_mtu: None,
+                    });
+                }
+                ProbeRow {
+                    node: format!("node-{i}"),
+                    pod: format!("agent-{i}"),
+                    probes,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_sparse_view_is_the_dense_matrix_on_the_wire() {
+        for protocol in [Protocol::Http, Protocol::Udp] {
+            let rows = sampled_rows(7);
+            let builder = || {
+                let mut b = Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone())))
+                    .protocol(protocol);
+                for row in &rows {
+                    b.add(row);
+                }
+                b
+            };
+            let dense = builder().finish();
+            let view = builder().finish_view();
+            // Sparse: two peers a node (and, by HTTP, the Service), not a cell per node.
+            let probed = if protocol == Protocol::Http { 3 } else { 2 };
+            assert_eq!(view.cells.iter().map(Vec::len).max(), Some(probed));
+            let dense_json = serde_json::to_value(&dense).expect("json");
+            let view_json = serde_json::to_value(&view).expect("json");
+            assert_eq!(view_json, dense_json, "{protocol:?}");
+            assert_eq!(
+                serde_json::to_string(&view).expect("json"),
+                serde_json::to_string(&dense).expect("json")
+            );
+            let back: Matrix = serde_json::from_value(view_json).expect("a Matrix");
+            assert_eq!(back, dense);
+        }
+        // The UDP grid has path MTUs, the HTTP one none: the pathMTU grid only in the first.
+        let rows = sampled_rows(7);
+        let udp = serde_json::to_value(build_view(&rows, Protocol::Udp)).expect("json");
+        assert_eq!(udp["pathMTU"][0][1], serde_json::json!(1_401));
+        assert_eq!(udp["cells"][3], serde_json::json!(vec![None::<u8>; 7]));
+        let http = serde_json::to_value(build_view(&rows, Protocol::Http)).expect("json");
+        assert!(http.get("pathMTU").is_none(), "{http}");
+    }
+
+    fn build_view(rows: &[ProbeRow], protocol: Protocol) -> MatrixView {
+        let mut b =
+            Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone()))).protocol(protocol);
+        for row in rows {
+            b.add(row);
+        }
+        b.finish_view()
     }
 
     #[test]

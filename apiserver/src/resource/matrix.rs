@@ -3,7 +3,7 @@
 //! the round the object shows, built from the store's probe rows — a few megabytes for a
 //! thousand nodes instead of the object's hundreds.
 
-use kdoctor_api::matrix::{Builder, KIND, Matrix};
+use kdoctor_api::matrix::{Builder, KIND, MatrixView};
 use kdoctor_api::report::API_VERSION;
 use kdoctor_api::report::protocol::Protocol;
 use kdoctor_api::task::TaskKind;
@@ -23,7 +23,7 @@ struct MatrixObject<'a> {
     metadata: Metadata<'a>,
     task: TaskRef<'a>,
     round_number: u64,
-    matrix: Matrix,
+    matrix: MatrixView,
 }
 
 #[derive(Serialize)]
@@ -75,7 +75,8 @@ pub fn matrix_json(
             name: &task.name,
         },
         round_number: round,
-        matrix: builder.finish(),
+        // Sparse in memory, the dense grid only on the wire as it is written.
+        matrix: builder.finish_view(),
     };
     serde_json::to_vec(&object).map_err(|e| ApiError::internal(e.to_string()))
 }
