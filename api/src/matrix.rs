@@ -697,16 +697,8 @@ mod tests {
     fn the_sparse_view_is_the_dense_matrix_on_the_wire() {
         for protocol in [Protocol::Http, Protocol::Udp] {
             let rows = sampled_rows(7);
-            let builder = || {
-                let mut b = Builder::new(rows.iter().map(|r| (r.node.clone(), r.pod.clone())))
-                    .protocol(protocol);
-                for row in &rows {
-                    b.add(row);
-                }
-                b
-            };
-            let dense = builder().finish();
-            let view = builder().finish_view();
+            let dense = build(&rows, protocol);
+            let view = build_view(&rows, protocol);
             // Sparse: two peers a node (and, by HTTP, the Service), not a cell per node.
             let probed = if protocol == Protocol::Http { 3 } else { 2 };
             assert_eq!(view.cells.iter().map(Vec::len).max(), Some(probed));

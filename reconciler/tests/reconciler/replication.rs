@@ -157,28 +157,34 @@ async fn the_leader_crashes_mid_round_and_another_replica_finishes_it_with_every
     })
     .await;
     // The Lease names the new leader, for people.
-    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     let name = cluster.replicas[second].name.clone();
-    eventually(
-        Duration::from_secs(20),
-        "the Lease names the leader",
-        || async {
-            let lease = leases.get(LEASE_NAME).await.ok()?;
-            (lease.spec?.holder_identity? == name).then_some(())
-        },
-    )
+    lease_names(&cluster, &name, Duration::from_secs(20)).await;
+}
+
+/// Waits until the Lease names `name` (within `limit`).
+async fn lease_names(cluster: &Cluster, name: &str, limit: Duration) {
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    eventually(limit, "the Lease names the leader", || async {
+        let lease = leases.get(LEASE_NAME).await.ok()?;
+        (lease.spec?.holder_identity? == name).then_some(())
+    })
     .await;
+}
+
+/// A cluster whose controller is one replica of the store under Raft.
+async fn one_replica() -> Cluster {
+    Cluster::start(ClusterConfig {
+        replicas: 1,
+        ..ClusterConfig::default()
+    })
+    .await
 }
 
 /// One replica is a valid small install: a cluster of one under Raft leads at once and runs
 /// tasks as the three do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_replica_is_a_cluster_of_one_that_runs_tasks() {
-    let cluster = Cluster::start(ClusterConfig {
-        replicas: 1,
-        ..ClusterConfig::default()
-    })
-    .await;
+    let cluster = one_replica().await;
     assert_eq!(cluster.leader(Duration::from_secs(60)).await, 0);
     let raft = cluster.replicas[0].raft.clone().expect("replicated");
     assert_eq!(raft.voters().len(), 1);
@@ -205,22 +211,9 @@ async fn a_single_replica_is_a_cluster_of_one_that_runs_tasks() {
 /// the resourceVersion it last wrote, not a read and then a write each time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_renews_the_lease_without_reading_it_each_time() {
-    let cluster = Cluster::start(ClusterConfig {
-        replicas: 1,
-        ..ClusterConfig::default()
-    })
-    .await;
+    let cluster = one_replica().await;
     cluster.leader(Duration::from_secs(60)).await;
-    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    eventually(
-        Duration::from_secs(30),
-        "the Lease names the leader",
-        || async {
-            let lease = leases.get(LEASE_NAME).await.ok()?;
-            lease.spec?.holder_identity.filter(|h| h == "controller-0")
-        },
-    )
-    .await;
+    lease_names(&cluster, "controller-0", Duration::from_secs(30)).await;
     let before = cluster.requests(CONTROLLER_USER);
     tokio::time::sleep(Duration::from_secs(16)).await;
     let after = cluster.requests(CONTROLLER_USER);

@@ -83,27 +83,19 @@ pub async fn measure(
         c
     };
     crate::apply_manifests(&cluster.kube, &["apiservice.yaml"]);
-    let started = Instant::now();
-    loop {
-        let out = k(&[
-            "get",
-            "apiservice",
-            APISERVICE,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
-        ])
-        .output()
-        .expect("kubectl");
-        if String::from_utf8_lossy(&out.stdout).trim() == "True" {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(180),
-            "{APISERVICE} not Available after 180 s: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let available = k(&[
+        "wait",
+        &format!("apiservice/{APISERVICE}"),
+        "--for=condition=Available",
+        "--timeout=180s",
+    ])
+    .output()
+    .expect("kubectl");
+    assert!(
+        available.status.success(),
+        "{APISERVICE} not Available after 180 s: {}",
+        String::from_utf8_lossy(&available.stderr)
+    );
     // Available comes before kube-apiserver's discovery lists the group's resources.
     let started = Instant::now();
     loop {
