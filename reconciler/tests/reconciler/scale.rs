@@ -7,6 +7,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::ListParams;
+
 use kdoctor_api::task::{LastRoundStatus, NetReach, TaskKind};
 use kdoctor_store::RoundResult;
 
@@ -62,6 +66,30 @@ fn failures(cluster: &Cluster, round: u64) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
+/// Waits (bounded) until the task's RoundSucceeded Event counts `round` rounds: the Event of a
+/// finished round is published after its status is written, so a snapshot of the requests
+/// taken when the status shows the end would race it.
+async fn round_succeeded_event(cluster: &Cluster, round: i32) {
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
+    eventually(
+        Duration::from_secs(30),
+        "the round's RoundSucceeded Event",
+        || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("scale"))
+                .filter(|e| e.reason.as_deref() == Some("RoundSucceeded"))
+                .any(|e| e.series.as_ref().map_or(1, |s| s.count) == round)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_1000_nodes_a_round_costs_the_api_a_few_requests_not_one_per_node() {
     // About five sockets per in-process agent (report API, echo HTTP and HTTPS, health,
@@ -111,6 +139,7 @@ async fn on_1000_nodes_a_round_costs_the_api_a_few_requests_not_one_per_node() {
         "round 1 failed: {:?}",
         failures(&cluster, 1)
     );
+    round_succeeded_event(&cluster, 1).await;
     let after_first = requests(&cluster);
     let status = status_when(
         &cluster,
@@ -120,6 +149,7 @@ async fn on_1000_nodes_a_round_costs_the_api_a_few_requests_not_one_per_node() {
         |s| s.finish,
     )
     .await;
+    round_succeeded_event(&cluster, 2).await;
     let end = requests(&cluster);
     assert_eq!(
         status.last_round_status,
