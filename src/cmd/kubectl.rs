@@ -339,10 +339,12 @@ async fn read_matrix_view(
     protocol: Protocol,
 ) -> Result<Option<MatrixView>> {
     use http_body_util::BodyExt;
-    let query = match protocol {
-        Protocol::Http => String::new(),
-        other => format!("?protocol={}", other.as_str()),
-    };
+    // Sparse: the probed cells only (a round of 5,000 nodes sampling 5 peers is 25,000 cells,
+    // its dense grid 25 million); a server from before it answers dense, read the same way.
+    let mut query = format!("?{}=sparse", kdoctor_api::matrix::CELLS_QUERY);
+    if protocol != Protocol::Http {
+        query.push_str(&format!("&protocol={}", protocol.as_str()));
+    }
     let response = match get_report(client, name, &query, MATRIX_VIEW).await? {
         Ok(response) => response,
         Err((406, _)) => return Ok(None),
@@ -357,10 +359,11 @@ async fn read_matrix_view(
     Ok(Some(view))
 }
 
-/// Node zones, when the caller may list Nodes (the matrix groups by zone); none otherwise.
+/// Node zones, when the caller may list Nodes (the matrix groups by zone); none otherwise. Their
+/// metadata only: a zone is a label, and 5,000 whole Nodes are tens of megabytes.
 async fn zones(client: kube::Client) -> BTreeMap<String, String> {
     let nodes: Api<Node> = Api::all(client);
-    match nodes.list(&ListParams::default()).await {
+    match nodes.list_metadata(&ListParams::default()).await {
         Ok(list) => list
             .items
             .into_iter()
@@ -740,11 +743,26 @@ mod tests {
             "--metric mtu: the path MTU is searched on UDP echo paths only; use --protocol udp"
         );
     }
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use crate::plugin::matrix::Cell;
     use crate::plugin::matrix::tests::mesh;
 
-    /// A Kubernetes API answering GETs of one report: its matrix view only when `with_view`.
-    fn server(with_view: bool) -> kube::Client {
+    /// Which matrix views a test server has.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Views {
+        /// None (406): a server from before the view.
+        No,
+        /// Dense only, whatever the query: a server from before `cells=sparse`.
+        Dense,
+        /// Sparse when asked.
+        Sparse,
+    }
+
+    /// A Kubernetes API answering GETs of one report and its matrix `views`; `asked_sparse`
+    /// counts the view's requests with `cells=sparse`.
+    fn server_with(views: Views, asked_sparse: Arc<AtomicUsize>) -> kube::Client {
         let mut reports = mesh(3);
         // Each target also timed as a TCP connect, every connect failed: a TCP matrix counted
         // from these differs from the HTTP one in every cell.
@@ -774,20 +792,34 @@ mod tests {
             .iter()
             .filter_map(kdoctor_api::matrix::ProbeRow::of)
             .collect();
-        let view = serde_json::json!({
-            "apiVersion": "system.kdoctor.io/v1beta1", "kind": "KdoctorReportMatrix",
-            "task": {"kind": "NetReach", "name": "mesh"}, "roundNumber": 4,
-            "matrix": kdoctor_api::matrix::build(&rows, Protocol::Http),
-        });
+        let matrix = kdoctor_api::matrix::build(&rows, Protocol::Http);
+        let view = |matrix: serde_json::Value| {
+            serde_json::json!({
+                "apiVersion": "system.kdoctor.io/v1beta1", "kind": "KdoctorReportMatrix",
+                "task": {"kind": "NetReach", "name": "mesh"}, "roundNumber": 4,
+                "matrix": matrix,
+            })
+        };
+        let dense = view(serde_json::to_value(&matrix).unwrap_or_default());
+        let sparse =
+            view(serde_json::to_value(kdoctor_api::matrix::Sparse(&matrix)).unwrap_or_default());
         let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
             let asks_view = request
                 .headers()
                 .get(http::header::ACCEPT)
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|a| a.contains("KdoctorReportMatrix"));
-            let (code, body) = match (asks_view, with_view) {
-                (true, true) => (200, view.clone()),
-                (true, false) => (406, serde_json::json!({"kind": "Status", "code": 406})),
+            let asks_sparse = request
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|p| p == "cells=sparse"));
+            if asks_view && asks_sparse {
+                asked_sparse.fetch_add(1, Ordering::SeqCst);
+            }
+            let (code, body) = match (asks_view, views) {
+                (true, Views::No) => (406, serde_json::json!({"kind": "Status", "code": 406})),
+                (true, Views::Sparse) if asks_sparse => (200, sparse.clone()),
+                (true, _) => (200, dense.clone()),
                 (false, _) => (200, object.clone()),
             };
             let response = http::Response::builder()
@@ -801,19 +833,38 @@ mod tests {
         kube::Client::new(service, "default")
     }
 
+    /// A server with every view.
+    fn server(with_view: bool) -> kube::Client {
+        let views = if with_view { Views::Sparse } else { Views::No };
+        server_with(views, Arc::default())
+    }
+
     #[tokio::test]
-    async fn the_matrix_is_the_servers_view_or_built_from_the_object_of_a_server_without_one() {
-        let with_view = load_matrix(&server(true), "netreach-mesh", Protocol::Http)
-            .await
-            .expect("view");
-        let without = load_matrix(&server(false), "netreach-mesh", Protocol::Http)
-            .await
-            .expect("object");
-        assert_eq!(with_view.round_number, 4);
-        assert_eq!(without.round_number, 4);
-        assert_eq!(without.task.name, "mesh");
-        assert_eq!(with_view.matrix.rows.len(), 3);
-        assert_eq!(with_view.matrix, without.matrix);
+    async fn the_matrix_is_the_servers_sparse_view_or_dense_one_or_built_from_the_object() {
+        let asked_sparse = Arc::new(AtomicUsize::new(0));
+        let load = |views| {
+            let client = server_with(views, asked_sparse.clone());
+            async move {
+                load_matrix(&client, "netreach-mesh", Protocol::Http)
+                    .await
+                    .expect("a matrix")
+            }
+        };
+        let sparse = load(Views::Sparse).await;
+        assert_eq!(
+            asked_sparse.load(Ordering::SeqCst),
+            1,
+            "the view asked sparse"
+        );
+        let dense = load(Views::Dense).await;
+        let without = load(Views::No).await;
+        for view in [&sparse, &dense, &without] {
+            assert_eq!(view.round_number, 4);
+            assert_eq!(view.task.name, "mesh");
+            assert_eq!(view.matrix.rows.len(), 3);
+        }
+        assert_eq!(sparse.matrix, without.matrix);
+        assert_eq!(dense.matrix, without.matrix);
     }
 
     #[tokio::test]
@@ -893,8 +944,7 @@ mod tests {
         assert_eq!(tcp.matrix.protocol, Protocol::Tcp);
         assert_eq!(tcp.matrix.rows.len(), 3);
         assert_eq!(tcp.matrix.columns, http.matrix.columns);
-        let cells =
-            |m: &Matrix| -> Vec<Cell> { m.cells.iter().flatten().flatten().copied().collect() };
+        let cells = |m: &Matrix| -> Vec<Cell> { m.probed().copied().collect() };
         assert!(cells(&http.matrix).iter().any(|c| c.successes > 0));
         assert!(!cells(&tcp.matrix).is_empty());
         assert!(

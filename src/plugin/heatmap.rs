@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::matrix::{Cell, Matrix, Metric};
+use super::matrix::{Matrix, Metric};
 use super::terminal::{cell_text, grade};
 
 const CELL: usize = 44;
@@ -47,7 +47,8 @@ pub fn svg(m: &Matrix, metric: Metric) -> String {
             y + CELL / 2 + 4,
             escape(&label)
         );
-        for (c, cell) in m.cells[r].iter().enumerate() {
+        for c in 0..m.columns.len() {
+            let cell = m.cell(r, c);
             let x = LABEL + CELL * c;
             let (fill, text) = match cell {
                 Some(cell) => (
@@ -101,12 +102,11 @@ pub fn html(m: &Matrix, metric: Metric, title: &str) -> String {
             )
         })
         .collect();
-    let probed: Vec<&Cell> = m.cells.iter().flatten().flatten().collect();
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{title}</title>\n<style>body{{font-family:sans-serif;margin:24px}}</style>\n</head>\n<body>\n<h1>{title}</h1>\n<p>Each cell: {what}, from the row's node to the column's target ({} sources, {} targets, {} pairs probed).</p>\n<p>{legend}<span style=\"background:{UNPROBED};padding:2px 8px\">not probed</span></p>\n{}</body>\n</html>\n",
         m.rows.len(),
         m.columns.len(),
-        probed.len(),
+        m.probed().count(),
         svg(m, metric),
         title = escape(title),
     )

@@ -191,13 +191,13 @@ pub mod tests {
             m.columns[3],
             kdoctor_api::matrix::Column::Kind("ClusterIP v4".into())
         );
-        let failing = m.cells[0][1].expect("node-1 → node-2");
+        let failing = m.cell(0, 1).expect("node-1 → node-2");
         assert_eq!(failing.value(Metric::Success), 0.5);
         assert_eq!(failing.value(Metric::Loss), 0.5);
         assert_eq!(
-            m.cells[2][0].expect("node-0 → node-1").value(Metric::P99),
+            m.cell(2, 0).expect("node-0 → node-1").value(Metric::P99),
             1.5
         );
-        assert!(m.cells.iter().flatten().all(Option::is_some));
+        assert_eq!(m.probed().count(), 3 * 4, "every pair and the Service");
     }
 }

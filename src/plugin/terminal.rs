@@ -104,7 +104,7 @@ pub fn render(m: &Matrix, metric: Metric, layout: Layout) -> String {
     for (row, node) in m.rows.iter().enumerate() {
         let _ = write!(out, "{:<width$}", label(node));
         for column in shown.clone() {
-            match &m.cells[row][column] {
+            match m.cell(row, column) {
                 None => {
                     let _ = write!(out, "{:>CELL$}", "·");
                 }

@@ -212,11 +212,12 @@ pub async fn get(
                     .parse()
                     .map_err(|e: String| ApiError::bad_request(format!("protocol: {e}")))?,
             };
+            let cells = matrix::Cells::parse(query.get(kdoctor_api::matrix::CELLS_QUERY))?;
             let store = state.store()?;
             return tokio::task::spawn_blocking(move || -> Result<Response, ApiError> {
                 let target = resolve(&store, &name).ok_or_else(|| ApiError::not_found(&name))?;
                 Ok(json_response(Body::from(matrix::matrix_json(
-                    &store, &target, protocol,
+                    &store, &target, protocol, cells,
                 )?)))
             })
             .await

@@ -510,7 +510,37 @@ async fn the_matrix_view_is_the_rounds_matrix_from_stored_probe_rows() {
         let object = get(&s.router, &uri).await.json();
         assert_eq!(view["matrix"], matrix_of_object(&object), "{name}");
         assert_eq!(view["matrix"]["protocol"], "http");
+        // Asked sparse: the same matrix, only the probed cells on the wire.
+        let sparse = send(
+            &s.router,
+            Method::GET,
+            &format!("{uri}?cells=sparse"),
+            Some("admin-token"),
+            Some(MATRIX),
+        )
+        .await;
+        assert_eq!(sparse.status, StatusCode::OK, "{}", sparse.text());
+        let sparse = sparse.json();
+        assert!(sparse["matrix"].get("cells").is_none(), "{sparse}");
+        assert!(sparse["matrix"]["sparseCells"].is_array(), "{sparse}");
+        let read = |json: &serde_json::Value| {
+            serde_json::from_value::<kdoctor_api::matrix::Matrix>(json.clone()).expect("matrix")
+        };
+        assert_eq!(read(&sparse["matrix"]), read(&view["matrix"]), "{name}");
     }
+    let cells = send(
+        &s.router,
+        Method::GET,
+        &format!("{BASE}/netreach-task?cells=some"),
+        Some("admin-token"),
+        Some(MATRIX),
+    )
+    .await;
+    assert_eq!(cells.status, StatusCode::BAD_REQUEST, "{}", cells.text());
+    assert_eq!(
+        cells.json()["message"],
+        "cells: \"some\" is neither \"dense\" nor \"sparse\""
+    );
     // The TCP connect entries' matrix is asked for by name; another protocol is refused.
     let tcp = send(
         &s.router,
