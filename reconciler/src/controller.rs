@@ -38,6 +38,7 @@ use crate::harvest_loop::{self, Harvests};
 use crate::identity::IdentityCheck;
 use crate::metrics::ControllerMetrics;
 use crate::options::ControllerOptions;
+use crate::readiness;
 use crate::reconcile::{error_policy, reconcile};
 use crate::replica::peers::Peers;
 use crate::task::TaskObject;
@@ -77,8 +78,14 @@ fn agent_watch_config() -> watcher::Config {
     watcher::Config::default().labels(&format!("{APP_COMPONENT}={AGENT_COMPONENT}"))
 }
 
-/// A cache of `K` in `namespace`, filled by a watch that runs in `tasks`.
-fn cache<K>(client: &Client, namespace: &str, tasks: &mut JoinSet<()>) -> reflector::Store<K>
+/// A cache of `K` in `namespace`, filled by a watch that runs in `tasks`; each object `trim`med
+/// of what the controller never reads before it is kept.
+fn cache<K>(
+    client: &Client,
+    namespace: &str,
+    trim: fn(&mut K),
+    tasks: &mut JoinSet<()>,
+) -> reflector::Store<K>
 where
     K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
         + Clone
@@ -90,7 +97,7 @@ where
 {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, agent_watch_config()))
+    let stream = reflector::reflector(writer, watcher(api, agent_watch_config()).modify(trim))
         .backoff(crate::watch_backoff::Prompt::default())
         .touched_objects();
     tasks.spawn(async move {
@@ -310,16 +317,20 @@ fn spawn_replication(setup: &Setup, tasks: &mut JoinSet<()>) {
     }
 }
 
+/// A few objects per task: kept as they are.
+fn keep_whole<K>(_: &mut K) {}
+
 /// The caches of agent objects in the controller's namespace, once they are filled.
 async fn watch_agents(setup: &Setup, tasks: &mut JoinSet<()>) -> Caches {
     let namespace = &setup.options.namespace;
     let caches = Caches {
-        pods: cache::<Pod>(&setup.client, namespace, tasks),
-        daemonsets: cache::<DaemonSet>(&setup.client, namespace, tasks),
-        deployments: cache::<Deployment>(&setup.client, namespace, tasks),
-        slices: cache::<EndpointSlice>(&setup.client, namespace, tasks),
-        services: cache::<Service>(&setup.client, namespace, tasks),
-        ingresses: cache::<Ingress>(&setup.client, namespace, tasks),
+        // One agent pod a node: thousands, each kept only as far as it is read.
+        pods: cache(&setup.client, namespace, readiness::trim_pod, tasks),
+        daemonsets: cache::<DaemonSet>(&setup.client, namespace, keep_whole, tasks),
+        deployments: cache::<Deployment>(&setup.client, namespace, keep_whole, tasks),
+        slices: cache::<EndpointSlice>(&setup.client, namespace, keep_whole, tasks),
+        services: cache::<Service>(&setup.client, namespace, keep_whole, tasks),
+        ingresses: cache::<Ingress>(&setup.client, namespace, keep_whole, tasks),
         routed_since: Default::default(),
     };
     for ready in [

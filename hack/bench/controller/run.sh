@@ -7,7 +7,9 @@
 # store's disk per round; the same harvest done by a bare loop (the floor) in the same run;
 # kubectl reading the round through the aggregation layer; and, on --agent-nodes (default 20)
 # real agents, the agents' API requests per round. Prints markdown for docs/benchmarks.md.
-# Options pass through, e.g. `run.sh --nodes 200 --rounds 1 --replicas 1`.
+# Options pass through, e.g. `run.sh --nodes 200 --rounds 1 --replicas 1`. KDOCTOR_BENCH_HEAPTRACK=DIR
+# runs each replica under heaptrack (a profile per replica in DIR; its RSS figures are then
+# heaptrack's script's, not the replica's).
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(cd ../../.. && pwd)

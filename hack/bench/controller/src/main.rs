@@ -14,6 +14,7 @@
 //! task loop) with the controller: the agents' API requests per round. Prints markdown.
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -324,7 +325,20 @@ impl Cluster {
         let data = self.dir.join(format!("store-{name}"));
         let log_path = self.dir.join(format!("{name}.log"));
         let log = std::fs::File::create(&log_path).expect("log file");
-        let child = Command::new(kdoctor)
+        // A heap profile of each replica when asked (KDOCTOR_BENCH_HEAPTRACK=DIR): heaptrack
+        // runs it, in a process group of its own so that the replica is stopped with it.
+        let mut command = match std::env::var_os("KDOCTOR_BENCH_HEAPTRACK") {
+            Some(dir) => {
+                let mut c = Command::new("heaptrack");
+                c.arg("-o")
+                    .arg(Path::new(&dir).join(name))
+                    .arg(kdoctor)
+                    .process_group(0);
+                c
+            }
+            None => Command::new(kdoctor),
+        };
+        let child = command
             .args(["controller", "--data"])
             .arg(&data)
             .args(["--namespace", NAMESPACE, "--poll-seconds=1"])
@@ -490,6 +504,16 @@ impl Controllers {
 
 impl Drop for Controller {
     fn drop(&mut self) {
+        if std::env::var_os("KDOCTOR_BENCH_HEAPTRACK").is_some() {
+            // The group: heaptrack's script and the replica it runs, stopped as a pod is so
+            // that the profile is written out.
+            let _ = Command::new("kill")
+                .args(["-TERM", "--"])
+                .arg(format!("-{}", self.child.id()))
+                .status();
+            let _ = self.child.wait();
+            return;
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
