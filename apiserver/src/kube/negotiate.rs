@@ -1,8 +1,9 @@
-//! Content negotiation: JSON objects, a `meta.k8s.io` Table, or (for one report) its
-//! connectivity matrix.
+//! Content negotiation: JSON objects, a `meta.k8s.io` Table, their metadata alone
+//! (`PartialObjectMetadata`), or (for one report) its connectivity matrix.
 
 use axum::http::{HeaderMap, header};
 
+use crate::kube::partial::{self, MetaVersion};
 use crate::kube::status::ApiError;
 
 /// What the client asked for.
@@ -12,6 +13,30 @@ pub enum Wanted {
     Json,
     /// A Table (`as=Table;g=meta.k8s.io;v=v1` or `v1beta1`).
     Table,
+    /// Their metadata alone (`as=PartialObjectMetadata` for one object or a watch,
+    /// `as=PartialObjectMetadataList` for a list; `g=meta.k8s.io`, `v=v1` or `v1beta1`).
+    Metadata(MetaVersion),
+}
+
+/// What a request reads: which `PartialObjectMetadata` kind it may be answered with, as
+/// kube-apiserver decides (a list's is the List kind; a watch's events carry single objects).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reading {
+    /// A list.
+    List,
+    /// A watch.
+    Watch,
+    /// One object.
+    One,
+}
+
+impl Reading {
+    fn partial_kind(self) -> &'static str {
+        match self {
+            Reading::List => partial::LIST_KIND,
+            Reading::Watch | Reading::One => partial::KIND,
+        }
+    }
 }
 
 /// What the client asked for of one KdoctorReport.
@@ -24,9 +49,9 @@ pub enum ObjectView {
     Matrix,
 }
 
-/// Picks the first acceptable representation in the client's order.
-pub fn negotiate(headers: &HeaderMap) -> Result<Wanted, ApiError> {
-    match choose(headers, false)? {
+/// Picks the first acceptable representation in the client's order for what it reads.
+pub fn negotiate(headers: &HeaderMap, reading: Reading) -> Result<Wanted, ApiError> {
+    match choose(headers, reading, false)? {
         ObjectView::Plain(wanted) => Ok(wanted),
         ObjectView::Matrix => Err(ApiError::not_acceptable(MATRIX_ONLY_ON_GET.to_string())),
     }
@@ -34,13 +59,13 @@ pub fn negotiate(headers: &HeaderMap) -> Result<Wanted, ApiError> {
 
 /// As [`negotiate`], for a GET of one report, which may also be asked for as a matrix.
 pub fn negotiate_object(headers: &HeaderMap) -> Result<ObjectView, ApiError> {
-    choose(headers, true)
+    choose(headers, Reading::One, true)
 }
 
 const MATRIX_ONLY_ON_GET: &str =
     "the KdoctorReportMatrix view is served for a GET of one kdoctorreport only";
 
-fn choose(headers: &HeaderMap, matrix: bool) -> Result<ObjectView, ApiError> {
+fn choose(headers: &HeaderMap, reading: Reading, matrix: bool) -> Result<ObjectView, ApiError> {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -72,6 +97,12 @@ fn choose(headers: &HeaderMap, matrix: bool) -> Result<ObjectView, ApiError> {
             {
                 return Ok(ObjectView::Plain(Wanted::Table));
             }
+            Some(kind) if kind == reading.partial_kind() && param("g") == Some("meta.k8s.io") => {
+                match MetaVersion::parse(param("v")) {
+                    Some(version) => return Ok(ObjectView::Plain(Wanted::Metadata(version))),
+                    None => continue,
+                }
+            }
             Some(kind)
                 if matrix
                     && kind == kdoctor_api::matrix::KIND
@@ -90,7 +121,8 @@ fn choose(headers: &HeaderMap, matrix: bool) -> Result<ObjectView, ApiError> {
         ""
     };
     Err(ApiError::not_acceptable(format!(
-        "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io{matrix_too} (got {accept:?})"
+        "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as={};v=v1;g=meta.k8s.io{matrix_too} (got {accept:?})",
+        reading.partial_kind()
     )))
 }
 
@@ -150,10 +182,14 @@ mod tests {
         );
         // A list or watch cannot be a matrix: a client that offers JSON too gets JSON.
         assert_eq!(
-            negotiate(&accepting(&format!("{matrix}, application/json"))).expect("ok"),
+            negotiate(
+                &accepting(&format!("{matrix}, application/json")),
+                Reading::List
+            )
+            .expect("ok"),
             Wanted::Json
         );
-        assert!(negotiate(&accepting(matrix)).is_err());
+        assert!(negotiate(&accepting(matrix), Reading::One).is_err());
         // The wrong group is another view.
         let other = "application/json;as=KdoctorReportMatrix;g=example.com;v=v1beta1";
         assert!(negotiate_object(&accepting(other)).is_err());

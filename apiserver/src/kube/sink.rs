@@ -31,7 +31,7 @@ impl Sink {
     }
 
     /// Appends a JSON value.
-    pub fn write_json(&mut self, value: &serde_json::Value) -> Result<(), ApiError> {
+    pub fn write_json(&mut self, value: &impl serde::Serialize) -> Result<(), ApiError> {
         serde_json::to_writer(&mut self.buffer, value)
             .map_err(|e| ApiError::internal(e.to_string()))?;
         if self.buffer.len() >= CHUNK {

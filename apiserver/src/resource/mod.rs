@@ -22,7 +22,10 @@ use serde_json::json;
 
 use self::cache::{ObjectCache, ObjectKey};
 use self::names::{Target, listed, resolve};
-use crate::kube::negotiate::{ObjectView, Wanted, accepts_gzip, negotiate, negotiate_object};
+use crate::kube::negotiate::{
+    ObjectView, Reading, Wanted, accepts_gzip, negotiate, negotiate_object,
+};
+use crate::kube::partial::{self, PartialObject};
 use crate::kube::query::Query;
 use crate::kube::response::json_response;
 use crate::kube::selectors::{FieldSelector, LabelSelector};
@@ -75,10 +78,16 @@ pub async fn list(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let query = Query::parse(raw.as_deref());
-    let wanted = negotiate(&headers)?;
+    let watching = query.flag("watch")?;
+    let reading = if watching {
+        Reading::Watch
+    } else {
+        Reading::List
+    };
+    let wanted = negotiate(&headers, reading)?;
     let filter = Filter::from_query(&query)?;
     let include = Include::parse(query.get("includeObject"))?;
-    if query.flag("watch")? {
+    if watching {
         return watch::watch(state, query, filter, wanted, include).await;
     }
     let store = state.store()?;
@@ -142,14 +151,23 @@ pub async fn list(
                 });
                 Ok(json_response(body))
             }
+            Wanted::Metadata(version) => {
+                let items = targets
+                    .iter()
+                    .map(|t| Ok(PartialObject::new(version, object::metadata_of(&store, t)?)))
+                    .collect::<Result<Vec<_>, ApiError>>()?;
+                let list = json!({
+                    "apiVersion": version.api_version(),
+                    "kind": partial::LIST_KIND,
+                    "metadata": list_metadata(rv, next, remaining),
+                    "items": items,
+                });
+                Ok(json_response(Body::from(
+                    serde_json::to_vec(&list).map_err(|e| ApiError::internal(e.to_string()))?,
+                )))
+            }
             Wanted::Json => {
-                let mut metadata = json!({"resourceVersion": rv.to_string()});
-                if let Some(token) = next {
-                    metadata["continue"] = json!(token);
-                }
-                if let Some(r) = remaining {
-                    metadata["remainingItemCount"] = json!(r);
-                }
+                let metadata = list_metadata(rv, next, remaining);
                 let head =
                     json!({"apiVersion": API_VERSION, "kind": LIST_KIND, "metadata": metadata});
                 let body = sink::stream(move |sink| {
@@ -172,6 +190,18 @@ pub async fn list(
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
+}
+
+/// A list's metadata: its version, and where the next page starts.
+fn list_metadata(rv: u64, next: Option<String>, remaining: Option<usize>) -> serde_json::Value {
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if let Some(token) = next {
+        metadata["continue"] = json!(token);
+    }
+    if let Some(r) = remaining {
+        metadata["remainingItemCount"] = json!(r);
+    }
+    metadata
 }
 
 fn decode_token(store: &Store, text: &str) -> Result<ContinueToken, ApiError> {
@@ -253,6 +283,12 @@ pub async fn get(
                 let body = table::table(vec![row], target.task.resource_version, None, true);
                 Ok(json_response(Body::from(
                     serde_json::to_vec(&body).unwrap_or_default(),
+                )))
+            }
+            Wanted::Metadata(version) => {
+                let partial = PartialObject::new(version, object::metadata_of(&store, &target)?);
+                Ok(json_response(Body::from(
+                    serde_json::to_vec(&partial).map_err(|e| ApiError::internal(e.to_string()))?,
                 )))
             }
             Wanted::Json => Ok(json_get(&objects, store, target, gzip)),

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::names::Target;
 use super::object::{result_word, round_outcome};
+use crate::kube::partial::{MetaVersion, PartialObject};
 use crate::kube::status::ApiError;
 use crate::kube::table::Include;
 use crate::kube::table::{human_bytes, human_duration};
@@ -105,14 +106,6 @@ struct Row<'a> {
     object: Option<Value>,
 }
 
-#[derive(serde::Serialize)]
-struct PartialObject {
-    kind: &'static str,
-    #[serde(rename = "apiVersion")]
-    api_version: &'static str,
-    metadata: super::object::Metadata,
-}
-
 /// One row, as JSON bytes.
 pub fn row_bytes(
     store: &Store,
@@ -163,11 +156,8 @@ pub fn row_bytes(
     let mut bytes = serde_json::to_vec(&row).map_err(|e| ApiError::internal(e.to_string()))?;
     if include == Include::Metadata {
         // Spliced in as typed JSON: `"object":{PartialObjectMetadata}` before the final brace.
-        let partial = PartialObject {
-            kind: "PartialObjectMetadata",
-            api_version: "meta.k8s.io/v1",
-            metadata: super::object::metadata_of(store, target)?,
-        };
+        let partial =
+            PartialObject::new(MetaVersion::V1, super::object::metadata_of(store, target)?);
         bytes.pop();
         bytes.extend_from_slice(b",\"object\":");
         serde_json::to_writer(&mut bytes, &partial)

@@ -19,6 +19,7 @@ use super::names::{Target, listed, object_name, resolve};
 use super::table;
 use super::{Filter, object};
 use crate::kube::negotiate::Wanted;
+use crate::kube::partial::{self, PartialObject};
 use crate::kube::query::Query;
 use crate::kube::sink::Sink;
 use crate::kube::status::ApiError;
@@ -55,6 +56,15 @@ impl Watcher {
                     sink.write_json(&stub(target))?;
                 } else {
                     object::write_object(store, target, &mut sink)?;
+                }
+            }
+            Wanted::Metadata(version) => {
+                if event_type == "DELETED" {
+                    let gone = stub(target);
+                    sink.write_json(&PartialObject::new(version, &gone["metadata"]))?;
+                } else {
+                    let metadata = object::metadata_of(store, target)?;
+                    sink.write_json(&PartialObject::new(version, metadata))?;
                 }
             }
             Wanted::Table => {
@@ -211,12 +221,18 @@ fn stub(target: &Target) -> Value {
     })
 }
 
-fn bookmark(rv: u64, initial_events_end: bool) -> Vec<u8> {
+/// A BOOKMARK event: an object of the kind the watcher is sent (a `PartialObjectMetadata` to
+/// a metadata watch) with only the version.
+fn bookmark(wanted: Wanted, rv: u64, initial_events_end: bool) -> Vec<u8> {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if initial_events_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    let line = json!({"type": "BOOKMARK", "object": {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata}});
+    let (api_version, kind) = match wanted {
+        Wanted::Metadata(version) => (version.api_version(), partial::KIND),
+        Wanted::Json | Wanted::Table => (API_VERSION, KIND),
+    };
+    let line = json!({"type": "BOOKMARK", "object": {"apiVersion": api_version, "kind": kind, "metadata": metadata}});
     let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
     bytes.push(b'\n');
     bytes
@@ -348,6 +364,7 @@ async fn run(
         let tx = tx.clone();
         async move { bytes.is_empty() || tx.send(Ok(Bytes::from(bytes))).await.is_ok() }
     };
+    let wanted = watcher.wanted;
     let (mut watcher, mut live, mut last_rv) = match start {
         Start::TooOld(requested, oldest) => {
             let _ = send(expired(format!(
@@ -375,7 +392,7 @@ async fn run(
                 failed => return fail(failed.map(|(_, r)| r), &send).await,
             };
             if send_initial {
-                out.extend(bookmark(rv, true));
+                out.extend(bookmark(wanted, rv, true));
             }
             if !send(out).await {
                 return;
@@ -416,7 +433,7 @@ async fn run(
                 Err(broadcast::error::RecvError::Closed) => return,
             },
             _ = idle.tick(), if bookmarks => {
-                if !send(bookmark(last_rv, false)).await {
+                if !send(bookmark(wanted, last_rv, false)).await {
                     return;
                 }
             }

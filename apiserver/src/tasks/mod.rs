@@ -24,7 +24,8 @@ pub use self::objects::{Admit, Change, ChangeType, TaskObjects};
 pub use self::table::table;
 
 use crate::kube::discovery::api_group;
-use crate::kube::negotiate::{Wanted, negotiate};
+use crate::kube::negotiate::{Reading, Wanted, negotiate};
+use crate::kube::partial::{self, MetaVersion, PartialObject};
 use crate::kube::query::Query;
 use crate::kube::response::{json, json_with_status};
 use crate::kube::selectors::{FieldSelector, LabelSelector};
@@ -182,8 +183,14 @@ async fn list(
     let query = Query::parse(raw.as_deref());
     let selection = Selection::parse(&query)?;
     let include = Include::parse(query.get("includeObject"))?;
-    let wanted = negotiate(&headers)?;
-    if query.flag("watch")? {
+    let watching = query.flag("watch")?;
+    let reading = if watching {
+        Reading::Watch
+    } else {
+        Reading::List
+    };
+    let wanted = negotiate(&headers, reading)?;
+    if watching {
         let from = match query.get("resourceVersion") {
             None | Some("") => None,
             Some(v) => Some(
@@ -216,6 +223,15 @@ async fn list(
                 "items": items,
             }),
         ),
+        Wanted::Metadata(meta) => json_with_status(
+            StatusCode::OK,
+            &json!({
+                "apiVersion": meta.api_version(),
+                "kind": partial::LIST_KIND,
+                "metadata": {"resourceVersion": version.to_string()},
+                "items": items.iter().map(|i| partial_of(meta, i)).collect::<Vec<_>>(),
+            }),
+        ),
     })
 }
 
@@ -236,13 +252,22 @@ async fn get_one(
         .and_then(Value::as_str)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    Ok(match negotiate(&headers)? {
+    Ok(match negotiate(&headers, Reading::One)? {
         Wanted::Table => json_with_status(
             StatusCode::OK,
             &table(&[&object], version, include, true, jiff::Timestamp::now()),
         ),
         Wanted::Json => json_with_status(StatusCode::OK, &object),
+        Wanted::Metadata(meta) => json_with_status(StatusCode::OK, &partial_of(meta, &object)),
     })
+}
+
+/// A task object's metadata alone.
+fn partial_of(version: MetaVersion, object: &Value) -> Value {
+    json!(PartialObject::new(
+        version,
+        object.get("metadata").cloned().unwrap_or_else(|| json!({}))
+    ))
 }
 
 #[cfg(test)]
@@ -259,6 +284,22 @@ mod tests {
         assert_eq!(
             resource_list()["resources"].as_array().map(Vec::len),
             Some(6)
+        );
+    }
+
+    #[test]
+    fn a_tasks_partial_object_is_its_metadata_alone() {
+        let task = json!({
+            "apiVersion": API_VERSION, "kind": "NetReach",
+            "metadata": {"name": "mesh", "resourceVersion": "7", "labels": {"a": "b"}},
+            "spec": {"target": {"endpoint": true}}, "status": {"doneRound": 3},
+        });
+        assert_eq!(
+            partial_of(MetaVersion::V1beta1, &task),
+            json!({
+                "apiVersion": "meta.k8s.io/v1beta1", "kind": "PartialObjectMetadata",
+                "metadata": {"name": "mesh", "resourceVersion": "7", "labels": {"a": "b"}},
+            })
         );
     }
 }

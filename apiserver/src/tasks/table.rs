@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::kube::partial::MetaVersion;
 use crate::kube::table::{Include, human_duration};
 
 /// The CRDs' printer columns (api/src/crd.rs), so that the local server prints tasks as a
@@ -52,11 +53,7 @@ pub fn table(
             match include {
                 Include::None => {}
                 Include::Metadata => {
-                    row["object"] = json!({
-                        "kind": "PartialObjectMetadata",
-                        "apiVersion": "meta.k8s.io/v1",
-                        "metadata": at("/metadata"),
-                    });
+                    row["object"] = super::partial_of(MetaVersion::V1, item);
                 }
                 Include::Object => row["object"] = (*item).clone(),
             }

@@ -35,6 +35,7 @@ impl Watcher {
         }
         let object = match self.wanted {
             Wanted::Json => (*change.object).clone(),
+            Wanted::Metadata(version) => super::partial_of(version, &change.object),
             Wanted::Table => {
                 let t = table(
                     &[&change.object],

@@ -263,3 +263,66 @@ async fn a_recreated_task_renames_the_old_incarnation_and_labels_drive_membershi
         ["DELETED netreach-task", "ADDED netreach-task.c0ffee00"]
     );
 }
+
+/// What client-go's metadata client (kube-controller-manager's garbage collector and quota
+/// controller) sends on a watch.
+const METADATA_WATCH: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+
+#[tokio::test]
+async fn a_metadata_watch_is_sent_each_objects_metadata_and_never_a_report() {
+    let s = server("watch-metadata");
+    let (old, new) = fill(&s.store);
+    let full: Vec<Value> = {
+        let mut events = open(&s, "timeoutSeconds=1", None).await;
+        let mut all = Vec::new();
+        for _ in 0..3 {
+            all.push(next(&mut events).await["object"].clone());
+        }
+        all
+    };
+    let mut events = open(
+        &s,
+        "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true",
+        Some(METADATA_WATCH),
+    )
+    .await;
+    for _ in 0..3 {
+        let e = next(&mut events).await;
+        assert_eq!(e["type"], "ADDED");
+        let object = &e["object"];
+        assert_eq!(object["apiVersion"], "meta.k8s.io/v1");
+        assert_eq!(object["kind"], "PartialObjectMetadata");
+        assert_eq!(
+            object.as_object().map(|o| o.len()),
+            Some(3),
+            "apiVersion, kind, metadata: {object}"
+        );
+        let name = &object["metadata"]["name"];
+        let whole = full
+            .iter()
+            .find(|o| o["metadata"]["name"] == *name)
+            .expect("the object in the full watch");
+        assert_eq!(object["metadata"], whole["metadata"], "{name}");
+    }
+    let bookmark = next(&mut events).await;
+    assert_eq!(bookmark["type"], "BOOKMARK");
+    assert_eq!(bookmark["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(
+        bookmark["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    // A change, then a deletion: metadata alone too.
+    s.store
+        .put_report(new, &net_reach_report("node-c", 3, 2, 99))
+        .expect("put");
+    let e = next(&mut events).await;
+    assert_eq!(e["type"], "MODIFIED");
+    assert_eq!(e["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(e["object"]["metadata"]["name"], "netreach-task");
+    assert!(e["object"].get("report").is_none(), "{e}");
+    s.store.purge_task(old).expect("purged");
+    let e = next(&mut events).await;
+    assert_eq!(e["type"], "DELETED");
+    assert_eq!(e["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(e["object"]["metadata"]["name"], "netreach-task.0d1ca000");
+}
