@@ -31,6 +31,11 @@ pub enum Reading {
 }
 
 impl Reading {
+    /// A request to a collection: a watch when `watch` is set, else a list.
+    pub fn collection(watch: bool) -> Reading {
+        if watch { Reading::Watch } else { Reading::List }
+    }
+
     fn partial_kind(self) -> &'static str {
         match self {
             Reading::List => partial::LIST_KIND,

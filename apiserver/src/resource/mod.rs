@@ -79,12 +79,7 @@ pub async fn list(
 ) -> Result<Response, ApiError> {
     let query = Query::parse(raw.as_deref());
     let watching = query.flag("watch")?;
-    let reading = if watching {
-        Reading::Watch
-    } else {
-        Reading::List
-    };
-    let wanted = negotiate(&headers, reading)?;
+    let wanted = negotiate(&headers, Reading::collection(watching))?;
     let filter = Filter::from_query(&query)?;
     let include = Include::parse(query.get("includeObject"))?;
     if watching {

@@ -184,12 +184,7 @@ async fn list(
     let selection = Selection::parse(&query)?;
     let include = Include::parse(query.get("includeObject"))?;
     let watching = query.flag("watch")?;
-    let reading = if watching {
-        Reading::Watch
-    } else {
-        Reading::List
-    };
-    let wanted = negotiate(&headers, reading)?;
+    let wanted = negotiate(&headers, Reading::collection(watching))?;
     if watching {
         let from = match query.get("resourceVersion") {
             None | Some("") => None,

@@ -1008,9 +1008,56 @@ fn main() {
         peak / 1024
     );
 
-    // 1,000 watches held open by a separate process.
+    // 1,000 watches held open by a separate process, as kube-apiserver's aggregator opens them
+    // for `kubectl get -w` (its front-proxy certificate and headers); then EVENTS changes, each
+    // of which every watcher must see.
+    const WATCHERS: usize = 1000;
+    const EVENTS: usize = 20;
+    let (proxy_cert, proxy_key) = credentials
+        .cert(Identity::FrontProxy)
+        .expect("front-proxy certificate");
+    let headers: String = credentials
+        .headers(Identity::FrontProxy)
+        .iter()
+        .map(|h| format!("{h}\\r\\n"))
+        .collect();
     let script = format!(
-        "import socket, ssl, sys, time\nctx = ssl.create_default_context(cafile='{ca}')\nsocks = []\nfor i in range(1000):\n    s = ctx.wrap_socket(socket.create_connection(('127.0.0.1', {port})), server_hostname='127.0.0.1')\n    s.sendall(b'GET /apis/system.kdoctor.io/v1beta1/kdoctorreports?watch=true&resourceVersion={rv} HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer {token}\\r\\n\\r\\n')\n    socks.append(s)\nfor s in socks:\n    s.recv(1024)\nprint('open', flush=True)\ntime.sleep(30)\n",
+        "import select, socket, ssl, sys, time\n\
+         ctx = ssl.create_default_context(cafile='{ca}')\n\
+         ctx.load_cert_chain('{proxy_cert}', '{proxy_key}')\n\
+         socks = []\n\
+         for i in range({WATCHERS}):\n\
+         \x20   s = ctx.wrap_socket(socket.create_connection(('127.0.0.1', {port})), server_hostname='127.0.0.1')\n\
+         \x20   s.sendall(b'GET /apis/system.kdoctor.io/v1beta1/kdoctorreports?watch=true&resourceVersion={rv} HTTP/1.1\\r\\nHost: x\\r\\n{headers}\\r\\n')\n\
+         \x20   socks.append(s)\n\
+         for s in socks:\n\
+         \x20   s.recv(1024)\n\
+         print('open', flush=True)\n\
+         sys.stdin.readline()\n\
+         pat = b'\"type\":\"MODIFIED\"'\n\
+         seen = {{s: 0 for s in socks}}\n\
+         tail = {{s: b'' for s in socks}}\n\
+         for s in socks:\n\
+         \x20   s.setblocking(False)\n\
+         start = time.time()\n\
+         waiting = set(socks)\n\
+         while waiting and time.time() - start < 60:\n\
+         \x20   ready = [s for s in waiting if s.pending()] or select.select(list(waiting), [], [], 1)[0]\n\
+         \x20   for s in ready:\n\
+         \x20       try:\n\
+         \x20           data = s.recv(65536)\n\
+         \x20       except (ssl.SSLWantReadError, BlockingIOError):\n\
+         \x20           continue\n\
+         \x20       if not data:\n\
+         \x20           waiting.discard(s)\n\
+         \x20           continue\n\
+         \x20       buf = tail[s] + data\n\
+         \x20       seen[s] += buf.count(pat)\n\
+         \x20       tail[s] = buf[-(len(pat) - 1):]\n\
+         \x20       if seen[s] >= {EVENTS}:\n\
+         \x20           waiting.discard(s)\n\
+         complete = sum(1 for n in seen.values() if n == {EVENTS})\n\
+         print(complete, min(seen.values()), max(seen.values()), round(time.time() - start, 2), flush=True)\n",
         ca = ca.display(),
         port = server.address.port(),
         rv = server
@@ -1018,30 +1065,50 @@ fn main() {
             .store()
             .map(|s| s.resource_version())
             .unwrap_or(0),
-        token = TOKEN,
     );
     let script_path = o.dir.join("watches.py");
     std::fs::write(&script_path, script).expect("script");
     let before = rss_kib("VmRSS:");
     let mut clients = Command::new("python3")
         .arg(&script_path)
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python3");
+    let mut out = std::io::BufReader::new(clients.stdout.take().expect("stdout"));
     let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(clients.stdout.take().expect("stdout")),
-        &mut line,
-    )
-    .expect("read");
+    std::io::BufRead::read_line(&mut out, &mut line).expect("read");
     std::thread::sleep(Duration::from_secs(2));
     let watches = server.state.metrics.watches.get();
     let after = rss_kib("VmRSS:");
     println!(
-        "1,000 watches: {watches} open on the server, RSS {} MiB -> {} MiB (+{} MiB)",
+        "{WATCHERS} watches (front-proxy): {watches} open on the server, RSS {} MiB -> {} MiB (+{} MiB)",
         before / 1024,
         after / 1024,
         (after.saturating_sub(before)) / 1024
+    );
+    // The changes: reports stored for the first task, one MODIFIED event each.
+    let store = server.state.store().expect("store");
+    let id = store.find(TaskKind::NetReach, "task00000")[0].id;
+    let _ = std::io::Write::write_all(clients.stdin.as_mut().expect("stdin"), b"go\n");
+    let fan_out = Instant::now();
+    for event in 0..EVENTS {
+        store
+            .put_report(id, &net_reach_report(&format!("node-{}", event + 2), 1, 5, 0))
+            .expect("a report");
+    }
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).expect("read");
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let peak_during = rss_kib("VmHWM:");
+    println!(
+        "{EVENTS} changes to {WATCHERS} watchers: {} of them saw every event (fewest {}, most {} \
+         MODIFIED), all delivered {:.2} s after the first write; the server's peak RSS {} MiB",
+        fields.first().unwrap_or(&"?"),
+        fields.get(1).unwrap_or(&"?"),
+        fields.get(2).unwrap_or(&"?"),
+        fan_out.elapsed().as_secs_f64(),
+        peak_during / 1024
     );
     let _ = clients.kill();
     let _ = clients.wait();
