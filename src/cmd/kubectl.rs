@@ -404,10 +404,7 @@ async fn matrix(client: kube::Client, args: &MatrixArgs) -> Result<ExitCode> {
     };
     let protocol = matrix_protocol(args.protocol.as_deref(), args.metric)?;
     // The zones are read beside the matrix: at 5,000 nodes each is a few hundred milliseconds.
-    let (view, zones) = tokio::join!(
-        load_matrix(&client, &name, protocol),
-        zones(client.clone())
-    );
+    let (view, zones) = tokio::join!(load_matrix(&client, &name, protocol), zones(client.clone()));
     let view = view?;
     if view.matrix.rows.is_empty() {
         bail!("kdoctorreport {name:?} has no node reports yet");
