@@ -725,7 +725,12 @@ async fn run_tasks(client: kube::Client, args: &RunArgs) -> Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+    use crate::plugin::matrix::Cell;
+    use crate::plugin::matrix::tests::mesh;
 
     #[test]
     fn the_path_mtu_matrix_counts_udp_echoes_and_refuses_another_protocol() {
@@ -745,11 +750,6 @@ mod tests {
             "--metric mtu: the path MTU is searched on UDP echo paths only; use --protocol udp"
         );
     }
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    use crate::plugin::matrix::Cell;
-    use crate::plugin::matrix::tests::mesh;
 
     /// Which matrix views a test server has.
     #[derive(Clone, Copy, PartialEq)]

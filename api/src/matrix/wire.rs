@@ -157,6 +157,15 @@ impl Serialize for SparseRow<'_> {
     }
 }
 
+/// The rows of the sparse form, written a row at a time.
+struct SparseGrid<'a>(&'a [Vec<(usize, Cell)>]);
+
+impl Serialize for SparseGrid<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|row| SparseRow(row)))
+    }
+}
+
 impl Serialize for Sparse<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let m = self.0;
@@ -164,10 +173,7 @@ impl Serialize for Sparse<'_> {
         let mut out = serializer.serialize_struct("Matrix", fields)?;
         out.serialize_field("rows", &m.rows)?;
         out.serialize_field("columns", &m.columns)?;
-        out.serialize_field(
-            "sparseCells",
-            &m.cells.iter().map(|r| SparseRow(r)).collect::<Vec<_>>(),
-        )?;
+        out.serialize_field("sparseCells", &SparseGrid(&m.cells))?;
         if !m.zones.is_empty() {
             out.serialize_field("zones", &m.zones)?;
         }
