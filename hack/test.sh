@@ -19,7 +19,9 @@ cd "$(dirname "$0")/.."
 # The default control plane is hack/kube/go.mod's pin (v1.34); the install e2e runs again on this
 # one (README's compatibility table).
 NEWEST_KUBE=v1.37
-echo "== set-up" >&2
+# The disk is shared with the build and the test clusters' kubelets (which evict below 512 MiB
+# free): say how much there is, for a failure's reader.
+echo "== set-up (disk: $(df -h --output=avail . | tail -n 1 | xargs) free)" >&2
 hack/kube/build.sh >/dev/null
 # The newest served minor too, for one more install e2e (hack/kube/versions/).
 KUBE_VERSION="$NEWEST_KUBE" hack/kube/build.sh >/dev/null
