@@ -15,7 +15,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kdoctor_api::config::Config;
 use kdoctor_api::labels::{APP_COMPONENT, MANAGED_BY, MANAGED_BY_KDOCTOR, TASK_KIND, TASK_NAME};
 use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns, TaskKind};
-use kdoctor_store::Writes;
+use kdoctor_store::{GroupCommit, Writes};
 use kdoctor_transport::report_client::ReportClient;
 use kdoctor_transport::tls::Identity;
 use kube::runtime::controller::Controller;
@@ -33,7 +33,7 @@ use crate::context::{Caches, Context};
 use crate::deletions;
 use crate::export::{self, ExportConfig};
 use crate::grants::Grants;
-use crate::harvest::Harvester;
+use crate::harvest::{GROUP_COMMIT_BYTES, Harvester};
 use crate::harvest_loop::{self, Harvests};
 use crate::identity::IdentityCheck;
 use crate::metrics::ControllerMetrics;
@@ -374,6 +374,8 @@ fn context(
         &setup.options.agent_service_account,
     ));
     tasks.spawn(grants.clone().run());
+    let (commits, committing) = GroupCommit::new(writes.clone(), GROUP_COMMIT_BYTES);
+    tasks.spawn(committing);
     let identity = setup.options.verify_agent_identity.then(|| {
         Arc::new(IdentityCheck::new(
             setup.client.clone(),
@@ -389,6 +391,7 @@ fn context(
         harvester: Harvester {
             client: client.clone(),
             writes: writes.clone(),
+            commits,
             metrics: metrics.clone(),
             export,
             identity,

@@ -13,7 +13,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use kdoctor_api::report::Report;
 use kdoctor_api::task::TaskKind;
-use kdoctor_store::{IncarnationId, NewReport, Writes};
+use kdoctor_store::{GroupCommit, IncarnationId, NewReport, Writes};
 use kdoctor_transport::report_api::Entry;
 use kdoctor_transport::report_client::{ReportClient, ReportClientError};
 
@@ -24,6 +24,11 @@ use crate::readiness::AgentPod;
 
 /// Agents harvested at once.
 const CONCURRENCY: usize = 64;
+
+/// The most report JSON that agents harvested together store as one write (one agent's reports
+/// larger than this go alone): a few MiB per log entry, well inside what replicas send each
+/// other (kdoctor_store::raft's wire bound).
+pub const GROUP_COMMIT_BYTES: usize = 16 << 20;
 
 /// The leader's lease must hold this long yet when acknowledgements go out (a few calls to one
 /// agent).
@@ -62,6 +67,8 @@ pub struct Harvester {
     pub client: ReportClient,
     /// The store, and where its writes go.
     pub writes: Writes,
+    /// Where reports are stored: with those of the other agents harvested meanwhile, one write.
+    pub commits: GroupCommit,
     /// Metrics.
     pub metrics: ControllerMetrics,
     /// Report export: told when reports were stored (never waits).
@@ -211,7 +218,7 @@ impl Harvester {
             .map(|(_, id, report)| NewReport { task: *id, report })
             .collect();
         let stored = self
-            .writes
+            .commits
             .put_reports(&batch)
             .await
             .map_err(|e| ("store", e.to_string()))?

@@ -162,9 +162,20 @@ pub async fn run(
             let harvester = harvester.clone();
             in_flight.spawn(async move {
                 let started = Timestamp::now();
+                let clock = Instant::now();
                 let HarvestOutcome {
                     stored, failures, ..
                 } = harvester.harvest(&wanted.harvestee, &wanted.agents).await;
+                // Where a round's time goes: each pass, its agents and what it stored.
+                tracing::debug!(
+                    kind = %wanted.harvestee.kind,
+                    task = %wanted.harvestee.name,
+                    agents = wanted.agents.len(),
+                    stored,
+                    failed = failures.len(),
+                    seconds = clock.elapsed().as_secs_f64(),
+                    "harvest pass"
+                );
                 if !failures.is_empty() {
                     tracing::debug!(kind = %wanted.harvestee.kind, task = %wanted.harvestee.name, ?failures, "harvest incomplete");
                 }

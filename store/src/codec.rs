@@ -9,11 +9,15 @@
 
 use std::io::Read;
 
+use crate::compression::{self, Inflate};
 use crate::error::{Result, StoreError};
 use crate::keys;
 
 /// Largest value the store writes to sled.
 pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+/// The most plain bytes a value held in one sled value may decompress to (the store's own
+/// values: a report is at most 64 MiB of JSON).
+const MAX_PLAIN_BYTES: usize = 1 << 30;
 /// zstd level: fast, and about 5–10× smaller for report JSON.
 const ZSTD_LEVEL: i32 = 3;
 
@@ -73,7 +77,7 @@ pub struct Encoded {
 
 /// Compresses and frames `plain` for `key`.
 pub fn encode(key: &[u8], plain: &[u8], old: Option<&Frame>) -> Result<Encoded> {
-    let compressed = crate::compression::compress(plain, ZSTD_LEVEL).map_err(StoreError::Codec)?;
+    let compressed = compression::compress(plain, ZSTD_LEVEL).map_err(StoreError::Codec)?;
     let stored_bytes = compressed.len() as u64;
     let mut inserts = Vec::new();
     let new_chunks = if compressed.len() < MAX_VALUE_BYTES {
@@ -187,6 +191,18 @@ pub fn reader(tree: sled::Tree, key: &[u8], frame: Frame) -> Result<Box<dyn Read
 
 /// The plain bytes of a framed value.
 pub fn read_all(tree: &sled::Tree, key: &[u8], frame: Frame) -> Result<Vec<u8>> {
+    // A value held in one sled value (every log entry a follower is sent, most report bodies)
+    // is decompressed in one call with this thread's context: a streaming decoder makes a
+    // context of its own, over 100 KiB, at every read.
+    if let Frame::Inline(compressed) = &frame {
+        return compression::decompress(compressed, MAX_PLAIN_BYTES).map_err(|e| {
+            let why = match e {
+                Inflate::Malformed(e) => e.to_string(),
+                Inflate::TooLarge => format!("more than {MAX_PLAIN_BYTES} bytes decompressed"),
+            };
+            StoreError::corrupt(key, &why)
+        });
+    }
     let mut plain = Vec::new();
     reader(tree.clone(), key, frame)?
         .read_to_end(&mut plain)

@@ -16,6 +16,7 @@ mod durable;
 mod error;
 mod failpoint;
 mod flusher;
+mod group_commit;
 mod index;
 mod keys;
 mod lock;
@@ -39,6 +40,7 @@ pub use config::{
     StoreConfig,
 };
 pub use error::{Result, StoreError};
+pub use group_commit::GroupCommit;
 pub use index::{Entry, RoundMeta};
 pub use metrics::StoreMetrics;
 pub use migrate::{MigrationReport, migrated_uid};

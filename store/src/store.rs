@@ -381,14 +381,20 @@ impl Store {
 
     /// The command that stores `reports` now, with the export outbox as this store has it.
     pub fn put_reports_command(&self, reports: &[NewReport<'_>]) -> Result<Command> {
-        Ok(Command::PutReports {
-            reports: reports
-                .iter()
-                .map(|new| ReportEntry::of(new.task, new.report))
-                .collect::<Result<_>>()?,
+        let entries = reports
+            .iter()
+            .map(|new| ReportEntry::of(new.task, new.report))
+            .collect::<Result<_>>()?;
+        Ok(self.reports_command(entries))
+    }
+
+    /// The command that stores `entries` now (see [`Store::put_reports_command`]).
+    pub fn reports_command(&self, entries: Vec<ReportEntry>) -> Command {
+        Command::PutReports {
+            reports: entries,
             at: Timestamp::now(),
             outbox: self.lock_outbox().capacity,
-        })
+        }
     }
 
     /// Removes a task incarnation and everything stored for it. `false` if it was not there.
@@ -1606,7 +1612,7 @@ fn read_u64(db: &sled::Tree, key: &[u8]) -> Result<u64> {
 }
 
 /// A command answered with what another command answers: a defect of this crate.
-fn unexpected(applied: &Applied) -> StoreError {
+pub(crate) fn unexpected(applied: &Applied) -> StoreError {
     StoreError::Invalid(format!("the store answered a write with {applied:?}"))
 }
 

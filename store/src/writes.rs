@@ -12,7 +12,7 @@ use crate::command::{Applied, Command};
 use crate::error::{Result, StoreError};
 use crate::model::{IncarnationId, Outcome, RoundSummary, TaskRecord};
 use crate::raft::{Fenced, Replica};
-use crate::store::{NewReport, Store};
+use crate::store::{Store, unexpected};
 
 /// The store as this process may change it (cheap to clone).
 #[derive(Clone)]
@@ -21,10 +21,6 @@ pub enum Writes {
     Local(Arc<Store>),
     /// A replica of the replicated store.
     Replicated(Replica),
-}
-
-fn unexpected(applied: &Applied) -> StoreError {
-    StoreError::Invalid(format!("the store answered a write with {applied:?}"))
 }
 
 impl Writes {
@@ -111,15 +107,6 @@ impl Writes {
         };
         match self.execute(command).await? {
             Applied::Outcome(outcome) => Ok(outcome),
-            other => Err(unexpected(&other)),
-        }
-    }
-
-    /// See [`Store::put_reports`].
-    pub async fn put_reports(&self, reports: &[NewReport<'_>]) -> Result<Vec<Outcome>> {
-        let command = self.store().put_reports_command(reports)?;
-        match self.execute(command).await? {
-            Applied::Outcomes(outcomes) => Ok(outcomes),
             other => Err(unexpected(&other)),
         }
     }

@@ -9,7 +9,8 @@
 # real agents, the agents' API requests per round. Prints markdown for docs/benchmarks.md.
 # Options pass through, e.g. `run.sh --nodes 200 --rounds 1 --replicas 1`. KDOCTOR_BENCH_HEAPTRACK=DIR
 # runs each replica under heaptrack (a profile per replica in DIR; its RSS figures are then
-# heaptrack's script's, not the replica's).
+# heaptrack's script's, not the replica's). KDOCTOR_BENCH_LOGS=DIR keeps each replica's log in
+# DIR; RUST_LOG (e.g. info,kdoctor_reconciler=debug: each harvest pass) is passed through.
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(cd ../../.. && pwd)

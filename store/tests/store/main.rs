@@ -5,6 +5,7 @@ mod corruption;
 mod crash;
 mod feed;
 mod full_disk;
+mod group_commit;
 mod outbox;
 mod props;
 mod raft;
