@@ -325,9 +325,10 @@ impl Cluster {
         let data = self.dir.join(format!("store-{name}"));
         // KDOCTOR_BENCH_LOGS=DIR keeps each replica's log there (the bench's own folder goes
         // at its end); RUST_LOG, passed through, says how much they log.
-        let log_path = std::env::var_os("KDOCTOR_BENCH_LOGS")
-            .map_or_else(|| self.dir.clone(), PathBuf::from)
-            .join(format!("{name}.log"));
+        let log_dir = std::env::var_os("KDOCTOR_BENCH_LOGS")
+            .map_or_else(|| self.dir.clone(), PathBuf::from);
+        std::fs::create_dir_all(&log_dir).expect("the replicas' log folder");
+        let log_path = log_dir.join(format!("{name}.log"));
         let log = std::fs::File::create(&log_path).expect("log file");
         // A heap profile of each replica when asked (KDOCTOR_BENCH_HEAPTRACK=DIR): heaptrack
         // runs it, in a process group of its own so that the replica is stopped with it.
