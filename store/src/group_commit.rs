@@ -95,9 +95,10 @@ async fn run(writes: Writes, mut waiting: mpsc::Receiver<Request>, max_bytes: us
 async fn commit(writes: &Writes, group: Vec<Request>) {
     if group.len() > 1 {
         let counts: Vec<usize> = group.iter().map(|r| r.reports.len()).collect();
+        let total: usize = counts.iter().sum();
         let reports = group.iter().flat_map(|r| r.reports.clone()).collect();
-        if let Ok(mut outcomes) = put(writes, reports).await {
-            if outcomes.len() == counts.iter().sum::<usize>() {
+        match put(writes, reports).await {
+            Ok(mut outcomes) if outcomes.len() == total => {
                 for (request, count) in group.into_iter().zip(counts) {
                     let rest = outcomes.split_off(count);
                     let _ = request.answer.send(Ok(outcomes));
@@ -105,6 +106,18 @@ async fn commit(writes: &Writes, group: Vec<Request>) {
                 }
                 return;
             }
+            // Written, but not to be split among the writers: a defect, not to be written
+            // again.
+            Ok(outcomes) => {
+                for request in group {
+                    let _ = request.answer.send(Err(StoreError::Invalid(format!(
+                        "a group of {total} reports was answered with {} outcomes",
+                        outcomes.len()
+                    ))));
+                }
+                return;
+            }
+            Err(_) => {}
         }
     }
     for request in group {

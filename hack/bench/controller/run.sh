@@ -16,7 +16,10 @@ cd "$(dirname "$0")"
 root=$(cd ../../.. && pwd)
 # Thousands of stand-in agents: a listener each, and their connections.
 ulimit -n 65536 2>/dev/null || true
-command -v /usr/bin/time >/dev/null || { echo "missing /usr/bin/time: apt-get install -y time" >&2; exit 2; }
+# shellcheck source=hack/bench/tools.sh
+. ../tools.sh
+# nginx: the peer of the report read through the aggregation layer.
+need_tools time:/usr/bin/time nginx
 target=${CARGO_TARGET_DIR:-$root/target}
 (cd "$root" && CARGO_TARGET_DIR="$target" cargo build --release -q -p kdoctor)
 exec cargo run --release -q -- --kdoctor "$target/release/kdoctor" "$@"

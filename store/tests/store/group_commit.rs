@@ -5,12 +5,45 @@
 use futures::future::join_all;
 use kdoctor_api::fixtures::net_reach_report;
 use kdoctor_api::report::Report;
+use kdoctor_store::raft::Replica;
 use kdoctor_store::raft::testing::{Cluster, applied_everywhere, leader_of};
 use kdoctor_store::{Applied, Command, GroupCommit, IncarnationId, NewReport, Outcome, Writes};
 
 use crate::support::{content, scratch, task};
 
 const WRITERS: u64 = 64;
+
+/// Three replicas, their leader's writes and a task recorded through them.
+struct Replicated {
+    cluster: Cluster,
+    replicas: Vec<Replica>,
+    leader: Replica,
+    writes: Writes,
+    id: IncarnationId,
+}
+
+impl Replicated {
+    async fn start(name: &str) -> Replicated {
+        let cluster = Cluster::new(&scratch(&format!("group-commit-{name}")), 3);
+        let replicas = cluster.start_all(3).await;
+        let leader = leader_of(&replicas).await;
+        let writes = Writes::Replicated(leader.clone());
+        let id = task_id(&writes, name).await;
+        Replicated {
+            cluster,
+            replicas,
+            leader,
+            writes,
+            id,
+        }
+    }
+
+    async fn stop(self) {
+        for r in self.replicas {
+            self.cluster.stop(r).await;
+        }
+    }
+}
 
 async fn task_id(writes: &Writes, name: &str) -> IncarnationId {
     let record = Command::RecordTask {
@@ -63,14 +96,11 @@ async fn put_all(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_share_one_log_entry_and_each_gets_its_own_outcomes() {
-    let cluster = Cluster::new(&scratch("group-commit"), 3);
-    let replicas = cluster.start_all(3).await;
-    let leader = leader_of(&replicas).await;
-    let writes = Writes::Replicated(leader.clone());
-    let id = task_id(&writes, "grouped").await;
+    let set = Replicated::start("grouped").await;
+    let (leader, id) = (&set.leader, set.id);
     let per_agent = agents(WRITERS);
     let before = leader.applied_index();
-    let answers = put_all(&writes, &per_agent, |_| id).await;
+    let answers = put_all(&set.writes, &per_agent, |_| id).await;
     let entries = leader.applied_index() - before;
     for (agent, answer) in answers.iter().enumerate() {
         assert_eq!(
@@ -89,27 +119,27 @@ async fn concurrent_writers_share_one_log_entry_and_each_gets_its_own_outcomes()
             "round {round}"
         );
     }
-    applied_everywhere(&replicas, leader.applied_index()).await;
-    let first = content(replicas[0].store());
-    for replica in &replicas[1..] {
+    applied_everywhere(&set.replicas, leader.applied_index()).await;
+    let first = content(set.replicas[0].store());
+    for replica in &set.replicas[1..] {
         assert_eq!(content(replica.store()), first, "replicas hold the same");
     }
-    for r in replicas {
-        cluster.stop(r).await;
-    }
+    set.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_refused_for_one_writer_s_report_fails_only_that_writer() {
-    let cluster = Cluster::new(&scratch("group-commit-refused"), 3);
-    let replicas = cluster.start_all(3).await;
-    let leader = leader_of(&replicas).await;
-    let writes = Writes::Replicated(leader.clone());
-    let id = task_id(&writes, "refused").await;
+    let set = Replicated::start("refused").await;
+    let id = set.id;
     let per_agent = agents(8);
     // Writer 3 names an incarnation the store does not have.
     let unknown = IncarnationId(id.0 + 1000);
-    let answers = put_all(&writes, &per_agent, |i| if i == 3 { unknown } else { id }).await;
+    let answers = put_all(
+        &set.writes,
+        &per_agent,
+        |i| if i == 3 { unknown } else { id },
+    )
+    .await;
     for (agent, answer) in answers.iter().enumerate() {
         if agent == 3 {
             assert!(
@@ -124,8 +154,6 @@ async fn a_group_refused_for_one_writer_s_report_fails_only_that_writer() {
             );
         }
     }
-    assert_eq!(leader.store().reports(id, 1).expect("reports").len(), 7);
-    for r in replicas {
-        cluster.stop(r).await;
-    }
+    assert_eq!(set.leader.store().reports(id, 1).expect("reports").len(), 7);
+    set.stop().await;
 }

@@ -2,7 +2,8 @@
 //! the admin's client certificate, asks kube-apiserver, whose aggregation layer sends the
 //! request with its front-proxy certificate to a replica behind the APIService (registered
 //! from manifests/apiservice.yaml as shipped). Wall time and kubectl's peak RSS of each read
-//! (median of three), and the peak RSS of kube-apiserver and of the replicas meanwhile.
+//! (median of five), and the peak RSS of kube-apiserver and of the replicas meanwhile; and the
+//! report's bytes as sent (`get --raw`) against the same bytes from nginx ([`crate::nginx`]).
 
 use std::path::Path;
 use std::process::Command;
@@ -12,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::nginx::Nginx;
 use crate::{Cluster, Controllers, usage};
 
 /// The APIService manifests/apiservice.yaml registers.
 const APISERVICE: &str = "v1beta1.system.kdoctor.io";
 /// Runs of each read; the median's figures are kept.
-const RUNS: usize = 3;
+const RUNS: usize = 5;
 
 /// One read: wall seconds, kubectl's peak RSS, bytes it printed.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -29,8 +31,13 @@ pub struct Timed {
 
 /// The reads of one round through the aggregation layer.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Reads {
     pub json: Timed,
+    /// `get --raw` of the report: its bytes as the API server sends them.
+    pub raw: Timed,
+    /// The same bytes from nginx, the same kubectl.
+    pub raw_nginx: Timed,
     pub yaml: Timed,
     pub table: Timed,
     pub list_table: Timed,
@@ -57,9 +64,23 @@ impl Reads {
                 &self.list_table,
             ),
             ("`kdoctor matrix netreach-scale` (the plugin)", &self.matrix),
+            (
+                "`get --raw /apis/system.kdoctor.io/v1beta1/kdoctorreports/netreach-scale`",
+                &self.raw,
+            ),
+            (
+                "the same bytes from nginx (`get --raw`, TLS, gzip_static, from disk)",
+                &self.raw_nginx,
+            ),
         ] {
-            println!("| {what} | {:.2} | {:.0} | {} |", t.secs, t.mib, t.bytes);
+            println!("| {what} | {:.3} | {:.0} | {} |", t.secs, t.mib, t.bytes);
         }
+        println!(
+            "\n- The report's bytes through the aggregation layer at {:.2}× the rate nginx \
+             serves them from disk to the same kubectl (one nginx process, the API server's own \
+             gzip bytes; kubectl asks for gzip).",
+            self.raw_nginx.secs / self.raw.secs.max(1e-9)
+        );
         println!(
             "\n- During these reads: kube-apiserver peak RSS {:.0} MiB, largest replica {:.0} MiB; \
              {} reports listed.",
@@ -204,6 +225,28 @@ pub async fn measure(
     ])
     .await
     .expect("matrix read");
+    // The bytes as sent, through the aggregation layer and from nginx; only when both are
+    // the whole report is it a figure.
+    let raw_path = format!("/apis/system.kdoctor.io/v1beta1/kdoctorreports/{name}");
+    let raw = read(with(&["get", "--raw", &raw_path]))
+        .await
+        .expect("raw read");
+    let nginx = Nginx::serving(&cluster.dir, &cluster.admin, &raw_path).await;
+    let raw_nginx = read(vec![
+        "--kubeconfig".into(),
+        nginx.kubeconfig.display().to_string(),
+        "get".into(),
+        "--raw".into(),
+        raw_path.clone(),
+    ])
+    .await
+    .expect("nginx read");
+    assert_eq!(
+        (raw.bytes, raw_nginx.bytes),
+        (nginx.plain_bytes, nginx.plain_bytes),
+        "kubectl printed other bytes than the report's"
+    );
+    drop(nginx);
     stop.store(true, Ordering::SeqCst);
     let _ = sampler.await;
     Reads {
@@ -213,19 +256,23 @@ pub async fn measure(
         reports_listed,
         list_table,
         matrix,
+        raw,
+        raw_nginx,
         apiserver_peak_mib: api_peak.load(Ordering::SeqCst) as f64 / 1024.0,
         replicas_peak_mib: replica_peak.load(Ordering::SeqCst) as f64 / 1024.0,
     }
 }
 
-/// Runs kubectl `args` [`RUNS`] times under /usr/bin/time; the run of median wall time.
+/// Runs kubectl `args` [`RUNS`] times under /usr/bin/time (for the peak RSS; its wall time has
+/// 10 ms steps, so the wall time is this process's clock around it); the run of median wall time.
 /// Panics when a run fails: a read that errs is no figure.
 fn timed(kubectl: &Path, args: &[String], dir: &Path, path: &str) -> Timed {
     let mut runs: Vec<Timed> = (0..RUNS)
         .map(|_| {
             let out = std::fs::File::create(dir.join("read.out")).expect("output file");
+            let started = Instant::now();
             let status = Command::new("/usr/bin/time")
-                .args(["-f", "%e %M", "-o"])
+                .args(["-f", "%M", "-o"])
                 .arg(dir.join("read.time"))
                 .arg(kubectl)
                 .args(args)
@@ -234,6 +281,7 @@ fn timed(kubectl: &Path, args: &[String], dir: &Path, path: &str) -> Timed {
                 .stderr(std::fs::File::create(dir.join("read.err")).expect("error file"))
                 .status()
                 .expect("/usr/bin/time (apt-get install -y time)");
+            let secs = started.elapsed().as_secs_f64();
             assert!(
                 status.success(),
                 "kubectl {}: {}",
@@ -242,7 +290,6 @@ fn timed(kubectl: &Path, args: &[String], dir: &Path, path: &str) -> Timed {
             );
             let time = std::fs::read_to_string(dir.join("read.time")).unwrap_or_default();
             let mut fields = time.split_whitespace();
-            let secs = fields.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
             let kib: f64 = fields.next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
             Timed {
                 secs,

@@ -36,6 +36,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube_sim::testcluster::{TestCluster, TestClusterOptions};
 
 mod aggregated;
+mod nginx;
 mod replicas;
 mod summary;
 
@@ -325,8 +326,8 @@ impl Cluster {
         let data = self.dir.join(format!("store-{name}"));
         // KDOCTOR_BENCH_LOGS=DIR keeps each replica's log there (the bench's own folder goes
         // at its end); RUST_LOG, passed through, says how much they log.
-        let log_dir = std::env::var_os("KDOCTOR_BENCH_LOGS")
-            .map_or_else(|| self.dir.clone(), PathBuf::from);
+        let log_dir =
+            std::env::var_os("KDOCTOR_BENCH_LOGS").map_or_else(|| self.dir.clone(), PathBuf::from);
         std::fs::create_dir_all(&log_dir).expect("the replicas' log folder");
         let log_path = log_dir.join(format!("{name}.log"));
         let log = std::fs::File::create(&log_path).expect("log file");

@@ -55,7 +55,7 @@ pub fn print(file: &Path) {
         return;
     };
     type Figure = (&'static str, fn(&Row) -> Option<f64>);
-    let figures: [Figure; 16] = [
+    let figures: [Figure; 19] = [
         ("agent pods Ready after (s)", |r| Some(r.ready_s)),
         ("TokenReviews (once per agent)", |r| Some(r.reviews as f64)),
         ("controller API requests per round (besides reviews)", |r| {
@@ -99,6 +99,17 @@ pub fn print(file: &Path) {
         ("`kubectl kdoctor matrix` (s)", |r| {
             Some(r.reads.as_ref()?.matrix.secs)
         }),
+        // Rows of runs before the nginx peer have no such reads.
+        ("`kubectl get --raw` of the report (s)", |r| {
+            measured(r.reads.as_ref()?.raw.secs)
+        }),
+        ("the same bytes from nginx, same kubectl (s)", |r| {
+            measured(r.reads.as_ref()?.raw_nginx.secs)
+        }),
+        ("report's rate ÷ nginx's", |r| {
+            let reads = r.reads.as_ref()?;
+            Some(measured(reads.raw_nginx.secs)? / measured(reads.raw.secs)?)
+        }),
     ];
     println!("### By node count\n");
     let counts: Vec<String> = rows.iter().map(|r| format!("{} nodes", r.nodes)).collect();
@@ -123,12 +134,19 @@ pub fn print(file: &Path) {
     }
 }
 
+/// A time, unless it was not measured (0).
+fn measured(secs: f64) -> Option<f64> {
+    (secs > 0.0).then_some(secs)
+}
+
 fn fmt(v: f64) -> String {
     if v.abs() >= 100.0 {
         format!("{v:.0}")
     } else if v.abs() >= 10.0 {
         format!("{v:.1}")
-    } else {
+    } else if v.abs() >= 1.0 {
         format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
     }
 }
