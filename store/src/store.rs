@@ -81,6 +81,16 @@ pub struct NewReport<'a> {
     pub report: &'a Report,
 }
 
+impl NewReport<'_> {
+    /// The log's entries of `reports`, in order.
+    pub(crate) fn entries(reports: &[NewReport<'_>]) -> Result<Vec<ReportEntry>> {
+        reports
+            .iter()
+            .map(|new| ReportEntry::of(new.task, new.report))
+            .collect()
+    }
+}
+
 /// Totals of the store.
 #[derive(Serialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -381,11 +391,7 @@ impl Store {
 
     /// The command that stores `reports` now, with the export outbox as this store has it.
     pub fn put_reports_command(&self, reports: &[NewReport<'_>]) -> Result<Command> {
-        let entries = reports
-            .iter()
-            .map(|new| ReportEntry::of(new.task, new.report))
-            .collect::<Result<_>>()?;
-        Ok(self.reports_command(entries))
+        Ok(self.reports_command(NewReport::entries(reports)?))
     }
 
     /// The command that stores `entries` now (see [`Store::put_reports_command`]).
