@@ -320,15 +320,33 @@ fn json_get(objects: &Arc<ObjectCache>, store: Arc<Store>, target: Target, gzip:
     objects.count_miss();
     let limit = objects.max_object();
     let objects = objects.clone();
+    let produce = move |sink: &mut sink::Sink| object::write_object(&store, &target, sink);
+    if gzip {
+        // Encoded once as it streams, and kept encoded: a report too large to keep as JSON
+        // (a round of thousands of nodes) is a few MiB gzip-encoded, so later GETs are hits.
+        objects.count_encoding();
+        let keep = move |bytes| objects.insert(key.gzipped(), bytes);
+        return with_gzip_headers(json_response(sink::stream_keeping(
+            produce,
+            sink::Encoding::Gzip,
+            limit,
+            keep,
+        )));
+    }
     json_response(sink::stream_keeping(
-        move |sink| object::write_object(&store, &target, sink),
+        produce,
+        sink::Encoding::Identity,
         limit,
         move |bytes| objects.insert(key, bytes),
     ))
 }
 
 fn gzip_response(bytes: bytes::Bytes) -> Response {
-    let mut response = json_response(Body::from(bytes));
+    with_gzip_headers(json_response(Body::from(bytes)))
+}
+
+/// Marks a response as gzip-encoded, which also keeps the compression layer off it.
+fn with_gzip_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));

@@ -295,6 +295,17 @@ pub async fn get(router: &Router, uri: &str) -> Reply {
     send(router, Method::GET, uri, Some("admin-token"), None).await
 }
 
+/// The value of the sample on `/metrics` whose line starts with `sample` (name and labels).
+pub async fn metric(router: &Router, sample: &str) -> String {
+    let metrics = get(router, "/metrics").await.text();
+    metrics
+        .lines()
+        .find(|l| l.starts_with(sample))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap_or_else(|| panic!("no {sample} in:\n{metrics}"))
+        .to_string()
+}
+
 pub const BASE: &str = "/apis/system.kdoctor.io/v1beta1/kdoctorreports";
 
 /// A GET as kubectl sends it (`Accept-Encoding: gzip`) with the admin token: asserts the answer
