@@ -23,6 +23,8 @@ const RUNS: usize = 5;
 /// Runs of each of the reads compared with nginx, in turns: their differences are a few
 /// milliseconds of a kubectl process's fifty.
 const TURNS: usize = 21;
+/// GETs of each, in turns, by the bench's own client.
+const CLIENT_TURNS: usize = 51;
 
 /// One read: wall seconds, kubectl's peak RSS, bytes it printed.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -43,6 +45,12 @@ pub struct Reads {
     pub raw_nginx: Timed,
     /// The same bytes from nginx through the aggregation layer, as an APIService of its own.
     pub raw_nginx_aggregated: Timed,
+    /// One GET of the report's gzip bytes through the aggregation layer by the bench's own
+    /// client (kept connections to kube-apiserver, the admin's certificate), median ms
+    /// of [`CLIENT_TURNS`]: the server's part without kubectl's start-up.
+    pub client_ms: f64,
+    /// The same of nginx's behind the same layer.
+    pub client_nginx_ms: f64,
     pub yaml: Timed,
     pub table: Timed,
     pub list_table: Timed,
@@ -92,6 +100,15 @@ impl Reads {
              nginx's rate without the hop.",
             self.raw_nginx_aggregated.secs / self.raw.secs.max(1e-9),
             self.raw_nginx.secs / self.raw.secs.max(1e-9)
+        );
+        println!(
+            "\n- The report's gzip bytes through the aggregation layer by the bench's own client \
+             (kept connections to kube-apiserver, the admin's certificate; median of \
+             {CLIENT_TURNS} GETs of each, in turns): {:.1} ms, nginx's behind the same layer \
+             {:.1} ms ({:.2}×).",
+            self.client_ms,
+            self.client_nginx_ms,
+            self.client_nginx_ms / self.client_ms.max(1e-9)
         );
         println!(
             "\n- During these reads: kube-apiserver peak RSS {:.0} MiB, largest replica {:.0} MiB; \
@@ -268,6 +285,20 @@ pub async fn measure(
         [nginx.plain_bytes; 3],
         "kubectl printed other bytes than the report's"
     );
+    let mut client = [Vec::new(), Vec::new()];
+    for _ in 0..CLIENT_TURNS {
+        for (path, times) in [&raw_path, &nginx.path].into_iter().zip(client.iter_mut()) {
+            let started = Instant::now();
+            let bytes = crate::nginx::get(&cluster.admin, path, Some("gzip")).await;
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+            assert_eq!(
+                bytes.len() as u64,
+                nginx.gzip_bytes,
+                "{path}: other gzip bytes than the report's"
+            );
+        }
+    }
+    let [client_ms, client_nginx_ms] = client.map(crate::median);
     drop(nginx);
     stop.store(true, Ordering::SeqCst);
     let _ = sampler.await;
@@ -281,6 +312,8 @@ pub async fn measure(
         raw,
         raw_nginx,
         raw_nginx_aggregated,
+        client_ms,
+        client_nginx_ms,
         apiserver_peak_mib: api_peak.load(Ordering::SeqCst) as f64 / 1024.0,
         replicas_peak_mib: replica_peak.load(Ordering::SeqCst) as f64 / 1024.0,
     }

@@ -3,15 +3,15 @@
 //! `kdoctor controller` runs as `--replicas` processes, the pods of a StatefulSet, under the
 //! manifests' ServiceAccount (one process that owns its store with `--replicas 1`), and the
 //! default-agent pods are stand-ins (the real report API on every pod address, which kube-sim
-//! puts on the node network; each round's report spooled as soon as the round is ongoing). The
+//! puts on the node network; each round's report spooled as soon as the round is ongoing) but
+//! for `--agent-nodes` real agents ([`real_agents`]), whose API requests are counted too. The
 //! benchmark runs inside the cluster's network namespace, and counts requests in
 //! kube-apiserver's audit log. Per round: the controller's API requests and status writes, the
 //! time from the last report to the finalised round, the replicas' CPU seconds and RSS,
 //! kube-apiserver's RSS. The floor in the same run: the same reports harvested by a bare loop
 //! over the same report API into plain files. Then kubectl reads the round through the
 //! aggregation layer ([`aggregated`]). A list of node counts runs a cluster each and prints
-//! them side by side ([`summary`]). Then, on `--agent-nodes` nodes, real agents (the agent's
-//! task loop) with the controller: the agents' API requests per round. Prints markdown.
+//! them side by side ([`summary`]). Prints markdown.
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt;
@@ -25,9 +25,6 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kdoctor_agent::agent::{RunningAgent, start};
-use kdoctor_agent::cluster::runner::Runner;
-use kdoctor_agent::config::{AgentArgs, TaskArgs};
 use kdoctor_agent::spool::Spool;
 use kdoctor_api::task::{NetReach, RoundStatus, TaskKind};
 use kdoctor_transport::pki::Ca;
@@ -37,8 +34,11 @@ use kube_sim::testcluster::{TestCluster, TestClusterOptions};
 
 mod aggregated;
 mod nginx;
+mod real_agents;
 mod replicas;
 mod summary;
+
+use real_agents::RealAgents;
 
 const NAMESPACE: &str = "kdoctor";
 const REPORT_PORT: u16 = 3000;
@@ -53,7 +53,6 @@ const AGENT_USER: &str = "system:serviceaccount:kdoctor:kdoctor-agent";
 enum Part {
     All,
     Scale,
-    Agents,
     /// The table by node count of the scale runs in `--summary FILE`.
     Table,
 }
@@ -63,6 +62,7 @@ struct Options {
     /// Node counts, one scale run each (the last given when a part runs).
     nodes: Vec<usize>,
     rounds: i64,
+    /// Real agents among the nodes (the first agent pods).
     agent_nodes: usize,
     /// Controller replicas (1: one process that owns its store alone, no StatefulSet).
     replicas: usize,
@@ -99,9 +99,8 @@ fn options() -> Options {
             "--part" => {
                 o.part = match value.as_str() {
                     "scale" => Part::Scale,
-                    "agents" => Part::Agents,
                     "table" => Part::Table,
-                    other => panic!("--part scale|agents|table, not {other}"),
+                    other => panic!("--part scale|table, not {other}"),
                 }
             }
             other => panic!("unknown option {other}"),
@@ -525,17 +524,27 @@ impl Drop for Controller {
     }
 }
 
-/// Stand-in agents: the real report API and spool on every pod address.
+/// One agent pod's spool: its place in the cluster's order (a node's peers are the pods after
+/// its own), its pod and node.
+#[derive(Clone)]
+pub struct Spooled {
+    pub index: usize,
+    pub pod: String,
+    pub node: String,
+    pub spool: Arc<Spool>,
+}
+
+/// Stand-in agents: the real report API and spool on every pod address but the first `skip`
+/// (the real agents'), and, beside real agents, the agent's echo target their probes ask.
 struct StandIns {
-    spools: Vec<(String, String, Arc<Spool>)>,
-    /// Every agent pod (name, address), in the cluster's order: a node's peers are the ones
-    /// after its own.
+    spools: Vec<Spooled>,
+    /// Every agent pod (name, address), in the cluster's order.
     pods: Arc<Vec<(String, IpAddr)>>,
     servers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl StandIns {
-    async fn start(cluster: &Cluster) -> StandIns {
+    async fn start(cluster: &Cluster, skip: usize) -> StandIns {
         let identity =
             kdoctor_transport::tls::Identity::self_signed(&["kdoctor-agent".to_string()])
                 .expect("cert");
@@ -544,10 +553,13 @@ impl StandIns {
         let tls = Arc::new(
             kdoctor_transport::tls::server_config(identity, Some(roots)).expect("server config"),
         );
+        // One registry for all: thousands of registries would be the bench's memory, not theirs.
+        let metrics = kdoctor_agent::metrics::Metrics::new();
+        let limits = kdoctor_transport::limits::ServeLimits::default();
         let mut spools = Vec::new();
         let mut servers = Vec::new();
         let tokens = cluster.identity_tokens().await;
-        for (pod, node, ip) in &cluster.agents {
+        for (index, (pod, node, ip)) in cluster.agents.iter().enumerate().skip(skip) {
             let spool = Arc::new(Spool::open(cluster.dir.join("spools").join(pod)).expect("spool"));
             let listener =
                 kdoctor_agent::server::bind("report API", SocketAddr::new(*ip, REPORT_PORT))
@@ -557,10 +569,30 @@ impl StandIns {
                 listener,
                 kdoctor_agent::report_api::router(spool.clone(), &tokens[pod]),
                 Some(tls.clone()),
-                kdoctor_agent::metrics::Metrics::new(),
-                kdoctor_transport::limits::ServeLimits::default(),
+                metrics.clone(),
+                limits,
             ));
-            spools.push((pod.clone(), node.clone(), spool));
+            if skip > 0 {
+                let echo = kdoctor_agent::server::bind(
+                    "HTTP echo target",
+                    SocketAddr::new(*ip, real_agents::ECHO_PORT),
+                )
+                .await
+                .expect("bind the echo target on the pod address");
+                servers.push(kdoctor_agent::server::serve(
+                    echo,
+                    kdoctor_agent::echo::Echo::new(pod, metrics.clone()).router(),
+                    None,
+                    metrics.clone(),
+                    limits,
+                ));
+            }
+            spools.push(Spooled {
+                index,
+                pod: pod.clone(),
+                node: node.clone(),
+                spool,
+            });
         }
         let pods = cluster
             .agents
@@ -574,32 +606,44 @@ impl StandIns {
         }
     }
 
-    /// Spools every node's report of `round` (concurrently, each one fsynced as agents do):
-    /// each node probed the agent pods of the [`PEERS`] nodes after its own, as a round with
-    /// `maxPeers` samples them.
-    async fn write(&self, task: &str, uid: &str, round: i64) {
+    /// Spools every stand-in's report of `round`, and into the spools of `also` (concurrently,
+    /// each one fsynced as agents do): each node probed the agent pods of the [`PEERS`] nodes
+    /// after its own, as a round with `maxPeers` samples them.
+    async fn write(&self, task: &str, uid: &str, round: i64, also: &[Spooled]) {
         let expiry = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
-        let mut writes = futures::stream::iter(self.spools.clone().into_iter().enumerate())
-            .map(|(i, (pod, node, spool))| {
-                let (task, uid, pods) = (task.to_string(), uid.to_string(), self.pods.clone());
-                tokio::task::spawn_blocking(move || {
-                    let mut report =
-                        kdoctor_api::fixtures::net_reach_report(&node, round, PEERS, round as u64);
-                    for (k, detail) in kdoctor_api::fixtures::net_reach_details(&mut report)
-                        .iter_mut()
-                        .enumerate()
-                    {
-                        let (peer, ip) = &pods[(i + 1 + k) % pods.len()];
-                        detail.name = format!("AgentPodV4IP_{peer}_{ip}");
-                        detail.url = format!("http://{ip}:80");
-                    }
-                    report.pod_name = pod;
-                    report.task_uid = Some(uid);
-                    spool
-                        .write(TaskKind::NetReach, &task, &node, &report, expiry)
-                        .expect("spool write");
-                })
-            })
+        let spools = self.spools.iter().chain(also).cloned().collect::<Vec<_>>();
+        let mut writes = futures::stream::iter(spools)
+            .map(
+                |Spooled {
+                     index,
+                     pod,
+                     node,
+                     spool,
+                 }| {
+                    let (task, uid, pods) = (task.to_string(), uid.to_string(), self.pods.clone());
+                    tokio::task::spawn_blocking(move || {
+                        let mut report = kdoctor_api::fixtures::net_reach_report(
+                            &node,
+                            round,
+                            PEERS,
+                            round as u64,
+                        );
+                        for (k, detail) in kdoctor_api::fixtures::net_reach_details(&mut report)
+                            .iter_mut()
+                            .enumerate()
+                        {
+                            let (peer, ip) = &pods[(index + 1 + k) % pods.len()];
+                            detail.name = format!("AgentPodV4IP_{peer}_{ip}");
+                            detail.url = format!("http://{ip}:80");
+                        }
+                        report.pod_name = pod;
+                        report.task_uid = Some(uid);
+                        spool
+                            .write(TaskKind::NetReach, &task, &node, &report, expiry)
+                            .expect("spool write");
+                    })
+                },
+            )
             .buffer_unordered(16);
         while writes.next().await.is_some() {}
     }
@@ -628,6 +672,9 @@ struct Round {
     apiserver_rss_kib: u64,
     requests_at_start: BTreeMap<String, u64>,
     requests: BTreeMap<String, u64>,
+    agent_requests_at_start: BTreeMap<String, u64>,
+    /// The real agents' requests in the round.
+    agent_requests: BTreeMap<String, u64>,
 }
 
 fn diff(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
@@ -638,15 +685,16 @@ fn diff(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeM
         .collect()
 }
 
-/// Runs `rounds` rounds of task `name`, writing stand-in reports when given, until the task
-/// finishes; samples the controller every 100 ms.
+/// Runs `rounds` rounds of task `name`, writing the stand-ins' reports as each begins, until
+/// the task finishes; samples the controller every 100 ms. A round's last report is the later
+/// of the stand-ins' written and every real agent's spooled.
 async fn run_rounds(
     cluster: &Cluster,
     controllers: &Controllers,
     name: &str,
     rounds: i64,
-    stand_ins: Option<&StandIns>,
-    user: &str,
+    stand_ins: &StandIns,
+    real: &RealAgents,
 ) -> Vec<Round> {
     let api: Api<NetReach> = Api::all(cluster.admin.clone());
     let mut seen: BTreeMap<i64, Round> = BTreeMap::new();
@@ -672,17 +720,34 @@ async fn run_rounds(
             if record.status == RoundStatus::Ongoing && round.ongoing.is_none() {
                 round.ongoing = Some(Instant::now());
                 round.cpu_at_start = cpu;
-                round.requests_at_start = cluster.requests(user);
-                if let Some(stand_ins) = stand_ins {
-                    stand_ins.write(name, &uid, record.round_number).await;
-                    round.written = Some(Instant::now());
-                }
+                round.requests_at_start = cluster.requests(CONTROLLER_USER);
+                round.agent_requests_at_start = cluster.requests(AGENT_USER);
+                stand_ins.write(name, &uid, record.round_number, &[]).await;
+                let written = Instant::now();
+                round.written = Some(if real.len() == 0 {
+                    written
+                } else {
+                    let spooled = real
+                        .reported(name, record.round_number, Duration::from_secs(90))
+                        .await
+                        .unwrap_or_else(|| {
+                            panic!(
+                                "round {}: a real agent spooled no report",
+                                record.round_number
+                            )
+                        });
+                    spooled.max(written)
+                });
             }
             if record.status.is_finished() && round.ongoing.is_some() && round.finalised.is_none() {
                 round.finalised = Some(Instant::now());
                 round.cpu = cpu - round.cpu_at_start;
                 round.result = format!("{:?}", record.status).to_lowercase();
-                round.requests = diff(&cluster.requests(user), &round.requests_at_start);
+                round.requests = diff(&cluster.requests(CONTROLLER_USER), &round.requests_at_start);
+                round.agent_requests = diff(
+                    &cluster.requests(AGENT_USER),
+                    &round.agent_requests_at_start,
+                );
             }
         }
         if status.finish {
@@ -701,7 +766,7 @@ async fn run_rounds(
 
 /// The floor: every stand-in's reports listed, fetched, written to a plain file and
 /// acknowledged by a bare loop, 64 agents at a time (the controller's concurrency).
-async fn raw_harvest(cluster: &Cluster, stand_ins: &StandIns) -> Duration {
+async fn raw_harvest(cluster: &Cluster) -> Duration {
     let pem = cluster
         .ca
         .client(kdoctor_agent::report_api::HARVESTER_NAME, &[])
@@ -735,9 +800,7 @@ async fn raw_harvest(cluster: &Cluster, stand_ins: &StandIns) -> Duration {
         })
         .buffer_unordered(64);
     while passes.next().await.is_some() {}
-    let took = started.elapsed();
-    assert_eq!(stand_ins.spools.len(), cluster.agents.len());
-    took
+    started.elapsed()
 }
 
 fn secs(d: Duration) -> String {
@@ -784,14 +847,6 @@ fn main() {
                 summary::print(&summaries);
             }
             let _ = std::fs::remove_file(&summaries);
-            if o.agent_nodes > 0 {
-                let status = Command::new(&me)
-                    .args(std::env::args().skip(1))
-                    .args(["--part", "agents"])
-                    .status()
-                    .expect("a part of the benchmark");
-                assert!(status.success(), "the agents part failed");
-            }
             let nodes: Vec<String> = o.nodes.iter().map(|n| n.to_string()).collect();
             println!(
                 "\nReproduce: `hack/bench/controller/run.sh --nodes {} --replicas {} --rounds {} --agent-nodes {}`",
@@ -805,7 +860,6 @@ fn main() {
             let nodes = *o.nodes.last().expect("a node count");
             in_cluster(nodes, |kube| scale(o, kube))
         }
-        Part::Agents => in_cluster(o.agent_nodes, |kube| agents(o, kube)),
         // Runs of separate invocations side by side (each `--part scale` appends to the file
         // KDOCTOR_BENCH_SUMMARY names).
         Part::Table => summary::print(o.summary.as_deref().expect("--summary FILE")),
@@ -838,7 +892,9 @@ where
 async fn scale(o: Options, kube: TestCluster) {
     let nodes = *o.nodes.last().expect("a node count");
     let cluster = Cluster::start(kube, nodes, "scale").await;
-    let stand_ins = StandIns::start(&cluster).await;
+    let agents_before = cluster.requests(AGENT_USER);
+    let real = RealAgents::start(&cluster, o.agent_nodes.min(nodes)).await;
+    let stand_ins = StandIns::start(&cluster, real.len()).await;
     let controllers = cluster.controllers(&o.kdoctor, o.replicas).await;
     let leader = if o.replicas > 1 {
         let logs: Vec<PathBuf> = controllers.0.iter().map(|c| c.log.clone()).collect();
@@ -854,19 +910,15 @@ async fn scale(o: Options, kube: TestCluster) {
         .apply_task(
             "scale",
             o.rounds,
-            serde_json::json!({"endpoint": true, "clusterIP": false, "nodePort": false}),
+            serde_json::json!({
+                "endpoint": true, "clusterIP": false, "nodePort": false,
+                "maxPeers": PEERS,
+            }),
         )
         .await;
-    let rounds = run_rounds(
-        &cluster,
-        &controllers,
-        "scale",
-        o.rounds,
-        Some(&stand_ins),
-        CONTROLLER_USER,
-    )
-    .await;
+    let rounds = run_rounds(&cluster, &controllers, "scale", o.rounds, &stand_ins, &real).await;
     let whole = diff(&cluster.requests(CONTROLLER_USER), &before);
+    let agents_whole = diff(&cluster.requests(AGENT_USER), &agents_before);
     let store_after: u64 = controllers.0.iter().map(|c| disk_bytes(&c.data)).sum();
     let leader_peak = controllers
         .named(&leader)
@@ -888,8 +940,15 @@ async fn scale(o: Options, kube: TestCluster) {
         .metadata
         .uid
         .unwrap_or_default();
-    stand_ins.write("scale", &uid, 1000).await;
-    let floor = raw_harvest(&cluster, &stand_ins).await;
+    // As many floor runs as rounds, the median: one run moved by half between runs.
+    let mut floors = Vec::new();
+    for run in 0..o.rounds {
+        stand_ins
+            .write("scale", &uid, 1000 + run, &real.spools)
+            .await;
+        floors.push(raw_harvest(&cluster).await.as_secs_f64());
+    }
+    let floor = Duration::from_secs_f64(median(floors));
 
     let replicas = if o.replicas > 1 {
         format!(
@@ -902,15 +961,19 @@ async fn scale(o: Options, kube: TestCluster) {
     };
     println!(
         "### {nodes} nodes\n\n{nodes} nodes (agent pods Ready {:.0} s after the DaemonSet), {} rounds \
-         of a NetReach task on the default agent; stand-in agents spool a report of {PEERS} peers \
-         as soon as the round is ongoing; {replicas}, `--poll-seconds=1`.\n",
+         of a NetReach task on the default agent (`maxPeers: {PEERS}`); {} real agents (the \
+         agent's report API, echo target and task loop, in-process) and {} stand-ins (the \
+         agent's report API and spool; a report of {PEERS} peers spooled as soon as the round is \
+         ongoing); {replicas}, `--poll-seconds=1`.\n",
         cluster.ready_after.as_secs_f64(),
-        rounds.len()
+        rounds.len(),
+        real.len(),
+        stand_ins.spools.len(),
     );
     println!(
-        "| round | result | last report → finalised (s) | controllers' CPU (s) | largest replica RSS (MiB) | kube-apiserver RSS (MiB) | API requests | status writes |"
+        "| round | result | last report → finalised (s) | controllers' CPU (s) | largest replica RSS (MiB) | kube-apiserver RSS (MiB) | API requests | status writes | real agents' API requests |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut lags = Vec::new();
     for r in &rounds {
         let lag = match (r.written, r.finalised) {
@@ -920,7 +983,7 @@ async fn scale(o: Options, kube: TestCluster) {
         lags.push(lag.as_secs_f64());
         let total: u64 = r.requests.values().sum();
         println!(
-            "| {} | {} | {} | {:.2} | {:.0} | {:.0} | {} | {} |",
+            "| {} | {} | {} | {:.2} | {:.0} | {:.0} | {} | {} | {} |",
             r.number,
             r.result,
             secs(lag),
@@ -928,7 +991,8 @@ async fn scale(o: Options, kube: TestCluster) {
             mib(r.peak_rss_kib),
             mib(r.apiserver_rss_kib),
             total,
-            status_writes(&r.requests)
+            status_writes(&r.requests),
+            r.agent_requests.values().sum::<u64>()
         );
     }
     let whole_total: u64 = whole.values().sum();
@@ -956,8 +1020,9 @@ async fn scale(o: Options, kube: TestCluster) {
     println!(
         "- Median time from the last report spooled to the round finalised in the status: {lag:.2} s; \
          the bare harvest loop over the same {nodes} report APIs (list, fetch, write a file, ack; 64 at \
-         a time): {} s — ratio {:.1}× (the controller's includes up to one poll interval, 1 s, \
-         the store's commit on a majority of replicas and the status write).",
+         a time; median of {} runs): {} s — ratio {:.1}× (the controller's includes up to one \
+         poll interval, 1 s, the store's commit on a majority of replicas and the status write).",
+        o.rounds,
         secs(floor),
         lag / floor.as_secs_f64().max(1e-9)
     );
@@ -971,6 +1036,27 @@ async fn scale(o: Options, kube: TestCluster) {
         cpu_total,
         store_per_round / 1e6
     );
+    // The first round's requests come before the benchmark sees it ongoing (agents react to the
+    // watch event at once): only later rounds' windows are clean.
+    let later_rounds = rounds.iter().skip(1);
+    let agents_later: u64 = later_rounds
+        .clone()
+        .map(|r| r.agent_requests.values().sum::<u64>())
+        .sum();
+    if real.len() > 0 {
+        println!(
+            "- Real agents' API requests over the whole run (agents started → task finished): \
+             {}, {:.2} per agent; in rounds 2 to {}: {agents_later}. By verb and resource: {}.",
+            agents_whole.values().sum::<u64>(),
+            agents_whole.values().sum::<u64>() as f64 / real.len() as f64,
+            rounds.len(),
+            agents_whole
+                .iter()
+                .map(|(k, v)| format!("`{k}` {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     if let Some(reads) = &reads {
         reads.print();
     }
@@ -993,102 +1079,17 @@ async fn scale(o: Options, kube: TestCluster) {
         .max(reads.as_ref().map_or(0.0, |r| r.apiserver_peak_mib)),
         store_mb_per_round: store_per_round / 1e6,
         reads: reads.clone(),
+        real_agents: real.len(),
+        agent_requests_per_agent: (real.len() > 0)
+            .then(|| agents_whole.values().sum::<u64>() as f64 / real.len() as f64),
+        agent_requests_later_rounds: (real.len() > 0 && rounds.len() > 1)
+            .then(|| agents_later as f64 / (rounds.len() - 1) as f64),
     });
+    drop(real);
     drop(stand_ins);
     drop(cluster);
 }
 
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
-}
-
-/// Real agents: what each agent asks the API per round.
-async fn agents(o: Options, kube: TestCluster) {
-    {
-        let cluster = Cluster::start(kube, o.agent_nodes, "agents").await;
-        let mut agents: Vec<(RunningAgent, tokio::task::JoinHandle<()>)> = Vec::new();
-        let token = cluster.token("kdoctor-agent").await;
-        let agent_client = client_from(&cluster.kube.inner_kubeconfig(), Some(token)).await;
-        std::fs::write(cluster.dir.join("agent-ca.crt"), &cluster.ca.pem.cert).expect("ca");
-        let tokens = cluster.identity_tokens().await;
-        for (pod, node, ip) in &cluster.agents {
-            let mut args = AgentArgs::ephemeral(vec![*ip]);
-            args.report_token = tokens[pod].clone();
-            args.report_dir = Some(cluster.dir.join("agents").join(pod));
-            args.report_port = REPORT_PORT;
-            args.tls_ca_cert = cluster.dir.join("agent-ca.crt");
-            args.node_name = Some(node.clone());
-            args.pod_name = Some(pod.clone());
-            args.app_http_port = 80;
-            let running = start(&args).await.expect("agent");
-            let tasks = TaskArgs {
-                default_agent: true,
-                namespace: NAMESPACE.to_string(),
-                dns_service_label_key: "kubernetes.io/name".into(),
-                dns_service_label_value: "CoreDNS".into(),
-                report_expiry_hours: 1,
-                ..TaskArgs::default()
-            };
-            let runner = Runner::new(
-                agent_client.clone(),
-                &args,
-                &tasks,
-                running.spool.clone(),
-                running.registry.clone(),
-            )
-            .expect("runner")
-            .expect("a default agent");
-            let handle = tokio::spawn(Arc::new(runner).run(agent_client.clone()));
-            agents.push((running, handle));
-        }
-        let controller = cluster.controllers(&o.kdoctor, 1).await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let before = cluster.requests(AGENT_USER);
-        let rounds_b = o.rounds.min(2);
-        cluster
-            .apply_task(
-                "agents",
-                rounds_b,
-                serde_json::json!({"endpoint": true, "clusterIP": false, "nodePort": false}),
-            )
-            .await;
-        let done = run_rounds(&cluster, &controller, "agents", rounds_b, None, AGENT_USER).await;
-        let whole = diff(&cluster.requests(AGENT_USER), &before);
-        let total: u64 = whole.values().sum();
-        let results: Vec<String> = done.iter().map(|r| r.result.clone()).collect();
-        // The first round's requests come before the benchmark sees it ongoing (agents react
-        // to the watch event at once): only later rounds' windows are clean.
-        let per_round: Vec<String> = done
-            .iter()
-            .skip(1)
-            .map(|r| {
-                format!(
-                    "round {}: {:.2}",
-                    r.number,
-                    r.requests.values().sum::<u64>() as f64 / o.agent_nodes as f64
-                )
-            })
-            .collect();
-        println!(
-            "- Real agents ({} nodes, the agent's task loop in-process, {} rounds: {}): {} API \
-             requests in all, {:.2} per agent — once, at the first round (the carrier's \
-             selector, the pod watch's list and watch); per agent during later rounds: {}. By \
-             verb and resource: {}.",
-            o.agent_nodes,
-            done.len(),
-            results.join(", "),
-            total,
-            total as f64 / o.agent_nodes as f64,
-            per_round.join(", "),
-            whole
-                .iter()
-                .map(|(k, v)| format!("`{k}` {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        drop(controller);
-        for (_, handle) in &agents {
-            handle.abort();
-        }
-    }
 }

@@ -30,6 +30,8 @@ pub struct Nginx {
     pub path: String,
     /// The plain bytes it serves.
     pub plain_bytes: u64,
+    /// The gzip-encoded bytes it serves.
+    pub gzip_bytes: u64,
 }
 
 impl Nginx {
@@ -127,6 +129,7 @@ impl Nginx {
             kubeconfig,
             path,
             plain_bytes: plain.len() as u64,
+            gzip_bytes: gzipped.len() as u64,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect((address, port)).is_err() {
@@ -226,7 +229,7 @@ impl Drop for Nginx {
 
 /// The body `client` is answered at `path`, as sent (a client without decompression: the
 /// encoding asked for stays on the bytes).
-async fn get(client: &kube::Client, path: &str, encoding: Option<&str>) -> Vec<u8> {
+pub async fn get(client: &kube::Client, path: &str, encoding: Option<&str>) -> Vec<u8> {
     let mut request = http::Request::get(path);
     if let Some(encoding) = encoding {
         request = request.header(http::header::ACCEPT_ENCODING, encoding);

@@ -27,6 +27,14 @@ pub struct Row {
     pub apiserver_peak_mib: f64,
     pub store_mb_per_round: f64,
     pub reads: Option<Reads>,
+    #[serde(default)]
+    pub real_agents: usize,
+    /// The real agents' API requests over the whole run, per agent.
+    #[serde(default)]
+    pub agent_requests_per_agent: Option<f64>,
+    /// Theirs per round after the first, all together.
+    #[serde(default)]
+    pub agent_requests_later_rounds: Option<f64>,
 }
 
 /// Appends `row` to the file [`FILE_ENV`] names, when it names one.
@@ -55,9 +63,17 @@ pub fn print(file: &Path) {
         return;
     };
     type Figure = (&'static str, fn(&Row) -> Option<f64>);
-    let figures: [Figure; 21] = [
+    let figures: [Figure; 26] = [
         ("agent pods Ready after (s)", |r| Some(r.ready_s)),
         ("TokenReviews (once per agent)", |r| Some(r.reviews as f64)),
+        ("real agents among them", |r| Some(r.real_agents as f64)),
+        ("real agents' API requests in all, per agent", |r| {
+            r.agent_requests_per_agent
+        }),
+        (
+            "real agents' API requests per round after the first, all of them",
+            |r| r.agent_requests_later_rounds,
+        ),
         ("controller API requests per round (besides reviews)", |r| {
             Some(r.requests_per_round)
         }),
@@ -113,6 +129,14 @@ pub fn print(file: &Path) {
                 let reads = r.reads.as_ref()?;
                 Some(measured(reads.raw_nginx_aggregated.secs)? / measured(reads.raw.secs)?)
             },
+        ),
+        (
+            "one GET of its gzip bytes by the bench's client, kept connection (ms)",
+            |r| measured(r.reads.as_ref()?.client_ms),
+        ),
+        (
+            "the same of nginx's behind the aggregation layer (ms)",
+            |r| measured(r.reads.as_ref()?.client_nginx_ms),
         ),
         (
             "the same bytes from nginx directly, same kubectl (s)",

@@ -1,0 +1,120 @@
+//! Real agents among the stand-ins: the agent as its DaemonSet runs it (its report API and echo
+//! targets on the pod's address, its task loop with the agent ServiceAccount's token,
+//! in-process), on the first `--agent-nodes` agent pods of the cluster. They see the task's
+//! rounds through their own watch, probe the peers the round samples for them (the stand-ins
+//! answer on their echo target) and spool their own reports, which the controller harvests with
+//! the stand-ins'.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kdoctor_agent::agent::{RunningAgent, start};
+use kdoctor_agent::cluster::runner::Runner;
+use kdoctor_agent::config::{AgentArgs, TaskArgs};
+use kdoctor_api::task::TaskKind;
+
+use crate::{Cluster, NAMESPACE, REPORT_PORT, Spooled, client_from};
+
+/// The agent's HTTP echo target port (the DaemonSet's `--app-http-port`).
+pub const ECHO_PORT: u16 = 80;
+
+pub struct RealAgents {
+    /// Their spools, which their report APIs serve.
+    pub spools: Vec<Spooled>,
+    _running: Vec<RunningAgent>,
+    loops: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl RealAgents {
+    /// Real agents on the first `count` agent pods.
+    pub async fn start(cluster: &Cluster, count: usize) -> RealAgents {
+        let mut agents = RealAgents {
+            spools: Vec::new(),
+            _running: Vec::new(),
+            loops: Vec::new(),
+        };
+        if count == 0 {
+            return agents;
+        }
+        let token = cluster.token("kdoctor-agent").await;
+        let client = client_from(&cluster.kube.inner_kubeconfig(), Some(token)).await;
+        let ca = cluster.dir.join("agent-ca.crt");
+        std::fs::write(&ca, &cluster.ca.pem.cert).expect("the CA for the agents");
+        let tokens = cluster.identity_tokens().await;
+        let tasks = TaskArgs {
+            default_agent: true,
+            namespace: NAMESPACE.to_string(),
+            dns_service_label_key: "kubernetes.io/name".into(),
+            dns_service_label_value: "CoreDNS".into(),
+            report_expiry_hours: 1,
+            ..TaskArgs::default()
+        };
+        for (index, (pod, node, ip)) in cluster.agents.iter().take(count).enumerate() {
+            let mut args = AgentArgs::ephemeral(vec![*ip]);
+            args.report_token = tokens[pod].clone();
+            args.report_dir = Some(cluster.dir.join("agents").join(pod));
+            args.report_port = REPORT_PORT;
+            args.tls_ca_cert = ca.clone();
+            args.node_name = Some(node.clone());
+            args.pod_name = Some(pod.clone());
+            args.app_http_port = ECHO_PORT;
+            let running = start(&args).await.expect("a real agent");
+            let spool = running.spool.clone().expect("the agent's spool");
+            let runner = Runner::new(
+                client.clone(),
+                &args,
+                &tasks,
+                running.spool.clone(),
+                running.registry.clone(),
+            )
+            .expect("the agent's task loop")
+            .expect("a default agent");
+            agents
+                .loops
+                .push(tokio::spawn(Arc::new(runner).run(client.clone())));
+            agents.spools.push(Spooled {
+                index,
+                pod: pod.clone(),
+                node: node.clone(),
+                spool,
+            });
+            agents._running.push(running);
+        }
+        agents
+    }
+
+    pub fn len(&self) -> usize {
+        self.spools.len()
+    }
+
+    /// When every real agent had spooled its report of round `round` of `task` (seen by
+    /// polling their spools every 20 ms), or None after `within`.
+    pub async fn reported(&self, task: &str, round: i64, within: Duration) -> Option<Instant> {
+        let deadline = Instant::now() + within;
+        let kind = TaskKind::NetReach.to_string();
+        loop {
+            let all = self.spools.iter().all(|s| {
+                s.spool.list().is_ok_and(|entries| {
+                    entries
+                        .iter()
+                        .any(|e| e.kind == kind && e.task == task && e.round == round as u64)
+                })
+            });
+            if all {
+                return Some(Instant::now());
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for RealAgents {
+    fn drop(&mut self) {
+        for task_loop in &self.loops {
+            task_loop.abort();
+        }
+    }
+}
