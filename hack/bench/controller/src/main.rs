@@ -675,6 +675,8 @@ struct Round {
     agent_requests_at_start: BTreeMap<String, u64>,
     /// The real agents' requests in the round.
     agent_requests: BTreeMap<String, u64>,
+    /// Why it failed, as its status says (the failed nodes and the reason).
+    failure: Option<String>,
 }
 
 fn diff(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
@@ -743,6 +745,23 @@ async fn run_rounds(
                 round.finalised = Some(Instant::now());
                 round.cpu = cpu - round.cpu_at_start;
                 round.result = format!("{:?}", record.status).to_lowercase();
+                if !record.failed_agent_node_list.is_empty() || record.failure_reason.is_some() {
+                    round.failure = Some(format!(
+                        "{} nodes failed ({}…): {}",
+                        record.failed_agent_node_list.len(),
+                        record
+                            .failed_agent_node_list
+                            .iter()
+                            .take(3)
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        record
+                            .failure_reason
+                            .as_deref()
+                            .unwrap_or("no reason given")
+                    ));
+                }
                 round.requests = diff(&cluster.requests(CONTROLLER_USER), &round.requests_at_start);
                 round.agent_requests = diff(
                     &cluster.requests(AGENT_USER),
@@ -994,6 +1013,11 @@ async fn scale(o: Options, kube: TestCluster) {
             status_writes(&r.requests),
             r.agent_requests.values().sum::<u64>()
         );
+    }
+    for r in &rounds {
+        if let Some(failure) = &r.failure {
+            println!("\nRound {}: {failure}", r.number);
+        }
     }
     let whole_total: u64 = whole.values().sum();
     let reviews = whole.get("create tokenreviews").copied().unwrap_or(0);
