@@ -378,9 +378,10 @@ async fn unsupported_verbs_are_405_with_the_kubectl_message() {
     );
 }
 
-#[tokio::test]
-async fn large_reports_stream_and_gzip_when_asked() {
-    let s = server("rep-large");
+/// A server whose store holds task `netreach-big` with one round of 9,000 probe entries: over
+/// the object cache's largest object as JSON.
+fn server_with_big_report(test: &str) -> crate::support::Server {
+    let s = server(test);
     let (id, _) = s
         .store
         .record_task(&crate::support::record(
@@ -395,6 +396,12 @@ async fn large_reports_stream_and_gzip_when_asked() {
             &kdoctor_api::fixtures::net_reach_report("node-a", 1, 9000, 1),
         )
         .expect("put");
+    s
+}
+
+#[tokio::test]
+async fn large_reports_stream_and_gzip_when_asked() {
+    let s = server_with_big_report("rep-large");
     // Over the cache's largest object: streamed from the store as it is written, in many
     // frames and without a Content-Length, never held whole.
     let (count, length) = frames(&s.router, &format!("{BASE}/netreach-big"), false).await;
@@ -418,21 +425,7 @@ async fn large_reports_stream_and_gzip_when_asked() {
 
 #[tokio::test]
 async fn a_report_too_large_to_keep_as_json_is_kept_gzip_encoded_after_one_gzip_get() {
-    let s = server("rep-large-gzip");
-    let (id, _) = s
-        .store
-        .record_task(&crate::support::record(
-            kdoctor_api::task::TaskKind::NetReach,
-            "big",
-            "b2b2b2b2-0000-0000-0000-000000000000",
-        ))
-        .expect("task");
-    s.store
-        .put_report(
-            id,
-            &kdoctor_api::fixtures::net_reach_report("node-a", 1, 9000, 1),
-        )
-        .expect("put");
+    let s = server_with_big_report("rep-large-gzip");
     let uri = format!("{BASE}/netreach-big");
     let plain = get(&s.router, &uri).await;
     assert!(plain.body.len() > 4 * 1024 * 1024, "{}", plain.body.len());

@@ -1017,6 +1017,9 @@ async fn scale(o: Options, kube: TestCluster) {
     for r in &rounds {
         if let Some(failure) = &r.failure {
             println!("\nRound {}: {failure}", r.number);
+            for probe in real.failed_probes("scale", r.number, 5) {
+                println!("- a real agent's failed probe: {probe}");
+            }
         }
     }
     let whole_total: u64 = whole.values().sum();

@@ -111,6 +111,49 @@ impl RealAgents {
     }
 }
 
+impl RealAgents {
+    /// The probes that failed in the real agents' reports of round `round` of `task`: node,
+    /// target and reason, at most `at_most`.
+    pub fn failed_probes(&self, task: &str, round: i64, at_most: usize) -> Vec<String> {
+        let mut failed = Vec::new();
+        for s in &self.spools {
+            let entries = s.spool.list().unwrap_or_default();
+            let Some(entry) = entries
+                .iter()
+                .find(|e| e.task == task && e.round == round as u64)
+            else {
+                continue;
+            };
+            let Ok(report) = s
+                .spool
+                .read(&entry.name)
+                .map_err(|e| e.to_string())
+                .and_then(|b| {
+                    serde_json::from_slice::<kdoctor_api::report::Report>(&b)
+                        .map_err(|e| e.to_string())
+                })
+            else {
+                continue;
+            };
+            let details = report
+                .task_net_reach
+                .map(|r| r.round_task_detail)
+                .unwrap_or_default();
+            for d in details.into_iter().filter(|d| !d.request_succeed) {
+                failed.push(format!(
+                    "{}: {} ({}): {}",
+                    s.node,
+                    d.name,
+                    d.url,
+                    d.failure_reason.unwrap_or_default()
+                ));
+            }
+        }
+        failed.truncate(at_most);
+        failed
+    }
+}
+
 impl Drop for RealAgents {
     fn drop(&mut self) {
         for task_loop in &self.loops {
