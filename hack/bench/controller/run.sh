@@ -5,8 +5,9 @@
 # agents (report API on every pod address); API requests and status writes per round, time from
 # the last report to the finalised round, the replicas' CPU and RSS, kube-apiserver's RSS, the
 # store's disk per round; the same harvest done by a bare loop (the floor) in the same run;
-# kubectl reading the round through the aggregation layer; and, on --agent-nodes (default 20)
-# real agents, the agents' API requests per round. Prints markdown for docs/benchmarks.md.
+# kubectl reading the round through the aggregation layer against nginx serving the same bytes
+# behind the same layer; --agent-nodes (default 20) of the agent pods run real agents, whose API
+# requests per round are counted too. Prints markdown for docs/benchmarks.md.
 # Options pass through, e.g. `run.sh --nodes 200 --rounds 1 --replicas 1`. KDOCTOR_BENCH_HEAPTRACK=DIR
 # runs each replica under heaptrack (a profile per replica in DIR; its RSS figures are then
 # heaptrack's script's, not the replica's). KDOCTOR_BENCH_LOGS=DIR keeps each replica's log in
