@@ -321,24 +321,23 @@ fn json_get(objects: &Arc<ObjectCache>, store: Arc<Store>, target: Target, gzip:
     let limit = objects.max_object();
     let objects = objects.clone();
     let produce = move |sink: &mut sink::Sink| object::write_object(&store, &target, sink);
-    if gzip {
-        // Encoded once as it streams, and kept encoded: a report too large to keep as JSON
-        // (a round of thousands of nodes) is a few MiB gzip-encoded, so later GETs are hits.
-        objects.count_encoding();
-        let keep = move |bytes| objects.insert(key.gzipped(), bytes);
-        return with_gzip_headers(json_response(sink::stream_keeping(
+    if !gzip {
+        return json_response(sink::stream_keeping(
             produce,
-            sink::Encoding::Gzip,
+            sink::Encoding::Identity,
             limit,
-            keep,
-        )));
+            move |bytes| objects.insert(key, bytes),
+        ));
     }
-    json_response(sink::stream_keeping(
+    // Encoded once as it streams, and kept encoded: a report too large to keep as JSON (a round
+    // of thousands of nodes) is a few MiB gzip-encoded, so later GETs are hits.
+    objects.count_encoding();
+    with_gzip_headers(json_response(sink::stream_keeping(
         produce,
-        sink::Encoding::Identity,
+        sink::Encoding::Gzip,
         limit,
-        move |bytes| objects.insert(key, bytes),
-    ))
+        move |bytes| objects.insert(key.gzipped(), bytes),
+    )))
 }
 
 fn gzip_response(bytes: bytes::Bytes) -> Response {

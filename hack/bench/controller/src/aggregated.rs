@@ -127,25 +127,9 @@ pub async fn measure(
 ) -> Reads {
     let kubectl = cluster.kube.kubectl();
     let kubeconfig = cluster.kube.inner_kubeconfig();
-    let k = |args: &[&str]| {
-        let mut c = Command::new(&kubectl);
-        c.arg("--kubeconfig").arg(&kubeconfig).args(args);
-        c
-    };
+    let k = |args: &[&str]| crate::kubectl(&cluster.kube, args);
     crate::apply_manifests(&cluster.kube, &["apiservice.yaml"]);
-    let available = k(&[
-        "wait",
-        &format!("apiservice/{APISERVICE}"),
-        "--for=condition=Available",
-        "--timeout=180s",
-    ])
-    .output()
-    .expect("kubectl");
-    assert!(
-        available.status.success(),
-        "{APISERVICE} not Available after 180 s: {}",
-        String::from_utf8_lossy(&available.stderr)
-    );
+    crate::await_available(&cluster.kube, APISERVICE, Duration::from_secs(180));
     // Available comes before kube-apiserver's discovery lists the group's resources.
     let started = Instant::now();
     loop {

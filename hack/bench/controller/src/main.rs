@@ -145,14 +145,20 @@ struct Cluster {
     ready_after: Duration,
 }
 
+/// kubectl `args` as the admin, inside the cluster's namespace.
+fn kubectl(kube: &TestCluster, args: &[&str]) -> Command {
+    let mut command = Command::new(kube.kubectl());
+    command
+        .arg("--kubeconfig")
+        .arg(kube.inner_kubeconfig())
+        .args(args);
+    command
+}
+
 /// `kubectl apply` of files of manifests/, as shipped.
 fn apply_manifests(kube: &TestCluster, files: &[&str]) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../manifests");
-    let mut apply = Command::new(kube.kubectl());
-    apply
-        .arg("--kubeconfig")
-        .arg(kube.inner_kubeconfig())
-        .arg("apply");
+    let mut apply = kubectl(kube, &["apply"]);
     for file in files {
         apply.arg("-f").arg(root.join(file));
     }
@@ -162,6 +168,36 @@ fn apply_manifests(kube: &TestCluster, files: &[&str]) {
         "{}",
         String::from_utf8_lossy(&applied.stderr)
     );
+}
+
+/// Waits until APIService `name` is Available, at most `timeout`.
+fn await_available(kube: &TestCluster, name: &str, timeout: Duration) {
+    let available = kubectl(
+        kube,
+        &[
+            "wait",
+            &format!("apiservice/{name}"),
+            "--for=condition=Available",
+            &format!("--timeout={}s", timeout.as_secs()),
+        ],
+    )
+    .output()
+    .expect("kubectl");
+    assert!(
+        available.status.success(),
+        "APIService {name} not Available after {} s: {}",
+        timeout.as_secs(),
+        String::from_utf8_lossy(&available.stderr)
+    );
+}
+
+/// Requests by verb and resource, as markdown.
+fn by_verb(requests: &BTreeMap<String, u64>) -> String {
+    requests
+        .iter()
+        .map(|(k, v)| format!("`{k}` {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A client from a kubeconfig, with `token` instead of its credentials when given.
@@ -1038,11 +1074,7 @@ async fn scale(o: Options, kube: TestCluster) {
         per_round / nodes as f64,
         status_writes(&whole),
         status_writes(&whole) as f64 / rounds.len().max(1) as f64,
-        whole
-            .iter()
-            .map(|(k, v)| format!("`{k}` {v}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        by_verb(&whole)
     );
     println!(
         "- Median time from the last report spooled to the round finalised in the status: {lag:.2} s; \
@@ -1065,23 +1097,20 @@ async fn scale(o: Options, kube: TestCluster) {
     );
     // The first round's requests come before the benchmark sees it ongoing (agents react to the
     // watch event at once): only later rounds' windows are clean.
-    let later_rounds = rounds.iter().skip(1);
-    let agents_later: u64 = later_rounds
-        .clone()
+    let agents_later: u64 = rounds
+        .iter()
+        .skip(1)
         .map(|r| r.agent_requests.values().sum::<u64>())
         .sum();
+    let agents_total: u64 = agents_whole.values().sum();
     if real.len() > 0 {
         println!(
             "- Real agents' API requests over the whole run (agents started → task finished): \
-             {}, {:.2} per agent; in rounds 2 to {}: {agents_later}. By verb and resource: {}.",
-            agents_whole.values().sum::<u64>(),
-            agents_whole.values().sum::<u64>() as f64 / real.len() as f64,
+             {agents_total}, {:.2} per agent; in rounds 2 to {}: {agents_later}. By verb and \
+             resource: {}.",
+            agents_total as f64 / real.len() as f64,
             rounds.len(),
-            agents_whole
-                .iter()
-                .map(|(k, v)| format!("`{k}` {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            by_verb(&agents_whole)
         );
     }
     if let Some(reads) = &reads {
@@ -1107,8 +1136,7 @@ async fn scale(o: Options, kube: TestCluster) {
         store_mb_per_round: store_per_round / 1e6,
         reads: reads.clone(),
         real_agents: real.len(),
-        agent_requests_per_agent: (real.len() > 0)
-            .then(|| agents_whole.values().sum::<u64>() as f64 / real.len() as f64),
+        agent_requests_per_agent: (real.len() > 0).then(|| agents_total as f64 / real.len() as f64),
         agent_requests_later_rounds: (real.len() > 0 && rounds.len() > 1)
             .then(|| agents_later as f64 / (rounds.len() - 1) as f64),
     });

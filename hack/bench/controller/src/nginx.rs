@@ -180,14 +180,7 @@ fn register(kube: &TestCluster, address: IpAddr, port: u16, ca: &str) {
          versionPriority: 10\n  caBundle: {bundle}\n  \
          service: {{name: {SERVICE}, namespace: default, port: 443}}\n"
     );
-    let kubectl = |args: &[&str]| {
-        let mut c = Command::new(kube.kubectl());
-        c.arg("--kubeconfig")
-            .arg(kube.inner_kubeconfig())
-            .args(args);
-        c
-    };
-    let mut apply = kubectl(&["apply", "-f", "-"])
+    let mut apply = crate::kubectl(kube, &["apply", "-f", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -205,19 +198,7 @@ fn register(kube: &TestCluster, address: IpAddr, port: u16, ca: &str) {
         "nginx's APIService: {}",
         String::from_utf8_lossy(&applied.stderr)
     );
-    let available = kubectl(&[
-        "wait",
-        &format!("apiservice/v1.{GROUP}"),
-        "--for=condition=Available",
-        "--timeout=120s",
-    ])
-    .output()
-    .expect("kubectl");
-    assert!(
-        available.status.success(),
-        "nginx's APIService not Available after 120 s: {}",
-        String::from_utf8_lossy(&available.stderr)
-    );
+    crate::await_available(kube, &format!("v1.{GROUP}"), Duration::from_secs(120));
 }
 
 impl Drop for Nginx {
