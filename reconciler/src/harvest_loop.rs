@@ -25,6 +25,10 @@ pub struct WantedHarvest {
     pub harvestee: Harvestee,
     /// The agents to ask.
     pub agents: Vec<AgentPod>,
+    /// Not before this instant: until then no agent can have finished the round's probing, and
+    /// a pass over thousands of agents would find nothing while taking the machine's CPU from
+    /// the probes themselves.
+    pub not_before: Timestamp,
 }
 
 /// The last finished pass for a task incarnation.
@@ -67,9 +71,9 @@ impl Harvests {
         };
         let changed = {
             let mut all = lock(&self.wanted);
-            let changed = all
-                .get(&uid)
-                .is_none_or(|e| names(&e.wanted) != names(&wanted));
+            let changed = all.get(&uid).is_none_or(|e| {
+                names(&e.wanted) != names(&wanted) || e.wanted.not_before != wanted.not_before
+            });
             all.insert(
                 uid,
                 Entry {
@@ -100,14 +104,23 @@ impl Harvests {
         lock(&self.passes).get(uid).cloned()
     }
 
-    /// The wanted harvests not in flight, dropping those no reconcile renewed within `stale`.
-    fn due(&self, in_flight: &BTreeSet<String>, stale: Duration) -> Vec<WantedHarvest> {
+    /// The wanted harvests not in flight and due at `now`, dropping those no reconcile renewed
+    /// within `stale`; and when the first of those not due yet becomes due.
+    fn due(
+        &self,
+        in_flight: &BTreeSet<String>,
+        stale: Duration,
+        now: Timestamp,
+    ) -> (Vec<WantedHarvest>, Option<Timestamp>) {
         let mut all = lock(&self.wanted);
         all.retain(|_, e| e.renewed.elapsed() < stale);
-        all.iter()
+        let idle = all
+            .iter()
             .filter(|(uid, _)| !in_flight.contains(*uid))
-            .map(|(_, e)| e.wanted.clone())
-            .collect()
+            .map(|(_, e)| &e.wanted);
+        let (due, later): (Vec<_>, Vec<_>) = idle.partition(|w| w.not_before <= now);
+        let next = later.iter().map(|w| w.not_before).min();
+        (due.into_iter().cloned().collect(), next)
     }
 
     fn record(&self, uid: &str, pass: Pass) {
@@ -135,10 +148,22 @@ pub async fn run(
     let mut busy: BTreeSet<String> = BTreeSet::new();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // When the first wanted harvest that is not due yet becomes due.
+    let mut next_due: Option<Timestamp> = None;
     loop {
+        let until_due = async {
+            match next_due {
+                Some(at) => {
+                    let wait = Duration::try_from(at.duration_since(Timestamp::now()));
+                    tokio::time::sleep(wait.unwrap_or(Duration::ZERO)).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = tick.tick() => {}
             _ = harvests.wake.notified() => {}
+            _ = until_due => {}
             Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
                 if let Ok((wanted, pass)) = done {
                     let uid = &wanted.harvestee.uid;
@@ -152,7 +177,9 @@ pub async fn run(
                 continue;
             }
         }
-        for wanted in harvests.due(&busy, stale) {
+        let (due, later) = harvests.due(&busy, stale, Timestamp::now());
+        next_due = later;
+        for wanted in due {
             let uid = wanted.harvestee.uid.clone();
             if gone(&uid) {
                 harvests.drop_task(&uid);
@@ -212,6 +239,7 @@ mod tests {
                     ready: true,
                 })
                 .collect(),
+            not_before: Timestamp::UNIX_EPOCH,
         }
     }
 
@@ -222,7 +250,8 @@ mod tests {
         h.want(wanted("b", &["p3"]));
         let due = |busy: &[&str], stale| {
             let busy: BTreeSet<String> = busy.iter().map(|s| s.to_string()).collect();
-            h.due(&busy, stale)
+            h.due(&busy, stale, Timestamp::now())
+                .0
                 .into_iter()
                 .map(|w| (w.harvestee.uid, w.agents.len()))
                 .collect::<Vec<_>>()
@@ -250,5 +279,30 @@ mod tests {
         assert_eq!(h.last("a").map(|p| p.stored), Some(1));
         h.drop_task("a");
         assert_eq!(h.last("a"), None);
+    }
+
+    #[test]
+    fn a_harvest_is_not_due_before_its_round_s_probing_can_have_ended() {
+        let h = Harvests::default();
+        let now = Timestamp::from_second(1_000).unwrap();
+        let later = |s| now + jiff::SignedDuration::from_secs(s);
+        let mut probing = wanted("a", &["p1"]);
+        probing.not_before = later(10);
+        h.want(probing);
+        let mut other = wanted("b", &["p2"]);
+        other.not_before = later(3);
+        h.want(other);
+        let due = |at| {
+            let (due, next) = h.due(&BTreeSet::new(), Duration::from_secs(60), at);
+            let uids: Vec<String> = due.into_iter().map(|w| w.harvestee.uid).collect();
+            (uids, next)
+        };
+        // Nothing yet; the loop wakes when the first one is due.
+        assert_eq!(due(now), (vec![], Some(later(3))));
+        assert_eq!(due(later(3)), (vec!["b".to_string()], Some(later(10))));
+        assert_eq!(
+            due(later(10)),
+            (vec!["a".to_string(), "b".to_string()], None)
+        );
     }
 }

@@ -168,6 +168,8 @@ pub struct Observed<'a> {
     pub stored: &'a [ReportMeta],
     /// The harvest loop's last pass for this incarnation.
     pub last_pass: Option<&'a Pass>,
+    /// How long an agent probes in a round (`spec.request.durationInSecond`).
+    pub probing: Duration,
     /// `crdMaxHistory`.
     pub max_history: usize,
     /// How soon to look again while something is under way.
@@ -181,8 +183,13 @@ pub struct Observed<'a> {
 pub enum HarvestWish {
     /// Nothing changes.
     Keep,
-    /// Harvest these agents.
-    Want(Vec<AgentPod>),
+    /// Harvest these agents, not before `not_before` (when no report can be there yet).
+    Want {
+        /// The agents to ask.
+        agents: Vec<AgentPod>,
+        /// The ongoing round's start plus its probing time; now for a last harvest.
+        not_before: Timestamp,
+    },
     /// Nothing to harvest now (the last pass is kept: a later decision waits on it).
     Forget,
     /// Nothing more at all: no round under way and no last harvest due.
@@ -259,11 +266,17 @@ fn since(now: Timestamp, then: Timestamp) -> Option<Duration> {
     Duration::try_from(now.duration_since(then)).ok()
 }
 
-/// The agents of the ongoing round whose node has no report stored yet.
-fn pending(status: &TaskStatus, stored: &[ReportMeta], agents: &[AgentPod]) -> HarvestWish {
-    if rounds::ongoing(status).is_none() {
+/// The agents of the ongoing round whose node has no report stored yet, once the round's
+/// probing (`probing` from its start) can have ended.
+fn pending(
+    status: &TaskStatus,
+    stored: &[ReportMeta],
+    agents: &[AgentPod],
+    probing: Duration,
+) -> HarvestWish {
+    let Some(round) = rounds::ongoing(status) else {
         return HarvestWish::Keep;
-    }
+    };
     let have: BTreeSet<&str> = stored.iter().map(|r| r.node.as_str()).collect();
     let pending: Vec<AgentPod> = agents
         .iter()
@@ -271,9 +284,18 @@ fn pending(status: &TaskStatus, stored: &[ReportMeta], agents: &[AgentPod]) -> H
         .cloned()
         .collect();
     if pending.is_empty() {
-        HarvestWish::Forget
-    } else {
-        HarvestWish::Want(pending)
+        return HarvestWish::Forget;
+    }
+    // An agent starts probing once it sees the round's start written, so no report is there
+    // before the start plus the probing time by the controller's own clock.
+    let probing = SignedDuration::try_from(probing).unwrap_or(SignedDuration::ZERO);
+    HarvestWish::Want {
+        agents: pending,
+        not_before: round
+            .start_time_stamp
+            .0
+            .saturating_add(probing)
+            .unwrap_or(round.start_time_stamp.0),
     }
 }
 
@@ -362,7 +384,12 @@ pub fn advance(observed: &Observed<'_>) -> Decision {
     }
 
     // The ongoing round: its reports as stored; the loop harvests the nodes still missing.
-    let mut harvest = pending(observed.status, observed.stored, &carrier.agents);
+    let mut harvest = pending(
+        observed.status,
+        observed.stored,
+        &carrier.agents,
+        observed.probing,
+    );
     let reports: BTreeMap<String, bool> = observed
         .stored
         .iter()
@@ -489,7 +516,10 @@ fn retire_step(
             step.wait = Some(wait);
         }
         Retirement::HarvestAgain(wait) => {
-            step.harvest = Some(HarvestWish::Want(observed.carrier.agents.clone()));
+            step.harvest = Some(HarvestWish::Want {
+                agents: observed.carrier.agents.clone(),
+                not_before: now,
+            });
             step.wait = Some(wait);
         }
         Retirement::Delete(unharvested) => {

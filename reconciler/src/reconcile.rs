@@ -276,6 +276,7 @@ pub async fn reconcile<K: TaskObject>(
         }),
         stored: &stored,
         last_pass: last_pass.as_ref(),
+        probing: Duration::from_secs(effective.duration_in_second().unwrap_or(0).max(0) as u64),
         max_history: ctx.config.crd_max_history.max(1) as usize,
         poll,
         namespace: &ctx.options.namespace,
@@ -417,9 +418,10 @@ async fn carry_out<K: TaskObject>(
     let uid = &harvestee.uid;
     match &decision.harvest {
         HarvestWish::Keep => {}
-        HarvestWish::Want(agents) => ctx.harvests.want(WantedHarvest {
+        HarvestWish::Want { agents, not_before } => ctx.harvests.want(WantedHarvest {
             harvestee: harvestee.clone(),
             agents: agents.clone(),
+            not_before: *not_before,
         }),
         HarvestWish::Forget => ctx.harvests.forget(uid),
         HarvestWish::Drop => ctx.harvests.drop_task(uid),

@@ -129,6 +129,16 @@ impl Task {
         }
     }
 
+    /// `spec.request.durationInSecond`: how long an agent probes in a round (`None` when
+    /// omitted, before validation fills the default).
+    pub fn duration_in_second(&self) -> Option<i64> {
+        match self {
+            Task::NetReach(t) => t.spec.request.as_ref().map(|r| r.duration_in_second),
+            Task::AppHttpHealthy(t) => t.spec.request.as_ref().map(|r| r.duration_in_second),
+            Task::Netdns(t) => t.spec.request.as_ref().map(|r| r.duration_in_second),
+        }
+    }
+
     /// `spec.agentSpec`.
     pub fn agent_spec(&self) -> Option<&AgentSpec> {
         match self {

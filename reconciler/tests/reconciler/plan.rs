@@ -51,6 +51,7 @@ struct World {
     own: Option<OwnCarrier>,
     stored: Vec<ReportMeta>,
     pass: Option<Pass>,
+    probing: Duration,
 }
 
 impl World {
@@ -78,6 +79,7 @@ impl World {
             own: None,
             stored: vec![],
             pass: None,
+            probing: Duration::from_secs(10),
         }
     }
 
@@ -93,6 +95,7 @@ impl World {
             own_carrier: self.own,
             stored: &self.stored,
             last_pass: self.pass.as_ref(),
+            probing: self.probing,
             max_history: 10,
             poll: Duration::from_secs(5),
             namespace: "kdoctor",
@@ -184,7 +187,8 @@ fn an_invalid_task_is_written_once_and_a_marking_one_gets_its_finalizer_first() 
 }
 
 #[test]
-fn the_harvest_loop_is_asked_only_for_the_nodes_that_have_not_reported() {
+fn the_harvest_loop_is_asked_only_for_the_nodes_that_have_not_reported_once_probing_can_have_ended()
+{
     let t0 = at("2026-11-25T10:00:00Z");
     let mut w = World::new("0 5", 2, 2, &["n1", "n2", "n3"]);
     let planned = w.decide(&TaskStatus::default(), t0);
@@ -207,9 +211,13 @@ fn the_harvest_loop_is_asked_only_for_the_nodes_that_have_not_reported() {
 
     w.stored = vec![report("n2", true, at("2026-11-25T10:00:20Z"))];
     let partial = w.decide(&started.status, at("2026-11-25T10:00:30Z"));
+    // Not before the round's start plus its probing time: no agent has a report sooner.
     assert_eq!(
         partial.harvest,
-        HarvestWish::Want(vec![agent("n1"), agent("n3")])
+        HarvestWish::Want {
+            agents: vec![agent("n1"), agent("n3")],
+            not_before: at("2026-11-25T10:00:10Z"),
+        }
     );
     assert!(partial.after.is_empty());
 
@@ -249,7 +257,13 @@ fn an_agent_that_never_answers_is_not_reported_at_the_deadline() {
     let ongoing = w.ongoing(t0);
     w.stored = vec![report("n1", true, at("2026-11-25T10:00:10Z"))];
     let waiting = w.decide(&ongoing, at("2026-11-25T10:00:30Z"));
-    assert_eq!(waiting.harvest, HarvestWish::Want(vec![agent("n2")]));
+    assert_eq!(
+        waiting.harvest,
+        HarvestWish::Want {
+            agents: vec![agent("n2")],
+            not_before: t0 + SignedDuration::from_secs(10),
+        }
+    );
     assert!(waiting.requeue.is_some_and(|r| r <= Duration::from_secs(5)));
 
     let deadline = w.decide(&ongoing, at("2026-11-25T10:01:01Z"));
@@ -326,9 +340,13 @@ fn a_finished_tasks_carrier_goes_after_its_grace_period_and_one_last_harvest() {
     let after = due + SignedDuration::from_secs(1);
     // Past it: one harvest of every agent first.
     let first = w.decide(&status, after);
+    // At once: the round's probing is long over.
     assert_eq!(
         first.harvest,
-        HarvestWish::Want(vec![agent("n1"), agent("n2")])
+        HarvestWish::Want {
+            agents: vec![agent("n1"), agent("n2")],
+            not_before: after,
+        }
     );
     assert_eq!(first.retire, None);
     // A pass from before the grace period ended does not count.

@@ -50,20 +50,41 @@ fn between(
         .collect()
 }
 
-/// The failed reports of a round of the task: (node, reason).
-fn failures(cluster: &Cluster, round: u64) -> Vec<(String, Option<String>)> {
+/// The failed reports of a round of the task: the node, and each failed probe's URL with
+/// what its requests met (errors, status codes, latencies) — a reason alone ("Success Rate 0.5")
+/// does not say whether the target, the prober or the machine's load failed it.
+fn failures(cluster: &Cluster, round: u64) -> Vec<String> {
     let id = cluster.store.find(TaskKind::NetReach, "scale")[0].id;
-    cluster
-        .store
-        .reports(id, round)
-        .expect("reports")
-        .into_iter()
-        .filter(|r| r.result != RoundResult::Succeed)
-        .map(|r| {
-            let report = cluster.store.report(id, round, &r.node).ok().flatten();
-            (r.node, report.and_then(|r| r.failed_reason))
-        })
-        .collect()
+    let mut out = Vec::new();
+    for meta in cluster.store.reports(id, round).expect("reports") {
+        if meta.result == RoundResult::Succeed {
+            continue;
+        }
+        let report = cluster.store.report(id, round, &meta.node).ok().flatten();
+        let details = report
+            .as_ref()
+            .and_then(|r| r.task_net_reach.as_ref())
+            .map(|r| r.round_task_detail.as_slice())
+            .unwrap_or_default();
+        out.push(format!(
+            "{}: {:?}",
+            meta.node,
+            report.as_ref().and_then(|r| r.failed_reason.as_deref())
+        ));
+        for d in details.iter().filter(|d| !d.request_succeed) {
+            let m = &d.request_target_metrics.requests;
+            out.push(format!(
+                "  {} {}..{}: errors {:?}, status codes {:?}, latencies {:?}",
+                d.url,
+                m.request_start_time.0,
+                m.request_end_time.0,
+                m.errors,
+                d.request_target_metrics.status_codes,
+                m.latencies
+            ));
+        }
+    }
+    out
 }
 
 /// Waits (bounded) until the task's RoundSucceeded Event counts `round` rounds: the Event of a
@@ -136,8 +157,8 @@ async fn on_1000_nodes_a_round_costs_the_api_a_few_requests_not_one_per_node() {
     assert_eq!(
         first.last_round_status,
         Some(LastRoundStatus::Succeed),
-        "round 1 failed: {:?}",
-        failures(&cluster, 1)
+        "round 1 failed:\n{}",
+        failures(&cluster, 1).join("\n")
     );
     round_succeeded_event(&cluster, 1).await;
     let after_first = requests(&cluster);
@@ -154,8 +175,8 @@ async fn on_1000_nodes_a_round_costs_the_api_a_few_requests_not_one_per_node() {
     assert_eq!(
         status.last_round_status,
         Some(LastRoundStatus::Succeed),
-        "round 2 failed: {:?}",
-        failures(&cluster, 2)
+        "round 2 failed:\n{}",
+        failures(&cluster, 2).join("\n")
     );
 
     // Every node's report of the second round is stored, three of them from real agents.
