@@ -15,15 +15,21 @@ use kdoctor_api::report::Report;
 use kdoctor_api::task::TaskKind;
 use kdoctor_store::{GroupCommit, IncarnationId, NewReport, Writes};
 use kdoctor_transport::report_api::Entry;
-use kdoctor_transport::report_client::{ReportClient, ReportClientError};
+use kdoctor_transport::report_client::{AgentConnection, ReportClient, ReportClientError};
 
 use crate::export::ExportHook;
 use crate::identity::IdentityCheck;
 use crate::metrics::ControllerMetrics;
 use crate::readiness::AgentPod;
 
-/// Agents harvested at once.
+/// Agents read at once (connect, identity, list, fetch).
 const CONCURRENCY: usize = 64;
+
+/// Agents whose reports were read and wait for the store's commit before they are acknowledged
+/// (each holds its connection). Apart from the reading, so that the commit's wait (a flush on a
+/// majority of replicas) does not hold a reading slot: with one slot per agent for both, a pass
+/// over 980 agents with a report each took 2.0–2.7 s where a bare loop reading them took 1.06.
+const STORING: usize = 256;
 
 /// The most report JSON that agents harvested together store as one write (one agent's reports
 /// larger than this go alone): a few MiB per log entry, well inside what replicas send each
@@ -76,8 +82,9 @@ pub struct Harvester {
     /// Checks that an agent is the pod it should be before its reports are read; `None` only
     /// where agents have no identity token (a test harness without a kubelet).
     pub identity: Option<Arc<IdentityCheck>>,
-    /// The longest one agent's whole pass may take (each call has the client's own timeout;
-    /// an agent that answers every call slowly is cut off here).
+    /// The longest each stage of one agent's pass may take — reading its reports, then storing
+    /// and acknowledging them (each call has the client's own timeout; an agent that answers
+    /// every call slowly is cut off here).
     pub agent_deadline: std::time::Duration,
 }
 
@@ -89,6 +96,20 @@ fn reason(e: &ReportClientError) -> &'static str {
         ReportClientError::Timeout { .. } => "timeout",
         ReportClientError::Decode { .. } => "decode",
     }
+}
+
+/// An agent's reports, read and checked, to be stored then acknowledged on the same connection.
+struct Fetched {
+    agent: AgentConnection,
+    reports: Vec<(String, IncarnationId, Report)>,
+}
+
+/// One agent between the two stages of a pass.
+struct Read {
+    pod: AgentPod,
+    started: Instant,
+    outcome: HarvestOutcome,
+    fetched: Option<Fetched>,
 }
 
 fn wanted(entry: &Entry, task: &Harvestee, pod: &AgentPod) -> bool {
@@ -105,8 +126,10 @@ impl Harvester {
         // Owned pods: a stream of futures borrowing from the slice is not `Send` for every
         // lifetime the controller's runtime asks for.
         let mut passes = futures::stream::iter(pods.to_vec())
-            .map(|pod| async move { self.harvest_one(task, &pod).await })
-            .buffer_unordered(CONCURRENCY);
+            .map(|pod| async move { self.read_one(task, pod).await })
+            .buffer_unordered(CONCURRENCY)
+            .map(|read| async move { self.store_one(task, read).await })
+            .buffer_unordered(STORING);
         while let Some(one) = passes.next().await {
             outcome.stored += one.stored;
             outcome.acknowledged += one.acknowledged;
@@ -116,10 +139,58 @@ impl Harvester {
         outcome
     }
 
-    async fn harvest_one(&self, task: &Harvestee, pod: &AgentPod) -> HarvestOutcome {
+    /// The first stage of an agent's pass: its reports read, within the agent's deadline.
+    async fn read_one(&self, task: &Harvestee, pod: AgentPod) -> Read {
         let started = Instant::now();
         let mut outcome = HarvestOutcome::default();
-        let pulled = tokio::time::timeout(self.agent_deadline, self.pull(task, pod, &mut outcome))
+        let read = self
+            .bounded(&pod, self.read(task, &pod, &mut outcome))
+            .await;
+        let fetched = match read {
+            Ok(fetched) => fetched,
+            Err(failure) => {
+                self.failed(task, &pod, failure, &mut outcome);
+                None
+            }
+        };
+        Read {
+            pod,
+            started,
+            outcome,
+            fetched,
+        }
+    }
+
+    /// The second stage: the reports read stored, then acknowledged, within the agent's
+    /// deadline again.
+    async fn store_one(&self, task: &Harvestee, read: Read) -> HarvestOutcome {
+        let Read {
+            pod,
+            started,
+            mut outcome,
+            fetched,
+        } = read;
+        if let Some(fetched) = fetched {
+            let stored = self
+                .bounded(&pod, self.store(task, fetched, &mut outcome))
+                .await;
+            if let Err(failure) = stored {
+                self.failed(task, &pod, failure, &mut outcome);
+            }
+        }
+        self.metrics
+            .harvest_duration
+            .observe(started.elapsed().as_secs_f64());
+        outcome
+    }
+
+    /// `work` on `pod`, cut off at the agent's deadline.
+    async fn bounded<T>(
+        &self,
+        pod: &AgentPod,
+        work: impl Future<Output = Result<T, (&'static str, String)>>,
+    ) -> Result<T, (&'static str, String)> {
+        tokio::time::timeout(self.agent_deadline, work)
             .await
             .unwrap_or_else(|_| {
                 Err((
@@ -129,27 +200,32 @@ impl Harvester {
                         pod.name, self.agent_deadline
                     ),
                 ))
-            });
-        if let Err((why, error)) = pulled {
-            self.metrics
-                .harvest_failures
-                .with_label_values(&[why])
-                .inc();
-            tracing::debug!(task = %task.name, pod = %pod.name, %error, "harvest failed");
-            outcome.failures.push((pod.name.clone(), error));
-        }
-        self.metrics
-            .harvest_duration
-            .observe(started.elapsed().as_secs_f64());
-        outcome
+            })
     }
 
-    async fn pull(
+    fn failed(
+        &self,
+        task: &Harvestee,
+        pod: &AgentPod,
+        (why, error): (&'static str, String),
+        outcome: &mut HarvestOutcome,
+    ) {
+        self.metrics
+            .harvest_failures
+            .with_label_values(&[why])
+            .inc();
+        tracing::debug!(task = %task.name, pod = %pod.name, %error, "harvest failed");
+        outcome.failures.push((pod.name.clone(), error));
+    }
+
+    /// Connects, checks the agent's identity and reads the task's unacknowledged reports;
+    /// `None` when there is nothing to store.
+    async fn read(
         &self,
         task: &Harvestee,
         pod: &AgentPod,
         outcome: &mut HarvestOutcome,
-    ) -> Result<(), (&'static str, String)> {
+    ) -> Result<Option<Fetched>, (&'static str, String)> {
         let client_error = |e: ReportClientError| (reason(&e), e.to_string());
         let mut agent = self.client.connect(pod.ip).await.map_err(client_error)?;
         if let Some(check) = &self.identity {
@@ -169,7 +245,7 @@ impl Harvester {
             .filter(|e| wanted(e, task, pod))
             .collect();
         if entries.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let mut fetched: Vec<(String, IncarnationId, Report)> = Vec::new();
         for entry in &entries {
@@ -211,8 +287,26 @@ impl Harvester {
             fetched.push((entry.name.clone(), id, report));
         }
         if fetched.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
+        Ok(Some(Fetched {
+            agent,
+            reports: fetched,
+        }))
+    }
+
+    /// Stores an agent's reports (with those of the agents stored meanwhile, one write) and,
+    /// once they are durable, acknowledges them.
+    async fn store(
+        &self,
+        task: &Harvestee,
+        Fetched {
+            mut agent,
+            reports: fetched,
+        }: Fetched,
+        outcome: &mut HarvestOutcome,
+    ) -> Result<(), (&'static str, String)> {
+        let client_error = |e: ReportClientError| (reason(&e), e.to_string());
         let batch: Vec<NewReport<'_>> = fetched
             .iter()
             .map(|(_, id, report)| NewReport { task: *id, report })

@@ -3,7 +3,8 @@
 //! `kdoctor controller` runs as `--replicas` processes, the pods of a StatefulSet, under the
 //! manifests' ServiceAccount (one process that owns its store with `--replicas 1`), and the
 //! default-agent pods are stand-ins (the real report API on every pod address, which kube-sim
-//! puts on the node network; each round's report spooled as soon as the round is ongoing) but
+//! puts on the node network; each round's report spooled once the round's probing time is over,
+//! as an agent's is) but
 //! for `--agent-nodes` real agents ([`real_agents`]), whose API requests are counted too. The
 //! benchmark runs inside the cluster's network namespace, and counts requests in
 //! kube-apiserver's audit log. Per round: the controller's API requests and status writes, the
@@ -44,6 +45,8 @@ const NAMESPACE: &str = "kdoctor";
 const REPORT_PORT: u16 = 3000;
 /// How many peers each stand-in's report probed.
 const PEERS: usize = 5;
+/// The task's `durationInSecond`: how long the real agents probe in a round.
+const PROBING: Duration = Duration::from_secs(1);
 const CONTROLLER_USER: &str = "system:serviceaccount:kdoctor:kdoctor-controller";
 const AGENT_USER: &str = "system:serviceaccount:kdoctor:kdoctor-agent";
 
@@ -408,7 +411,18 @@ impl Cluster {
     }
 
     fn requests(&self, user: &str) -> BTreeMap<String, u64> {
-        self.kube.requests(user)
+        // The audit log of a large cluster is a hundred megabytes by the second round: parsed
+        // on a worker of the runtime that serves the stand-ins' echo targets, it stalled the
+        // real agents' probes past their 500 ms timeout (rounds failed by the bench itself).
+        let started = Instant::now();
+        let requests = tokio::task::block_in_place(|| self.kube.requests(user));
+        if started.elapsed() > Duration::from_millis(200) {
+            eprintln!(
+                "scale: the audit log took {:.2} s to count {user}'s requests",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        requests
     }
 
     /// Every agent pod's identity token for the report API (what the kubelet projects into
@@ -464,7 +478,7 @@ impl Cluster {
             "metadata": {"name": name},
             "spec": {
                 "schedule": {"schedule": "0 1", "roundTimeoutMinute": 1, "roundNumber": rounds},
-                "request": {"durationInSecond": 1, "qps": 1, "perRequestTimeoutInMS": 500},
+                "request": {"durationInSecond": PROBING.as_secs(), "qps": 1, "perRequestTimeoutInMS": 500},
                 "target": target,
             }
         });
@@ -760,6 +774,9 @@ async fn run_rounds(
                 round.cpu_at_start = cpu;
                 round.requests_at_start = cluster.requests(CONTROLLER_USER);
                 round.agent_requests_at_start = cluster.requests(AGENT_USER);
+                // As an agent does: its report once the round's probing time is over (and not
+                // while the real agents' probes of the stand-ins' echo targets are under way).
+                tokio::time::sleep(PROBING).await;
                 stand_ins.write(name, &uid, record.round_number, &[]).await;
                 let written = Instant::now();
                 round.written = Some(if real.len() == 0 {
@@ -1018,12 +1035,13 @@ async fn scale(o: Options, kube: TestCluster) {
         "### {nodes} nodes\n\n{nodes} nodes (agent pods Ready {:.0} s after the DaemonSet), {} rounds \
          of a NetReach task on the default agent (`maxPeers: {PEERS}`); {} real agents (the \
          agent's report API, echo target and task loop, in-process) and {} stand-ins (the \
-         agent's report API and spool; a report of {PEERS} peers spooled as soon as the round is \
-         ongoing); {replicas}, `--poll-seconds=1`.\n",
+         agent's report API and spool; a report of {PEERS} peers spooled once the round's \
+         `durationInSecond` ({}s) is over, as an agent's); {replicas}, `--poll-seconds=1`.\n",
         cluster.ready_after.as_secs_f64(),
         rounds.len(),
         real.len(),
         stand_ins.spools.len(),
+        PROBING.as_secs(),
     );
     println!(
         "| round | result | last report → finalised (s) | controllers' CPU (s) | largest replica RSS (MiB) | kube-apiserver RSS (MiB) | API requests | status writes | real agents' API requests |"

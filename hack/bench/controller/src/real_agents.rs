@@ -135,17 +135,28 @@ impl RealAgents {
             else {
                 continue;
             };
+            let round_start = report.round_start_time_stamp.0;
             let details = report
                 .task_net_reach
                 .map(|r| r.round_task_detail)
                 .unwrap_or_default();
             for d in details.into_iter().filter(|d| !d.request_succeed) {
+                let m = &d.request_target_metrics;
                 failed.push(format!(
-                    "{}: {} ({}): {}",
+                    "{}: {} ({}): {}; requests {} from {} s after the round's start; errors {:?}, status codes {:?}, latencies {:?}",
                     s.node,
                     d.name,
                     d.url,
-                    d.failure_reason.unwrap_or_default()
+                    d.failure_reason.as_deref().unwrap_or_default(),
+                    m.requests.request_counts,
+                    m.requests
+                        .request_start_time
+                        .0
+                        .duration_since(round_start)
+                        .as_secs_f64(),
+                    m.requests.errors,
+                    m.status_codes,
+                    m.requests.latencies
                 ));
             }
         }
