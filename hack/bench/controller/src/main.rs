@@ -837,7 +837,7 @@ async fn run_rounds(
 }
 
 /// The floor: every stand-in's reports listed, fetched, written to a plain file and
-/// acknowledged by a bare loop, 64 agents at a time (the controller's concurrency).
+/// acknowledged by a bare loop, 64 agents at a time (the agents the controller reads at once).
 async fn raw_harvest(cluster: &Cluster) -> Duration {
     let pem = cluster
         .ca
