@@ -719,6 +719,8 @@ impl Drop for StandIns {
 struct Round {
     number: i64,
     ongoing: Option<Instant>,
+    /// The round's start as the controller wrote it.
+    started_at: Option<jiff::Timestamp>,
     written: Option<Instant>,
     finalised: Option<Instant>,
     result: String,
@@ -778,6 +780,7 @@ async fn run_rounds(
             });
             if record.status == RoundStatus::Ongoing && round.ongoing.is_none() {
                 round.ongoing = Some(Instant::now());
+                round.started_at = Some(record.start_time_stamp.0);
                 round.cpu_at_start = cpu;
                 round.requests_at_start = cluster.requests(CONTROLLER_USER);
                 round.agent_requests_at_start = cluster.requests(AGENT_USER);
@@ -1078,7 +1081,8 @@ async fn scale(o: Options, kube: TestCluster) {
     for r in &rounds {
         if let Some(failure) = &r.failure {
             println!("\nRound {}: {failure}", r.number);
-            for probe in real.failed_probes("scale", r.number, 5) {
+            for probe in real.failed_probes("scale", r.number, r.started_at.unwrap_or_default(), 5)
+            {
                 println!("- a real agent's failed probe: {probe}");
             }
         }

@@ -114,7 +114,15 @@ impl RealAgents {
 impl RealAgents {
     /// The probes that failed in the real agents' reports of round `round` of `task`: node,
     /// target and reason, at most `at_most`.
-    pub fn failed_probes(&self, task: &str, round: i64, at_most: usize) -> Vec<String> {
+    /// Times are seconds after `started`, the round's start as the controller wrote it.
+    pub fn failed_probes(
+        &self,
+        task: &str,
+        round: i64,
+        started: jiff::Timestamp,
+        at_most: usize,
+    ) -> Vec<String> {
+        let after = |t: jiff::Timestamp| t.duration_since(started).as_secs_f64();
         let mut failed = Vec::new();
         for s in &self.spools {
             let entries = s.spool.list().unwrap_or_default();
@@ -143,17 +151,15 @@ impl RealAgents {
             for d in details.into_iter().filter(|d| !d.request_succeed) {
                 let m = &d.request_target_metrics;
                 failed.push(format!(
-                    "{}: {} ({}): {}; requests {} from {} s after the round's start; errors {:?}, status codes {:?}, latencies {:?}",
+                    "{}: {} ({}): {}; the agent's round from {:.3} s, {} requests from {:.3} to {:.3} s after the controller's start; errors {:?}, status codes {:?}, latencies {:?}",
                     s.node,
                     d.name,
                     d.url,
                     d.failure_reason.as_deref().unwrap_or_default(),
+                    after(round_start),
                     m.requests.request_counts,
-                    m.requests
-                        .request_start_time
-                        .0
-                        .duration_since(round_start)
-                        .as_secs_f64(),
+                    after(m.requests.request_start_time.0),
+                    after(m.requests.request_end_time.0),
                     m.requests.errors,
                     m.status_codes,
                     m.requests.latencies
