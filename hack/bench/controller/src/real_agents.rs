@@ -144,11 +144,24 @@ impl RealAgents {
                 continue;
             };
             let round_start = report.round_start_time_stamp.0;
+            let report_failure = report.failed_reason.clone();
             let details = report
                 .task_net_reach
                 .map(|r| r.round_task_detail)
                 .unwrap_or_default();
-            for d in details.into_iter().filter(|d| !d.request_succeed) {
+            let failed_details: Vec<_> =
+                details.into_iter().filter(|d| !d.request_succeed).collect();
+            // A report can fail with no failed probe (its agent could not probe at all).
+            if failed_details.is_empty()
+                && let Some(why) = report_failure
+            {
+                failed.push(format!(
+                    "{}: the report failed with no failed probe: {why} (the agent's round from {:.3} s after the controller's start)",
+                    s.node,
+                    after(round_start)
+                ));
+            }
+            for d in failed_details {
                 let m = &d.request_target_metrics;
                 failed.push(format!(
                     "{}: {} ({}): {}; the agent's round from {:.3} s, {} requests from {:.3} to {:.3} s after the controller's start; errors {:?}, status codes {:?}, latencies {:?}",
