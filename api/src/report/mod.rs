@@ -500,6 +500,18 @@ pub struct HttpMetrics {
     pub isolation: Option<IsolationMetrics>,
 }
 
+impl HttpMetrics {
+    /// What the target's requests met, in one line — sent and succeeded, errors, status codes,
+    /// latencies — for reading why a target failed (its failure reason gives only the rate).
+    pub fn met(&self) -> String {
+        let r = &self.requests;
+        format!(
+            "{} of {} requests succeeded; errors {:?}, status codes {:?}, latencies {:?}",
+            r.success_counts, r.request_counts, r.errors, self.status_codes, r.latencies
+        )
+    }
+}
+
 /// What an isolation check saw of a peer that must not be reachable.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -582,3 +594,21 @@ pub struct DnsMetrics {
 pub mod files;
 pub mod legacy;
 pub mod protocol;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn what_a_failed_target_s_requests_met_names_counts_errors_and_status_codes() {
+        let mut report = crate::fixtures::net_reach_report("node-1", 1, 1, 1);
+        let detail = &mut crate::fixtures::net_reach_details(&mut report)[0];
+        let metrics = &mut detail.request_target_metrics;
+        metrics.requests.request_counts = 2;
+        metrics.requests.success_counts = 1;
+        metrics.requests.errors = [("timeout".to_string(), 1)].into();
+        metrics.status_codes = [(0, 1), (200, 1)].into();
+        let met = metrics.met();
+        assert!(met.starts_with("1 of 2 requests succeeded; "), "{met}");
+        assert!(met.contains(r#"errors {"timeout": 1}"#), "{met}");
+        assert!(met.contains("status codes {0: 1, 200: 1}"), "{met}");
+    }
+}

@@ -72,15 +72,13 @@ fn failures(cluster: &Cluster, round: u64) -> Vec<String> {
             report.as_ref().and_then(|r| r.failed_reason.as_deref())
         ));
         for d in details.iter().filter(|d| !d.request_succeed) {
-            let m = &d.request_target_metrics.requests;
+            let m = &d.request_target_metrics;
             out.push(format!(
-                "  {} {}..{}: errors {:?}, status codes {:?}, latencies {:?}",
+                "  {} {}..{}: {}",
                 d.url,
-                m.request_start_time.0,
-                m.request_end_time.0,
-                m.errors,
-                d.request_target_metrics.status_codes,
-                m.latencies
+                m.requests.request_start_time.0,
+                m.requests.request_end_time.0,
+                m.met()
             ));
         }
     }

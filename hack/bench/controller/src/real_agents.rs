@@ -164,18 +164,15 @@ impl RealAgents {
             for d in failed_details {
                 let m = &d.request_target_metrics;
                 failed.push(format!(
-                    "{}: {} ({}): {}; the agent's round from {:.3} s, {} requests from {:.3} to {:.3} s after the controller's start; errors {:?}, status codes {:?}, latencies {:?}",
+                    "{}: {} ({}): {}; the agent's round from {:.3} s, its requests from {:.3} to {:.3} s after the controller's start; {}",
                     s.node,
                     d.name,
                     d.url,
                     d.failure_reason.as_deref().unwrap_or_default(),
                     after(round_start),
-                    m.requests.request_counts,
                     after(m.requests.request_start_time.0),
                     after(m.requests.request_end_time.0),
-                    m.requests.errors,
-                    m.status_codes,
-                    m.requests.latencies
+                    m.met()
                 ));
             }
         }
