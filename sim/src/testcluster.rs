@@ -46,6 +46,9 @@ pub struct TestClusterOptions {
     pub process_nodes: usize,
     /// Dual stack (when the machine allows; else the cluster says it is IPv4 only).
     pub ipv6: bool,
+    /// kube-sim (and the kdoctor it starts) from target/release rather than target/debug:
+    /// benchmarks, where a debug kube-sim takes CPU from what is measured.
+    pub release: bool,
 }
 
 impl Default for TestClusterOptions {
@@ -54,6 +57,7 @@ impl Default for TestClusterOptions {
             nodes: 3,
             process_nodes: 0,
             ipv6: false,
+            release: false,
         }
     }
 }
@@ -139,6 +143,9 @@ impl TestCluster {
             .env("CLUSTER_NETNS", &netns);
         if !opts.ipv6 {
             cmd.arg("--ipv4-only");
+        }
+        if opts.release {
+            cmd.arg("--release");
         }
         let out = cmd.output()?;
         // From here on, Drop takes down whatever was started.

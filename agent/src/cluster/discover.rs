@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
@@ -27,7 +28,7 @@ use super::addresses::{
     Family, HTTP_PORT_NAME, UDP_ECHO_PORT_NAME, carrier_pods, dns_addresses, ingress_url,
     node_address, service_addresses,
 };
-use super::pods::PodCaches;
+use super::pods::{FIRST_LIST, PodCaches};
 use crate::config::TaskArgs;
 use crate::probe::http::client_alpn;
 use crate::probe_metrics::ZONE_LABEL;
@@ -193,7 +194,7 @@ impl Discovery {
         let Ok(selector) = self.pod_selector(resource).await else {
             return out;
         };
-        let Ok(cached) = self.pods.pods(&selector).await else {
+        let Ok(cached) = self.pods.pods(&selector, FIRST_LIST).await else {
             return out;
         };
         let wanted: std::collections::HashSet<&str> = pods.iter().copied().collect();
@@ -368,11 +369,13 @@ impl Discovery {
 
     /// A NetReach carrier's addresses as seen from this node, and the problems met (each
     /// fails the round, as upstream's set-up errors do). Targets whose address is missing are
-    /// reported by the target builder with upstream's messages.
+    /// reported by the target builder with upstream's messages. The carrier's pods come from
+    /// a watch; its first list is waited for up to `peers_wait`.
     pub async fn netreach(
         &self,
         target: &NetReachTarget,
         resource: Option<&TaskResource>,
+        peers_wait: Duration,
     ) -> (Carrier, Vec<String>) {
         let mut carrier = Carrier {
             http_port: self.http_port,
@@ -386,7 +389,7 @@ impl Discovery {
         };
         if target.endpoint {
             match self.pod_selector(resource).await {
-                Ok(selector) => match self.pods.pods(&selector).await {
+                Ok(selector) => match self.pods.pods(&selector, peers_wait).await {
                     Ok(pods) => {
                         let key = target
                             .multus_interface

@@ -9,6 +9,7 @@ use kdoctor_api::task::Task;
 
 use super::discover::Discovery;
 use super::duty::Duty;
+use super::pods::FIRST_LIST;
 use crate::round::execute::RoundPlan;
 use crate::round::peers;
 pub use crate::round::prepare::Actor;
@@ -34,7 +35,11 @@ pub async fn plan(
         Task::NetReach(t) => {
             let target = t.spec.target.clone().unwrap_or_default();
             let resource = t.status.as_ref().and_then(|s| s.resource.as_ref());
-            let (mut carrier, problems) = discovery.netreach(&target, resource).await;
+            let wait = peer_list_wait(plan.round_timeout, plan.load.duration);
+            let asked = std::time::Instant::now();
+            let (mut carrier, problems) = discovery.netreach(&target, resource, wait).await;
+            // The time waited for peers is the round's: it still ends by its deadline.
+            plan.round_timeout = plan.round_timeout.saturating_sub(asked.elapsed());
             if let Some(k) = target.max_peers {
                 carrier.pods = peers::sample(&carrier.pods, &actor.pod, duty.round, k as usize);
             }
@@ -88,4 +93,30 @@ pub async fn plan(
         }
     }
     plan
+}
+
+/// How long a round waits for the first list of its carrier's pods: as long as it can and
+/// still probe for its whole `duration` within `round_timeout` — the first round after an
+/// install or a restart meets an API server listing every carrier pod to every agent at once,
+/// and failing it for a slow list says nothing about the network — but never less than
+/// [`FIRST_LIST`].
+fn peer_list_wait(round_timeout: Duration, duration: Duration) -> Duration {
+    round_timeout.saturating_sub(duration).max(FIRST_LIST)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_waits_for_its_peers_as_long_as_it_can_still_probe_in_full() {
+        let minute = Duration::from_secs(60);
+        assert_eq!(
+            peer_list_wait(minute, Duration::from_secs(5)),
+            Duration::from_secs(55)
+        );
+        // A round with no time to spare still gets the least wait.
+        assert_eq!(peer_list_wait(Duration::from_secs(12), Duration::from_secs(10)), FIRST_LIST);
+        assert_eq!(peer_list_wait(Duration::from_secs(5), minute), FIRST_LIST);
+    }
 }

@@ -14,8 +14,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::task::JoinHandle;
 
-/// How long a round waits for a new watch's first list.
-const FIRST_LIST: Duration = Duration::from_secs(10);
+/// The least a round waits for a new watch's first list (a round with more time to spare
+/// waits longer: see `peer_list_wait` in the round's plan).
+pub const FIRST_LIST: Duration = Duration::from_secs(10);
 
 /// Watched pods by label selector.
 pub struct PodCaches {
@@ -61,15 +62,16 @@ impl PodCaches {
         reader
     }
 
-    /// The pods matching `selector` (waiting for the watch's first list the first time).
-    pub async fn pods(&self, selector: &str) -> Result<Vec<Pod>, String> {
+    /// The pods matching `selector` (waiting up to `wait` for the watch's first list the first
+    /// time).
+    pub async fn pods(&self, selector: &str, wait: Duration) -> Result<Vec<Pod>, String> {
         let store = self.store(selector);
-        match tokio::time::timeout(FIRST_LIST, store.wait_until_ready()).await {
+        match tokio::time::timeout(wait, store.wait_until_ready()).await {
             Ok(Ok(())) => Ok(store.state().iter().map(|p| (**p).clone()).collect()),
             Ok(Err(_)) => Err(format!("the watch of carrier pods {selector} ended")),
             Err(_) => Err(format!(
                 "cannot list carrier pods {selector} within {}s",
-                FIRST_LIST.as_secs()
+                wait.as_secs()
             )),
         }
     }

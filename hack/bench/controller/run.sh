@@ -19,8 +19,9 @@ root=$(cd ../../.. && pwd)
 ulimit -n 65536 2>/dev/null || true
 # shellcheck source=hack/bench/tools.sh
 . ../tools.sh
+# kube-sim in release as the cluster's kubelets (the bench's cluster starts it from target/release).
 # nginx: the peer of the report read through the aggregation layer.
 need_tools time:/usr/bin/time nginx
 target=${CARGO_TARGET_DIR:-$root/target}
-(cd "$root" && CARGO_TARGET_DIR="$target" cargo build --release -q -p kdoctor)
+(cd "$root" && CARGO_TARGET_DIR="$target" cargo build --release -q -p kdoctor -p kube-sim)
 exec cargo run --release -q -- --kdoctor "$target/release/kdoctor" "$@"

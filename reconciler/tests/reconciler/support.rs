@@ -681,6 +681,7 @@ impl Cluster {
             nodes: settings.nodes,
             process_nodes: 0,
             ipv6: settings.ipv6,
+            ..Default::default()
         };
         let kube = tokio::task::spawn_blocking(move || TestCluster::start(&opts))
             .await
