@@ -276,7 +276,7 @@ pub async fn reconcile<K: TaskObject>(
         }),
         stored: &stored,
         last_pass: last_pass.as_ref(),
-        probing: Duration::from_secs(effective.duration_in_second().unwrap_or(0).max(0) as u64),
+        probing: effective.probing_time(),
         max_history: ctx.config.crd_max_history.max(1) as usize,
         poll,
         namespace: &ctx.options.namespace,

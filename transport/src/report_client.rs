@@ -26,6 +26,12 @@ use crate::tls::{Identity, ServerTrust, TlsError, client_config};
 /// hostile or broken peer cannot push more into the controller's memory.
 pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 
+/// Agents whose TLS session is kept for resumption. A harvest meets every agent once a round,
+/// in turn: with rustls' default of 256, a cluster of more agents never met one whose session
+/// was still kept, and every handshake signed and checked certificates on both sides again.
+/// A kept session is about 1 KB (its ticket and the agent's certificate).
+pub const RESUMED_AGENTS: usize = 10_000;
+
 /// Why a report API call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportClientError {
@@ -116,7 +122,8 @@ impl ReportClient {
     /// A client that presents `identity` to agents listening on `port`; every call (connect,
     /// handshake and exchange) is bounded by `timeout`.
     pub fn new(identity: Identity, port: u16, timeout: Duration) -> Result<Self, TlsError> {
-        let config = client_config(ServerTrust::Any, Some(identity), &[b"http/1.1"])?;
+        let mut config = client_config(ServerTrust::Any, Some(identity), &[b"http/1.1"])?;
+        config.resumption = rustls::client::Resumption::in_memory_sessions(RESUMED_AGENTS);
         Ok(ReportClient {
             connector: TlsConnector::from(Arc::new(config)),
             port,
@@ -282,4 +289,87 @@ fn encode_segment(name: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    use rustls::HandshakeKind;
+    use rustls::server::ServerSessionMemoryCache;
+    use tokio_rustls::TlsAcceptor;
+
+    use super::*;
+    use crate::pki::Ca;
+    use crate::tls::{parse_roots, server_config};
+
+    /// More agents than rustls keeps sessions of by default (256).
+    const AGENTS: u16 = 300;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_agent_met_again_after_hundreds_of_others_resumes_its_tls_session() {
+        let ca = Ca::generate("test CA").expect("CA");
+        let roots = parse_roots(ca.pem.cert.as_bytes(), "CA").expect("roots");
+        let serving = Identity::self_signed(&["kdoctor-agent".to_string()]).expect("cert");
+        let mut server = server_config(serving, Some(roots)).expect("server config");
+        // One server stands for every agent: it keeps as many sessions as they would together.
+        server.session_storage = ServerSessionMemoryCache::new(4096);
+        let acceptor = TlsAcceptor::from(Arc::new(server));
+        // Every address of 127.0.0.0/8 reaches a listener on all of them.
+        let listener = tokio::net::TcpListener::bind("0.0.0.0:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let kinds: Arc<Mutex<Vec<(IpAddr, Option<HandshakeKind>)>>> = Arc::default();
+        let seen = kinds.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, seen) = (acceptor.clone(), seen.clone());
+                tokio::spawn(async move {
+                    let local = tcp.local_addr().expect("local").ip();
+                    if let Ok(tls) = acceptor.accept(tcp).await {
+                        let kind = tls.get_ref().1.handshake_kind();
+                        seen.lock().expect("kinds").push((local, kind));
+                        // Held open until the client goes, as an agent's server does.
+                        let mut tls = tls;
+                        let mut sink = [0u8; 64];
+                        while tokio::io::AsyncReadExt::read(&mut tls, &mut sink)
+                            .await
+                            .is_ok_and(|n| n > 0)
+                        {}
+                    }
+                });
+            }
+        });
+        let client_cert = ca.client("kdoctor-controller", &[]).expect("client cert");
+        let client = ReportClient::new(
+            client_cert.identity().expect("identity"),
+            port,
+            Duration::from_secs(10),
+        )
+        .expect("client");
+        let agent = |i: u16| IpAddr::from([127, 1 + (i / 200) as u8, 0, (i % 200) as u8 + 1]);
+        // A round: every agent once, then the first of them again.
+        for i in (1..=AGENTS).chain([1]) {
+            let connection = client.connect(agent(i)).await.expect("connect");
+            // The server has recorded the handshake once the client could send.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            drop(connection);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while kinds.lock().expect("kinds").len() < usize::from(AGENTS) + 1 {
+            assert!(Instant::now() < deadline, "the server saw every handshake");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let kinds = kinds.lock().expect("kinds");
+        let first: Vec<_> = kinds.iter().filter(|(ip, _)| *ip == agent(1)).collect();
+        assert_eq!(first.len(), 2, "{first:?}");
+        assert_eq!(first[0].1, Some(HandshakeKind::Full));
+        assert_eq!(
+            first[1].1,
+            Some(HandshakeKind::Resumed),
+            "the first agent, met again after {AGENTS} others, resumed its session"
+        );
+    }
 }

@@ -116,7 +116,10 @@ mod tests {
             Duration::from_secs(55)
         );
         // A round with no time to spare still gets the least wait.
-        assert_eq!(peer_list_wait(Duration::from_secs(12), Duration::from_secs(10)), FIRST_LIST);
+        assert_eq!(
+            peer_list_wait(Duration::from_secs(12), Duration::from_secs(10)),
+            FIRST_LIST
+        );
         assert_eq!(peer_list_wait(Duration::from_secs(5), minute), FIRST_LIST);
     }
 }

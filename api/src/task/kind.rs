@@ -139,6 +139,24 @@ impl Task {
         }
     }
 
+    /// `spec.request.perRequestTimeoutInMS` (`None` when omitted, before defaults fill it).
+    pub fn per_request_timeout_in_ms(&self) -> Option<i64> {
+        match self {
+            Task::NetReach(t) => t.spec.request.as_ref()?.per_request_timeout_in_ms,
+            Task::AppHttpHealthy(t) => t.spec.request.as_ref()?.per_request_timeout_in_ms,
+            Task::Netdns(t) => t.spec.request.as_ref()?.per_request_timeout_in_ms,
+        }
+    }
+
+    /// How long after a round's start an agent that started on time has finished probing:
+    /// `durationInSecond`, then its last request's `perRequestTimeoutInMS`. Zero for what is
+    /// omitted (an effective task has both).
+    pub fn probing_time(&self) -> std::time::Duration {
+        let seconds = self.duration_in_second().unwrap_or(0).max(0) as u64;
+        let ms = self.per_request_timeout_in_ms().unwrap_or(0).max(0) as u64;
+        std::time::Duration::from_secs(seconds) + std::time::Duration::from_millis(ms)
+    }
+
     /// `spec.agentSpec`.
     pub fn agent_spec(&self) -> Option<&AgentSpec> {
         match self {
@@ -163,6 +181,39 @@ impl Task {
             Task::NetReach(t) => t.status.as_ref(),
             Task::AppHttpHealthy(t) => t.status.as_ref(),
             Task::Netdns(t) => t.status.as_ref(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn task(kind: &str, request: serde_json::Value) -> Task {
+        let object = serde_json::json!({
+            "apiVersion": API_VERSION, "kind": kind,
+            "metadata": {"name": "t"},
+            "spec": {"request": request, "target": {"host": "http://app", "method": "GET"}},
+        });
+        match kind {
+            "NetReach" => Task::NetReach(serde_json::from_value(object).expect("NetReach")),
+            "Netdns" => Task::Netdns(serde_json::from_value(object).expect("Netdns")),
+            _ => Task::AppHttpHealthy(serde_json::from_value(object).expect("AppHttpHealthy")),
+        }
+    }
+
+    #[test]
+    fn probing_ends_one_request_timeout_after_the_round_s_duration() {
+        for kind in ["NetReach", "AppHttpHealthy", "Netdns"] {
+            let t = task(
+                kind,
+                serde_json::json!({"durationInSecond": 10, "qps": 1, "perRequestTimeoutInMS": 1500}),
+            );
+            assert_eq!(t.probing_time(), Duration::from_millis(11_500), "{kind}");
+            let omitted = task(kind, serde_json::json!({"durationInSecond": 3, "qps": 1}));
+            assert_eq!(omitted.probing_time(), Duration::from_secs(3), "{kind}");
         }
     }
 }
