@@ -18,7 +18,7 @@ use hyper::client::conn::http1::SendRequest;
 use rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
-use crate::connect::{ConnectError, http1};
+use crate::connect::{ConnectError, Connection, http1_driven_by_caller};
 use crate::report_api::{AgentIdentity, Entry, MAX_TOKEN_BYTES};
 use crate::tls::{Identity, ServerTrust, TlsError, client_config};
 
@@ -137,14 +137,18 @@ impl ReportClient {
         let timeout = self.timeout;
         let connect = async {
             let tls = (&self.connector, ServerName::IpAddress(ip.into()));
-            let sender = http1(addr, Some(tls)).await.map_err(|e| match e {
-                ConnectError::Tcp(source) => ReportClientError::Connect { addr, source },
-                ConnectError::Tls(source) => ReportClientError::Handshake { addr, source },
-                ConnectError::Http(source) => ReportClientError::Http { addr, source },
-            })?;
+            let (sender, connection) =
+                http1_driven_by_caller(addr, Some(tls))
+                    .await
+                    .map_err(|e| match e {
+                        ConnectError::Tcp(source) => ReportClientError::Connect { addr, source },
+                        ConnectError::Tls(source) => ReportClientError::Handshake { addr, source },
+                        ConnectError::Http(source) => ReportClientError::Http { addr, source },
+                    })?;
             Ok(AgentConnection {
                 addr,
                 sender,
+                connection: Some(connection),
                 timeout,
             })
         };
@@ -154,10 +158,13 @@ impl ReportClient {
     }
 }
 
-/// One open connection to an agent's report API.
+/// One open connection to an agent's report API, driven by its calls (a harvest's pass holds
+/// it for a few exchanges in a row, then drops it, which closes it).
 pub struct AgentConnection {
     addr: SocketAddr,
     sender: SendRequest<Empty<Bytes>>,
+    /// `None` once it ended (the agent closed it): later calls fail on the sender.
+    connection: Option<Connection>,
     timeout: Duration,
 }
 
@@ -165,8 +172,9 @@ impl AgentConnection {
     async fn call(&mut self, method: Method, path: &str) -> Result<Bytes, ReportClientError> {
         let addr = self.addr;
         let timeout = self.timeout;
+        let sender = &mut self.sender;
         let exchange = async {
-            self.sender
+            sender
                 .ready()
                 .await
                 .map_err(|source| ReportClientError::Http { addr, source })?;
@@ -180,8 +188,7 @@ impl AgentConnection {
                     path: path.to_string(),
                     problem: e.to_string(),
                 })?;
-            let response = self
-                .sender
+            let response = sender
                 .send_request(request)
                 .await
                 .map_err(|source| ReportClientError::Http { addr, source })?;
@@ -212,7 +219,27 @@ impl AgentConnection {
                 })
             }
         };
-        tokio::time::timeout(timeout, exchange)
+        let connection = &mut self.connection;
+        let driven = async {
+            tokio::pin!(exchange);
+            loop {
+                let Some(io) = connection.as_mut() else {
+                    return exchange.await;
+                };
+                let ended = tokio::select! {
+                    biased;
+                    answer = &mut exchange => return answer,
+                    ended = io => ended,
+                };
+                // The exchange sees the end on its next poll (an error, or the answer the
+                // connection finished with).
+                if let Err(e) = ended {
+                    tracing::debug!(%addr, error = %e, "report API connection ended");
+                }
+                *connection = None;
+            }
+        };
+        tokio::time::timeout(timeout, driven)
             .await
             .map_err(|_| ReportClientError::Timeout { addr, timeout })?
     }
@@ -328,16 +355,26 @@ mod tests {
                 let (acceptor, seen) = (acceptor.clone(), seen.clone());
                 tokio::spawn(async move {
                     let local = tcp.local_addr().expect("local").ip();
+                    let _ = tcp.set_nodelay(true);
                     if let Ok(tls) = acceptor.accept(tcp).await {
                         let kind = tls.get_ref().1.handshake_kind();
                         seen.lock().expect("kinds").push((local, kind));
-                        // Held open until the client goes, as an agent's server does.
+                        // An empty list for each request, until the client goes.
                         let mut tls = tls;
-                        let mut sink = [0u8; 64];
-                        while tokio::io::AsyncReadExt::read(&mut tls, &mut sink)
+                        let mut request = [0u8; 1024];
+                        while tokio::io::AsyncReadExt::read(&mut tls, &mut request)
                             .await
                             .is_ok_and(|n| n > 0)
-                        {}
+                        {
+                            let answer =
+                                b"HTTP/1.1 200 OK\r\ncontent-length: 12\r\n\r\n{\"items\":[]}";
+                            if tokio::io::AsyncWriteExt::write_all(&mut tls, answer)
+                                .await
+                                .is_err()
+                            {
+                                break;
+                            }
+                        }
                     }
                 });
             }
@@ -352,9 +389,9 @@ mod tests {
         let agent = |i: u16| IpAddr::from([127, 1 + (i / 200) as u8, 0, (i % 200) as u8 + 1]);
         // A round: every agent once, then the first of them again.
         for i in (1..=AGENTS).chain([1]) {
-            let connection = client.connect(agent(i)).await.expect("connect");
-            // The server has recorded the handshake once the client could send.
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            // A harvest's first exchange also reads the session tickets the agent sent.
+            let mut connection = client.connect(agent(i)).await.expect("connect");
+            assert!(connection.list().await.expect("list").is_empty());
             drop(connection);
         }
         let deadline = Instant::now() + Duration::from_secs(10);

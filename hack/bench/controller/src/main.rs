@@ -35,9 +35,12 @@ use kube_sim::testcluster::{TestCluster, TestClusterOptions};
 
 mod aggregated;
 mod nginx;
+mod peaks;
 mod real_agents;
 mod replicas;
+mod seed;
 mod summary;
+mod watchers;
 
 use real_agents::RealAgents;
 
@@ -76,6 +79,11 @@ struct Options {
     agent_nodes: usize,
     /// Controller replicas (1: one process that owns its store alone, no StatefulSet).
     replicas: usize,
+    /// Finished tasks with a report each in the store before the replicas start (listed as a
+    /// Table through the aggregation layer with the round's own).
+    seed_tasks: u64,
+    /// Concurrent watchers of the reports through the aggregation layer (0: none).
+    watchers: usize,
     part: Part,
     summary: Option<PathBuf>,
 }
@@ -87,6 +95,8 @@ fn options() -> Options {
         rounds: 3,
         agent_nodes: 20,
         replicas: 3,
+        seed_tasks: 10_000,
+        watchers: 1000,
         part: Part::All,
         summary: None,
     };
@@ -103,6 +113,8 @@ fn options() -> Options {
                     .collect()
             }
             "--replicas" => o.replicas = value.parse().expect("--replicas N"),
+            "--seed-tasks" => o.seed_tasks = value.parse().expect("--seed-tasks N"),
+            "--watchers" => o.watchers = value.parse().expect("--watchers N"),
             "--summary" => o.summary = Some(value.into()),
             "--rounds" => o.rounds = value.parse().expect("--rounds N"),
             "--agent-nodes" => o.agent_nodes = value.parse().expect("--agent-nodes N"),
@@ -317,7 +329,8 @@ impl Cluster {
 
     /// `kdoctor controller` as a process with the controller ServiceAccount's identity:
     /// `replicas` of them as a StatefulSet's pods, or one that owns its store alone.
-    async fn controllers(&self, kdoctor: &Path, replicas: usize) -> Controllers {
+    /// The controllers, the first of them holding `seeded` earlier tasks' reports.
+    async fn controllers(&self, kdoctor: &Path, replicas: usize, seeded: u64) -> Controllers {
         let token = self.token("kdoctor-controller").await;
         let kubeconfig = self.dir.join("controller.kubeconfig");
         // The admin kubeconfig's server and CA, the ServiceAccount's token as the user.
@@ -339,6 +352,7 @@ impl Cluster {
                 "--leader-elect=false".into(),
                 "--pod-name=bench-controller".into(),
             ];
+            self.seed("bench-controller", seeded).await;
             return Controllers(vec![self.spawn_controller(
                 kdoctor,
                 "bench-controller",
@@ -360,6 +374,9 @@ impl Cluster {
             .await
             .expect("the install's CA Secret");
         let pods = replicas::create(&self.admin, replicas).await;
+        if let Some(first) = pods.first() {
+            self.seed(&first.name, seeded).await;
+        }
         Controllers(
             pods.iter()
                 .map(|pod| self.spawn_controller(kdoctor, &pod.name, replicas::args(pod)))
@@ -367,8 +384,28 @@ impl Cluster {
         )
     }
 
+    fn store_dir(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("store-{name}"))
+    }
+
+    /// `tasks` earlier tasks' reports in the store of the controller `name`, before it starts.
+    async fn seed(&self, name: &str, tasks: u64) {
+        if tasks == 0 {
+            return;
+        }
+        let dir = self.store_dir(name);
+        let started = Instant::now();
+        tokio::task::spawn_blocking(move || seed::seed(&dir, tasks))
+            .await
+            .expect("seeding");
+        eprintln!(
+            "scale: {tasks} earlier tasks' reports stored for {name} in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+
     fn spawn_controller(&self, kdoctor: &Path, name: &str, args: Vec<String>) -> Controller {
-        let data = self.dir.join(format!("store-{name}"));
+        let data = self.store_dir(name);
         // KDOCTOR_BENCH_LOGS=DIR keeps each replica's log there (the bench's own folder goes
         // at its end); RUST_LOG, passed through, says how much they log.
         let log_dir =
@@ -598,6 +635,10 @@ struct StandIns {
     /// Every agent pod (name, address), in the cluster's order.
     pods: Arc<Vec<(String, IpAddr)>>,
     servers: Vec<tokio::task::JoinHandle<()>>,
+    /// The echo targets' own thread: each agent's target runs on its own node, where the
+    /// thousands of report APIs harvested meanwhile are not (on one runtime, a real agent's
+    /// probe of a stand-in waited behind the harvest's handshakes: timeouts at 5,000 nodes).
+    echo: Option<tokio::runtime::Runtime>,
 }
 
 impl StandIns {
@@ -620,6 +661,12 @@ impl StandIns {
         let limits = kdoctor_transport::limits::ServeLimits::default();
         let mut spools = Vec::new();
         let mut servers = Vec::new();
+        let echo_runtime = (skip > 0).then(|| {
+            cluster
+                .kube
+                .runtime(1)
+                .expect("the echo targets' runtime in the cluster's namespace")
+        });
         let tokens = cluster.identity_tokens().await;
         for (index, (pod, node, ip)) in cluster.agents.iter().enumerate().skip(skip) {
             let spool = Arc::new(Spool::open(cluster.dir.join("spools").join(pod)).expect("spool"));
@@ -634,20 +681,24 @@ impl StandIns {
                 metrics.clone(),
                 limits,
             ));
-            if skip > 0 {
-                let echo = kdoctor_agent::server::bind(
-                    "HTTP echo target",
-                    SocketAddr::new(*ip, real_agents::ECHO_PORT),
-                )
-                .await
-                .expect("bind the echo target on the pod address");
-                servers.push(kdoctor_agent::server::serve(
-                    echo,
-                    kdoctor_agent::echo::Echo::new(pod, metrics.clone()).router(),
-                    None,
-                    metrics.clone(),
-                    limits,
-                ));
+            if let Some(runtime) = &echo_runtime {
+                let (pod, ip, metrics) = (pod.clone(), *ip, metrics.clone());
+                let bound = runtime.spawn(async move {
+                    let echo = kdoctor_agent::server::bind(
+                        "HTTP echo target",
+                        SocketAddr::new(ip, real_agents::ECHO_PORT),
+                    )
+                    .await
+                    .expect("bind the echo target on the pod address");
+                    kdoctor_agent::server::serve(
+                        echo,
+                        kdoctor_agent::echo::Echo::new(&pod, metrics.clone()).router(),
+                        None,
+                        metrics,
+                        limits,
+                    )
+                });
+                servers.push(bound.await.expect("the echo target started"));
             }
             spools.push(Spooled {
                 index,
@@ -665,6 +716,7 @@ impl StandIns {
             spools,
             servers,
             pods: Arc::new(pods),
+            echo: echo_runtime,
         }
     }
 
@@ -715,6 +767,10 @@ impl Drop for StandIns {
     fn drop(&mut self) {
         for server in &self.servers {
             server.abort();
+        }
+        // Dropped inside the bench's runtime: a runtime may only be let go of without waiting.
+        if let Some(runtime) = self.echo.take() {
+            runtime.shutdown_background();
         }
     }
 }
@@ -990,7 +1046,9 @@ async fn scale(o: Options, kube: TestCluster) {
     let agents_before = cluster.requests(AGENT_USER);
     let real = RealAgents::start(&cluster, o.agent_nodes.min(nodes)).await;
     let stand_ins = StandIns::start(&cluster, real.len()).await;
-    let controllers = cluster.controllers(&o.kdoctor, o.replicas).await;
+    let controllers = cluster
+        .controllers(&o.kdoctor, o.replicas, o.seed_tasks)
+        .await;
     let leader = if o.replicas > 1 {
         let logs: Vec<PathBuf> = controllers.0.iter().map(|c| c.log.clone()).collect();
         replicas::leader(&cluster.admin, Duration::from_secs(180), &logs).await
@@ -1022,6 +1080,12 @@ async fn scale(o: Options, kube: TestCluster) {
     // kubectl through the aggregation layer: the replicas behind the APIService.
     let reads = if o.replicas > 1 {
         Some(aggregated::measure(&cluster, &o.kdoctor, "scale", &controllers).await)
+    } else {
+        None
+    };
+    // Watchers behind the same APIService, which the reads registered.
+    let watched = if o.replicas > 1 && o.watchers > 0 {
+        Some(watchers::measure(&cluster, &controllers, o.watchers).await)
     } else {
         None
     };
@@ -1159,6 +1223,9 @@ async fn scale(o: Options, kube: TestCluster) {
     if let Some(reads) = &reads {
         reads.print();
     }
+    if let Some(watched) = &watched {
+        watched.print();
+    }
     summary::append(&summary::Row {
         nodes,
         replicas: o.replicas,
@@ -1175,9 +1242,11 @@ async fn scale(o: Options, kube: TestCluster) {
             .map(|r| r.apiserver_rss_kib)
             .max()
             .unwrap_or(0))
-        .max(reads.as_ref().map_or(0.0, |r| r.apiserver_peak_mib)),
+        .max(reads.as_ref().map_or(0.0, |r| r.apiserver_peak_mib))
+        .max(watched.as_ref().map_or(0.0, |w| w.apiserver_peak_mib)),
         store_mb_per_round: store_per_round / 1e6,
         reads: reads.clone(),
+        watched: watched.clone(),
         real_agents: real.len(),
         agent_requests_per_agent: (real.len() > 0).then(|| agents_total as f64 / real.len() as f64),
         agent_requests_later_rounds: (real.len() > 0 && rounds.len() > 1)

@@ -211,7 +211,20 @@ impl Drop for Nginx {
 /// The body `client` is answered at `path`, as sent (a client without decompression: the
 /// encoding asked for stays on the bytes).
 pub async fn get(client: &kube::Client, path: &str, encoding: Option<&str>) -> Vec<u8> {
+    get_as(client, path, None, encoding).await
+}
+
+/// [`get`], asking for the representation `accept` (`None`: the server's default).
+pub async fn get_as(
+    client: &kube::Client,
+    path: &str,
+    accept: Option<&str>,
+    encoding: Option<&str>,
+) -> Vec<u8> {
     let mut request = http::Request::get(path);
+    if let Some(accept) = accept {
+        request = request.header(http::header::ACCEPT, accept);
+    }
     if let Some(encoding) = encoding {
         request = request.header(http::header::ACCEPT_ENCODING, encoding);
     }

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregated::Reads;
+use crate::watchers::Watched;
 
 /// The environment variable that names the file the scale runs append to.
 pub const FILE_ENV: &str = "KDOCTOR_BENCH_SUMMARY";
@@ -27,6 +28,8 @@ pub struct Row {
     pub apiserver_peak_mib: f64,
     pub store_mb_per_round: f64,
     pub reads: Option<Reads>,
+    #[serde(default)]
+    pub watched: Option<Watched>,
     #[serde(default)]
     pub real_agents: usize,
     /// The real agents' API requests over the whole run, per agent.
@@ -63,7 +66,7 @@ pub fn print(file: &Path) {
         return;
     };
     type Figure = (&'static str, fn(&Row) -> Option<f64>);
-    let figures: [Figure; 26] = [
+    let figures: [Figure; 33] = [
         ("agent pods Ready after (s)", |r| Some(r.ready_s)),
         ("TokenReviews (once per agent)", |r| Some(r.reviews as f64)),
         ("real agents among them", |r| Some(r.real_agents as f64)),
@@ -114,6 +117,28 @@ pub fn print(file: &Path) {
         }),
         ("`kubectl kdoctor matrix` (s)", |r| {
             Some(r.reads.as_ref()?.matrix.secs)
+        }),
+        ("reports listed as a Table", |r| {
+            Some(r.reads.as_ref()?.reports_listed as f64)
+        }),
+        (
+            "LIST of them as a Table by the bench's client, gzip (ms)",
+            |r| measured(r.reads.as_ref()?.list_table_client_ms),
+        ),
+        ("watchers, each saw every event", |r| {
+            Some(r.watched.as_ref()?.watchers as f64)
+        }),
+        ("events each saw", |r| {
+            Some(r.watched.as_ref()?.events as f64)
+        }),
+        ("all delivered after the first change (s)", |r| {
+            Some(r.watched.as_ref()?.delivered_s)
+        }),
+        ("kube-apiserver's peak RSS with them (MiB)", |r| {
+            Some(r.watched.as_ref()?.apiserver_peak_mib)
+        }),
+        ("largest replica's peak RSS with them (MiB)", |r| {
+            Some(r.watched.as_ref()?.replicas_peak_mib)
         }),
         // Rows of runs before the nginx peer have no such reads.
         ("`kubectl get --raw` of the report (s)", |r| {
