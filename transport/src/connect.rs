@@ -2,9 +2,6 @@
 //! reaches another process (the harvester an agent's report API, a replica its peers, the
 //! exporter its receiver), with Nagle off and the connection driven by its own task.
 
-use std::future::Future;
-use std::pin::Pin;
-
 use hyper::body::Body;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
@@ -37,36 +34,12 @@ impl ConnectError {
     }
 }
 
-/// An HTTP/1.1 connection's I/O: it must be polled for its requests to progress.
-pub type Connection = Pin<Box<dyn Future<Output = Result<(), hyper::Error>> + Send>>;
-
 /// Connects to `addr`, over TLS to the server `name` when `tls` is given, and returns the
 /// sender of an HTTP/1.1 connection whose I/O runs on a spawned task until either side closes.
 pub async fn http1<B>(
     addr: impl ToSocketAddrs,
     tls: Option<(&TlsConnector, ServerName<'static>)>,
 ) -> Result<SendRequest<B>, ConnectError>
-where
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let (sender, connection) = http1_driven_by_caller(addr, tls).await?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "client connection ended");
-        }
-    });
-    Ok(sender)
-}
-
-/// [`http1`], with the connection's I/O left to the caller, who polls it together with each
-/// exchange: no task of its own, so a request and its answer wake no other task (a harvester
-/// meets thousands of agents a round, a few short exchanges each).
-pub async fn http1_driven_by_caller<B>(
-    addr: impl ToSocketAddrs,
-    tls: Option<(&TlsConnector, ServerName<'static>)>,
-) -> Result<(SendRequest<B>, Connection), ConnectError>
 where
     B: Body + Send + 'static,
     B::Data: Send,
@@ -81,13 +54,13 @@ where
                 .connect(name, tcp)
                 .await
                 .map_err(ConnectError::Tls)?;
-            handshake(TokioIo::new(stream)).await
+            drive(TokioIo::new(stream)).await
         }
-        None => handshake(TokioIo::new(tcp)).await,
+        None => drive(TokioIo::new(tcp)).await,
     }
 }
 
-async fn handshake<B, S>(io: S) -> Result<(SendRequest<B>, Connection), ConnectError>
+async fn drive<B, S>(io: S) -> Result<SendRequest<B>, ConnectError>
 where
     B: Body + Send + 'static,
     B::Data: Send,
@@ -97,7 +70,12 @@ where
     let (sender, connection) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(ConnectError::Http)?;
-    Ok((sender, Box::pin(connection)))
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "client connection ended");
+        }
+    });
+    Ok(sender)
 }
 
 #[cfg(test)]

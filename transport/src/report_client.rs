@@ -18,7 +18,7 @@ use hyper::client::conn::http1::SendRequest;
 use rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
-use crate::connect::{ConnectError, Connection, http1_driven_by_caller};
+use crate::connect::{ConnectError, http1};
 use crate::report_api::{AgentIdentity, Entry, MAX_TOKEN_BYTES};
 use crate::tls::{Identity, ServerTrust, TlsError, client_config};
 
@@ -137,18 +137,14 @@ impl ReportClient {
         let timeout = self.timeout;
         let connect = async {
             let tls = (&self.connector, ServerName::IpAddress(ip.into()));
-            let (sender, connection) =
-                http1_driven_by_caller(addr, Some(tls))
-                    .await
-                    .map_err(|e| match e {
-                        ConnectError::Tcp(source) => ReportClientError::Connect { addr, source },
-                        ConnectError::Tls(source) => ReportClientError::Handshake { addr, source },
-                        ConnectError::Http(source) => ReportClientError::Http { addr, source },
-                    })?;
+            let sender = http1(addr, Some(tls)).await.map_err(|e| match e {
+                ConnectError::Tcp(source) => ReportClientError::Connect { addr, source },
+                ConnectError::Tls(source) => ReportClientError::Handshake { addr, source },
+                ConnectError::Http(source) => ReportClientError::Http { addr, source },
+            })?;
             Ok(AgentConnection {
                 addr,
                 sender,
-                connection: Some(connection),
                 timeout,
             })
         };
@@ -158,13 +154,10 @@ impl ReportClient {
     }
 }
 
-/// One open connection to an agent's report API, driven by its calls (a harvest's pass holds
-/// it for a few exchanges in a row, then drops it, which closes it).
+/// One open connection to an agent's report API.
 pub struct AgentConnection {
     addr: SocketAddr,
     sender: SendRequest<Empty<Bytes>>,
-    /// `None` once it ended (the agent closed it): later calls fail on the sender.
-    connection: Option<Connection>,
     timeout: Duration,
 }
 
@@ -172,9 +165,8 @@ impl AgentConnection {
     async fn call(&mut self, method: Method, path: &str) -> Result<Bytes, ReportClientError> {
         let addr = self.addr;
         let timeout = self.timeout;
-        let sender = &mut self.sender;
         let exchange = async {
-            sender
+            self.sender
                 .ready()
                 .await
                 .map_err(|source| ReportClientError::Http { addr, source })?;
@@ -188,7 +180,8 @@ impl AgentConnection {
                     path: path.to_string(),
                     problem: e.to_string(),
                 })?;
-            let response = sender
+            let response = self
+                .sender
                 .send_request(request)
                 .await
                 .map_err(|source| ReportClientError::Http { addr, source })?;
@@ -219,27 +212,7 @@ impl AgentConnection {
                 })
             }
         };
-        let connection = &mut self.connection;
-        let driven = async {
-            tokio::pin!(exchange);
-            loop {
-                let Some(io) = connection.as_mut() else {
-                    return exchange.await;
-                };
-                let ended = tokio::select! {
-                    biased;
-                    answer = &mut exchange => return answer,
-                    ended = io => ended,
-                };
-                // The exchange sees the end on its next poll (an error, or the answer the
-                // connection finished with).
-                if let Err(e) = ended {
-                    tracing::debug!(%addr, error = %e, "report API connection ended");
-                }
-                *connection = None;
-            }
-        };
-        tokio::time::timeout(timeout, driven)
+        tokio::time::timeout(timeout, exchange)
             .await
             .map_err(|_| ReportClientError::Timeout { addr, timeout })?
     }
