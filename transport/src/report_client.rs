@@ -304,6 +304,9 @@ mod tests {
     use crate::pki::Ca;
     use crate::tls::{parse_roots, server_config};
 
+    /// The address a handshake reached, and what kind it was.
+    type Handshake = (IpAddr, Option<HandshakeKind>);
+
     /// More agents than rustls keeps sessions of by default (256).
     const AGENTS: u16 = 300;
 
@@ -321,7 +324,7 @@ mod tests {
             .await
             .expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        let kinds: Arc<Mutex<Vec<(IpAddr, Option<HandshakeKind>)>>> = Arc::default();
+        let kinds: Arc<Mutex<Vec<Handshake>>> = Arc::default();
         let seen = kinds.clone();
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {

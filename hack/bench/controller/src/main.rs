@@ -683,6 +683,8 @@ impl StandIns {
             ));
             if let Some(runtime) = &echo_runtime {
                 let (pod, ip, metrics) = (pod.clone(), *ip, metrics.clone());
+                // Its handle, not its end, is what the block yields: the bench aborts it.
+                #[allow(clippy::async_yields_async)]
                 let bound = runtime.spawn(async move {
                     let echo = kdoctor_agent::server::bind(
                         "HTTP echo target",
