@@ -16,6 +16,10 @@ use crate::{Cluster, Controllers};
 
 /// The APIService manifests/apiservice.yaml registers.
 const APISERVICE: &str = "v1beta1.system.kdoctor.io";
+/// Every report, listed or watched.
+pub const REPORTS: &str = "/apis/system.kdoctor.io/v1beta1/kdoctorreports";
+/// A Table, as kubectl asks for one.
+pub const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
 /// Runs of each read; the median's figures are kept.
 const RUNS: usize = 5;
 /// Runs of each of the reads compared with nginx, in turns: their differences are a few
@@ -230,7 +234,7 @@ pub async fn measure(
     .expect("matrix read");
     // The bytes as sent, through the aggregation layer and from nginx (behind the same layer,
     // and directly); only when each is the whole report is it a figure.
-    let raw_path = format!("/apis/system.kdoctor.io/v1beta1/kdoctorreports/{name}");
+    let raw_path = format!("{REPORTS}/{name}");
     // Warm: the first GET of a round reads it from the store and encodes it once.
     read(with(&["get", "--raw", &raw_path]))
         .await
@@ -363,12 +367,10 @@ fn run(kubectl: &Path, args: &[String], dir: &Path, path: &str) -> Timed {
 /// (gzip), by the bench's own client: median ms to the last byte; each answer must hold a row
 /// per report (`reports` as kubectl listed them).
 async fn list_as_table(cluster: &Cluster, reports: usize) -> f64 {
-    const PATH: &str = "/apis/system.kdoctor.io/v1beta1/kdoctorreports";
-    const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
     let mut times = Vec::new();
     for _ in 0..CLIENT_TURNS {
         let started = Instant::now();
-        let gzip = crate::nginx::get_as(&cluster.admin, PATH, Some(TABLE), Some("gzip")).await;
+        let gzip = crate::nginx::get_as(&cluster.admin, REPORTS, Some(TABLE), Some("gzip")).await;
         times.push(started.elapsed().as_secs_f64() * 1000.0);
         let mut plain = Vec::new();
         std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gzip[..]), &mut plain)

@@ -54,8 +54,9 @@ const PROBING: Duration = Duration::from_secs(1);
 /// stand-ins' echo targets they ask share this process and two cores with thousands of
 /// simulated pods' servers and the whole control plane; at 500 ms, 5 to 15 of the 100 probes
 /// at a round's start timed out at 2,500 nodes, failing rounds the controller under
-/// measurement had nothing to do with. (At 2,000 ms some still do: whether the agent started
-/// late or the stand-in answered late is not shown yet; docs/benchmarks.md#controller.)
+/// measurement had nothing to do with. (At 2,000 ms some still did at 5,000 nodes while the
+/// stand-ins' echo targets shared the bench's threads with the harvested report APIs; they
+/// have a thread of their own now: docs/benchmarks.md#controller.)
 const PROBE_TIMEOUT_MS: u64 = 2000;
 const CONTROLLER_USER: &str = "system:serviceaccount:kdoctor:kdoctor-controller";
 const AGENT_USER: &str = "system:serviceaccount:kdoctor:kdoctor-agent";

@@ -14,11 +14,10 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 
+use crate::aggregated::{REPORTS, TABLE};
 use crate::peaks::Peaks;
 use crate::{Cluster, Controllers};
 
-const PATH: &str = "/apis/system.kdoctor.io/v1beta1/kdoctorreports";
-const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
 /// Tasks created, then deleted, while the watchers watch.
 const TASKS: usize = 10;
 /// How long every watcher may take to see every task's events.
@@ -60,7 +59,8 @@ type Event = (String, String, String, bool);
 /// Opens `watchers` watches, creates and deletes [`TASKS`] tasks, and checks that every
 /// watcher saw the same events, each task's creation and deletion among them.
 pub async fn measure(cluster: &Cluster, controllers: &Controllers, watchers: usize) -> Watched {
-    let list = crate::nginx::get_as(&cluster.admin, &format!("{PATH}?limit=1"), None, None).await;
+    let list =
+        crate::nginx::get_as(&cluster.admin, &format!("{REPORTS}?limit=1"), None, None).await;
     let list: serde_json::Value = serde_json::from_slice(&list).expect("a list");
     let from = list["metadata"]["resourceVersion"]
         .as_str()
@@ -73,7 +73,7 @@ pub async fn measure(cluster: &Cluster, controllers: &Controllers, watchers: usi
     for events in &seen {
         let (client, events, opened) = (cluster.admin.clone(), events.clone(), opened_tx.clone());
         // The row's object whole: its annotations say when its task was deleted.
-        let path = format!("{PATH}?watch=1&resourceVersion={from}&includeObject=Object");
+        let path = format!("{REPORTS}?watch=1&resourceVersion={from}&includeObject=Object");
         streams.spawn(async move { watch(client, path, events, opened).await });
     }
     drop(opened_tx);
@@ -96,12 +96,17 @@ pub async fn measure(cluster: &Cluster, controllers: &Controllers, watchers: usi
     }
     // Deleted once the controller recorded it (its report is listed).
     let reports: BTreeSet<String> = names.iter().map(|n| format!("netreach-{n}")).collect();
-    wait_for(&seen[0], |events| {
+    let recorded = wait_for(|| {
+        let events = seen[0].lock().expect("events");
         reports
             .iter()
             .all(|r| events.iter().any(|(_, name, _, _)| name == r))
     })
     .await;
+    assert!(
+        recorded,
+        "the controller did not record the watched tasks within {DELIVERY:?}"
+    );
     for name in &names {
         api.delete(name, &DeleteParams::default())
             .await
@@ -115,16 +120,9 @@ pub async fn measure(cluster: &Cluster, controllers: &Controllers, watchers: usi
                 .any(|(_, name, _, deleted)| name == r && *deleted)
         })
     };
-    let deadline = Instant::now() + DELIVERY;
-    let mut delivered = None;
-    while Instant::now() < deadline {
-        let done = seen.iter().all(|e| complete(&e.lock().expect("events")));
-        if done {
-            delivered = Some(started.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let delivered = wait_for(|| seen.iter().all(|e| complete(&e.lock().expect("events"))))
+        .await
+        .then(|| started.elapsed());
     // The store marks a deletion once; anything after it would be another event.
     tokio::time::sleep(Duration::from_secs(2)).await;
     streams.abort_all();
@@ -153,16 +151,16 @@ pub async fn measure(cluster: &Cluster, controllers: &Controllers, watchers: usi
     }
 }
 
-/// Waits (up to [`DELIVERY`]) until `events` satisfy `done`.
-async fn wait_for(events: &Mutex<Vec<Event>>, done: impl Fn(&[Event]) -> bool) {
+/// Whether `done` came true within [`DELIVERY`] (checked every 100 ms).
+async fn wait_for(done: impl Fn() -> bool) -> bool {
     let deadline = Instant::now() + DELIVERY;
-    while !done(&events.lock().expect("events")) {
-        assert!(
-            Instant::now() < deadline,
-            "the controller did not record the watched tasks within {DELIVERY:?}"
-        );
+    while !done() {
+        if Instant::now() >= deadline {
+            return false;
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    true
 }
 
 /// One watcher: its events, as they arrive, until aborted.
