@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 use kdoctor_api::config::Config;
-use kdoctor_api::labels::{APP_COMPONENT, MANAGED_BY, MANAGED_BY_KDOCTOR, TASK_KIND, TASK_NAME};
+use kdoctor_api::labels::APP_COMPONENT;
 use kdoctor_api::task::{AppHttpHealthy, NetReach, Netdns, TaskKind};
 use kdoctor_store::{GroupCommit, Writes};
 use kdoctor_transport::report_client::ReportClient;
@@ -22,13 +22,13 @@ use kube::runtime::controller::Controller;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, Resource};
 use prometheus::Registry;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::carrier::AGENT_COMPONENT;
-use crate::carrier_set;
+use crate::carrier_set::{self, made_for};
 use crate::context::{Caches, Context};
 use crate::deletions;
 use crate::export::{self, ExportConfig};
@@ -79,11 +79,15 @@ fn agent_watch_config() -> watcher::Config {
 }
 
 /// A cache of `K` in `namespace`, filled by a watch that runs in `tasks`; each object `trim`med
-/// of what the controller never reads before it is kept.
+/// of what the controller never reads before it is kept. With `wake`, every object the watch
+/// changes or deletes wakes the reconcile of the task it was made for, after the cache holds
+/// the change: a reconcile woken by a second watch of its own could read this cache before
+/// the deletion reached it, find the object still there and never declare it again.
 fn cache<K>(
     client: &Client,
     namespace: &str,
     trim: fn(&mut K),
+    wake: Option<harvest_loop::Trigger>,
     tasks: &mut JoinSet<()>,
 ) -> reflector::Store<K>
 where
@@ -103,57 +107,31 @@ where
     tasks.spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
-            if let Err(e) = item {
-                tracing::debug!(error = %e, "agent cache watch (retrying)");
+            match item {
+                Ok(object) => {
+                    if let Some((wake, (kind, task))) = wake.as_ref().zip(made_for(object.meta())) {
+                        wake(kind, &task);
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "agent cache watch (retrying)"),
             }
         }
     });
     reader
 }
 
-/// The task a carrier object belongs to, from its labels.
-fn task_of<K: TaskObject, O: ResourceExt>(object: O) -> Option<ObjectRef<K>> {
-    let labels = object.labels();
-    if labels.get(MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_KDOCTOR)
-        || labels.get(TASK_KIND).map(String::as_str) != Some(K::KIND.as_str())
-    {
-        return None;
-    }
-    labels.get(TASK_NAME).map(|name| ObjectRef::new(name))
-}
-
 async fn run_kind<K: TaskObject>(
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-    harvested: futures::channel::mpsc::UnboundedReceiver<ObjectRef<K>>,
+    woken: futures::channel::mpsc::UnboundedReceiver<ObjectRef<K>>,
 ) {
     let client = ctx.client.clone();
-    let namespace = ctx.options.namespace.clone();
     let metrics = ctx.metrics.clone();
     Controller::new(Api::<K>::all(client.clone()), watcher::Config::default())
         .trigger_backoff(crate::watch_backoff::Prompt::default())
-        .watches(
-            Api::<DaemonSet>::namespaced(client.clone(), &namespace),
-            agent_watch_config(),
-            task_of::<K, DaemonSet>,
-        )
-        .watches(
-            Api::<Deployment>::namespaced(client.clone(), &namespace),
-            agent_watch_config(),
-            task_of::<K, Deployment>,
-        )
-        // An edited or deleted carrier Service or Ingress is declared again at once.
-        .watches(
-            Api::<Service>::namespaced(client.clone(), &namespace),
-            agent_watch_config(),
-            task_of::<K, Service>,
-        )
-        .watches(
-            Api::<Ingress>::namespaced(client.clone(), &namespace),
-            agent_watch_config(),
-            task_of::<K, Ingress>,
-        )
-        .reconcile_on(harvested)
+        // Woken by the harvest loop and by the caches of carrier objects (a carrier's changed
+        // readiness, an edited or deleted Service or Ingress is looked at, or declared again, at once).
+        .reconcile_on(woken)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::<K>, error_policy::<K>, ctx)
         .for_each(|result| {
@@ -247,10 +225,8 @@ async fn lead(
         writes.clone(),
         metrics.tasks.clone(),
     ));
-    let caches = watch_agents(setup, &mut tasks).await;
-    let ctx = context(setup, metrics, client, caches, &mut tasks);
-    tasks.spawn(carrier_set::run(ctx.clone(), ctx.options.orphan_sweep));
-    // The harvest loop wakes a task's reconcile when its store holds something new.
+    // The harvest loop (when a task's store holds something new) and the caches of carrier
+    // objects wake a task's reconcile.
     let (net_reach_tx, net_reach_rx) = futures::channel::mpsc::unbounded();
     let (app_http_tx, app_http_rx) = futures::channel::mpsc::unbounded();
     let (netdns_tx, netdns_rx) = futures::channel::mpsc::unbounded();
@@ -261,6 +237,9 @@ async fn lead(
             TaskKind::Netdns => netdns_tx.unbounded_send(ObjectRef::new(name)).is_ok(),
         };
     });
+    let caches = watch_agents(setup, &trigger, &mut tasks).await;
+    let ctx = context(setup, metrics, client, caches, &mut tasks);
+    tasks.spawn(carrier_set::run(ctx.clone(), ctx.options.orphan_sweep));
     let every = Duration::from_secs(ctx.config.task_poll_interval_in_second.max(1) as u64)
         .min(ctx.options.poll);
     let store = ctx.store().clone();
@@ -321,16 +300,21 @@ fn spawn_replication(setup: &Setup, tasks: &mut JoinSet<()>) {
 fn keep_whole<K>(_: &mut K) {}
 
 /// The caches of agent objects in the controller's namespace, once they are filled.
-async fn watch_agents(setup: &Setup, tasks: &mut JoinSet<()>) -> Caches {
+async fn watch_agents(
+    setup: &Setup,
+    wake: &harvest_loop::Trigger,
+    tasks: &mut JoinSet<()>,
+) -> Caches {
     let namespace = &setup.options.namespace;
+    let carrier = || Some(wake.clone());
     let caches = Caches {
         // One agent pod a node: thousands, each kept only as far as it is read.
-        pods: cache(&setup.client, namespace, readiness::trim_pod, tasks),
-        daemonsets: cache::<DaemonSet>(&setup.client, namespace, keep_whole, tasks),
-        deployments: cache::<Deployment>(&setup.client, namespace, keep_whole, tasks),
-        slices: cache::<EndpointSlice>(&setup.client, namespace, keep_whole, tasks),
-        services: cache::<Service>(&setup.client, namespace, keep_whole, tasks),
-        ingresses: cache::<Ingress>(&setup.client, namespace, keep_whole, tasks),
+        pods: cache(&setup.client, namespace, readiness::trim_pod, None, tasks),
+        daemonsets: cache::<DaemonSet>(&setup.client, namespace, keep_whole, carrier(), tasks),
+        deployments: cache::<Deployment>(&setup.client, namespace, keep_whole, carrier(), tasks),
+        slices: cache::<EndpointSlice>(&setup.client, namespace, keep_whole, None, tasks),
+        services: cache::<Service>(&setup.client, namespace, keep_whole, carrier(), tasks),
+        ingresses: cache::<Ingress>(&setup.client, namespace, keep_whole, carrier(), tasks),
         routed_since: Default::default(),
     };
     for ready in [
