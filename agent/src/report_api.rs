@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -45,10 +45,34 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-async fn list(State(spool): State<Arc<Spool>>) -> Response {
-    match blocking(move || spool.list()).await {
-        Ok(items) => axum::Json(json!({ "items": items })).into_response(),
-        Err(response) => response,
+/// `GET /v1/reports`, held with a [`RoundWait`] until the round's report is spooled or the wait
+/// is over.
+async fn list(
+    State(spool): State<Arc<Spool>>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Response {
+    let wait = match RoundWait::from_query(&query) {
+        Ok(wait) => wait,
+        Err(problem) => return error(StatusCode::BAD_REQUEST, problem),
+    };
+    let wait = wait.map(|w| {
+        let until = tokio::time::Instant::now() + w.wait;
+        (w, until)
+    });
+    let mut writes = spool.writes();
+    loop {
+        let s = spool.clone();
+        let items = match blocking(move || s.list()).await {
+            Ok(items) => items,
+            Err(response) => return response,
+        };
+        match &wait {
+            Some((wait, until)) if !wait.met_by(&items) && tokio::time::Instant::now() < *until => {
+                // A write, or the end of the wait: list again either way (that list answers).
+                let _ = tokio::time::timeout_at(*until, writes.changed()).await;
+            }
+            _ => return axum::Json(json!({ "items": items })).into_response(),
+        }
     }
 }
 
@@ -68,7 +92,7 @@ async fn acknowledge(State(spool): State<Arc<Spool>>, Path(name): Path<String>) 
 }
 
 pub use kdoctor_transport::report_api::HARVESTER_NAME;
-use kdoctor_transport::report_api::{AgentIdentity, MAX_TOKEN_BYTES};
+use kdoctor_transport::report_api::{AgentIdentity, MAX_TOKEN_BYTES, RoundWait};
 
 async fn only_the_harvester(request: Request, next: Next) -> Response {
     match request.extensions().get::<ClientName>() {

@@ -60,6 +60,8 @@ pub use kdoctor_transport::report_api::Entry;
 pub struct Spool {
     dir: PathBuf,
     next_temp: AtomicU64,
+    /// Counts the reports written, for the report API's lists held until one is there.
+    written: tokio::sync::watch::Sender<u64>,
 }
 
 /// The file name of a report: upstream's agent report name.
@@ -84,6 +86,7 @@ impl Spool {
         Ok(Spool {
             dir,
             next_temp: AtomicU64::new(0),
+            written: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -145,7 +148,14 @@ impl Spool {
         self.check(&name)?;
         let bytes = serde_json::to_vec(report)?;
         self.write_atomically(&name, &bytes)?;
+        self.written.send_modify(|n| *n += 1);
         Ok(name)
+    }
+
+    /// Changes each time a report is written (subscribe before listing, then wait for a change:
+    /// no write between the two is missed).
+    pub fn writes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.written.subscribe()
     }
 
     /// Every report, sorted by name.

@@ -8,13 +8,13 @@
 //! otherwise; it is never mixed into the current one.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kdoctor_api::report::Report;
 use kdoctor_api::task::TaskKind;
 use kdoctor_store::{GroupCommit, IncarnationId, NewReport, Writes};
-use kdoctor_transport::report_api::Entry;
+use kdoctor_transport::report_api::{Entry, RoundWait};
 use kdoctor_transport::report_client::{AgentConnection, ReportClient, ReportClientError};
 
 use crate::export::ExportHook;
@@ -38,7 +38,7 @@ pub const GROUP_COMMIT_BYTES: usize = 16 << 20;
 
 /// The leader's lease must hold this long yet when acknowledgements go out (a few calls to one
 /// agent).
-const ACKNOWLEDGE_MARGIN: std::time::Duration = std::time::Duration::from_millis(500);
+const ACKNOWLEDGE_MARGIN: Duration = Duration::from_millis(500);
 
 /// The task incarnation being harvested.
 #[derive(Clone, Debug)]
@@ -51,6 +51,27 @@ pub struct Harvestee {
     pub uid: String,
     /// The store's id of this incarnation.
     pub id: IncarnationId,
+}
+
+/// The round a pass asks agents for while they may still be finishing it: until `until` an
+/// agent holds its answer until it has written its report of round `round`
+/// ([`kdoctor_transport::report_api::RoundWait`]), so a report is read the moment it is there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AwaitedRound {
+    /// The round.
+    pub round: u64,
+    /// When its agents have finished probing (its start and its probing time).
+    pub until: jiff::Timestamp,
+}
+
+impl AwaitedRound {
+    /// How long an agent may still hold its answer at `now` (`None`: not at all).
+    pub fn wait_at(&self, now: jiff::Timestamp) -> Option<Duration> {
+        Duration::try_from(self.until.duration_since(now))
+            .ok()
+            .filter(|d| !d.is_zero())
+            .map(|d| d.min(kdoctor_transport::report_api::MAX_LIST_WAIT))
+    }
 }
 
 /// What a harvest pass did.
@@ -85,7 +106,7 @@ pub struct Harvester {
     /// The longest each stage of one agent's pass may take — reading its reports, then storing
     /// and acknowledging them (each call has the client's own timeout; an agent that answers
     /// every call slowly is cut off here).
-    pub agent_deadline: std::time::Duration,
+    pub agent_deadline: Duration,
 }
 
 fn reason(e: &ReportClientError) -> &'static str {
@@ -120,13 +141,19 @@ fn wanted(entry: &Entry, task: &Harvestee, pod: &AgentPod) -> bool {
 }
 
 impl Harvester {
-    /// Harvests `task`'s reports from every agent in `pods`, concurrently.
-    pub async fn harvest(&self, task: &Harvestee, pods: &[AgentPod]) -> HarvestOutcome {
+    /// Harvests `task`'s reports from every agent in `pods`, concurrently; each agent is asked
+    /// to hold its answer for the `awaited` round while it may still be probing.
+    pub async fn harvest(
+        &self,
+        task: &Harvestee,
+        pods: &[AgentPod],
+        awaited: Option<AwaitedRound>,
+    ) -> HarvestOutcome {
         let mut outcome = HarvestOutcome::default();
         // Owned pods: a stream of futures borrowing from the slice is not `Send` for every
         // lifetime the controller's runtime asks for.
         let mut passes = futures::stream::iter(pods.to_vec())
-            .map(|pod| async move { self.read_one(task, pod).await })
+            .map(|pod| async move { self.read_one(task, pod, awaited).await })
             .buffer_unordered(CONCURRENCY)
             .map(|read| async move { self.store_one(task, read).await })
             .buffer_unordered(STORING);
@@ -140,11 +167,30 @@ impl Harvester {
     }
 
     /// The first stage of an agent's pass: its reports read, within the agent's deadline.
-    async fn read_one(&self, task: &Harvestee, pod: AgentPod) -> Read {
+    async fn read_one(
+        &self,
+        task: &Harvestee,
+        pod: AgentPod,
+        awaited: Option<AwaitedRound>,
+    ) -> Read {
         let started = Instant::now();
         let mut outcome = HarvestOutcome::default();
+        let wait = awaited.and_then(|a| {
+            let wait = a.wait_at(jiff::Timestamp::now())?;
+            Some(RoundWait {
+                kind: task.kind.as_str().to_string(),
+                task: task.name.clone(),
+                round: a.round,
+                wait,
+            })
+        });
+        let deadline = self.agent_deadline + wait.as_ref().map_or(Duration::ZERO, |w| w.wait);
         let read = self
-            .bounded(&pod, self.read(task, &pod, &mut outcome))
+            .bounded(
+                &pod,
+                deadline,
+                self.read(task, &pod, wait.as_ref(), &mut outcome),
+            )
             .await;
         let fetched = match read {
             Ok(fetched) => fetched,
@@ -172,7 +218,11 @@ impl Harvester {
         } = read;
         if let Some(fetched) = fetched {
             let stored = self
-                .bounded(&pod, self.store(task, fetched, &mut outcome))
+                .bounded(
+                    &pod,
+                    self.agent_deadline,
+                    self.store(task, fetched, &mut outcome),
+                )
                 .await;
             if let Err(failure) = stored {
                 self.failed(task, &pod, failure, &mut outcome);
@@ -184,21 +234,19 @@ impl Harvester {
         outcome
     }
 
-    /// `work` on `pod`, cut off at the agent's deadline.
+    /// `work` on `pod`, cut off after `deadline`.
     async fn bounded<T>(
         &self,
         pod: &AgentPod,
+        deadline: Duration,
         work: impl Future<Output = Result<T, (&'static str, String)>>,
     ) -> Result<T, (&'static str, String)> {
-        tokio::time::timeout(self.agent_deadline, work)
+        tokio::time::timeout(deadline, work)
             .await
             .unwrap_or_else(|_| {
                 Err((
                     "timeout",
-                    format!(
-                        "agent pod {} not harvested within {:?}",
-                        pod.name, self.agent_deadline
-                    ),
+                    format!("agent pod {} not harvested within {deadline:?}", pod.name),
                 ))
             })
     }
@@ -218,12 +266,14 @@ impl Harvester {
         outcome.failures.push((pod.name.clone(), error));
     }
 
-    /// Connects, checks the agent's identity and reads the task's unacknowledged reports;
-    /// `None` when there is nothing to store.
+    /// Connects, checks the agent's identity and reads the task's unacknowledged reports (once
+    /// the agent has the `wait`ed round's, or the wait is over); `None` when there is nothing to
+    /// store.
     async fn read(
         &self,
         task: &Harvestee,
         pod: &AgentPod,
+        wait: Option<&RoundWait>,
         outcome: &mut HarvestOutcome,
     ) -> Result<Option<Fetched>, (&'static str, String)> {
         let client_error = |e: ReportClientError| (reason(&e), e.to_string());
@@ -237,9 +287,11 @@ impl Harvester {
                 )
             })?;
         }
-        let entries: Vec<Entry> = agent
-            .list()
-            .await
+        let listed = match wait {
+            Some(wait) => agent.list_waiting(wait).await,
+            None => agent.list().await,
+        };
+        let entries: Vec<Entry> = listed
             .map_err(client_error)?
             .into_iter()
             .filter(|e| wanted(e, task, pod))
@@ -339,5 +391,24 @@ impl Harvester {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kdoctor_transport::report_api::MAX_LIST_WAIT;
+
+    #[test]
+    fn an_awaited_round_is_waited_for_until_its_probing_ends_and_never_longer_than_agents_hold() {
+        let now = jiff::Timestamp::from_second(1_000).unwrap();
+        let awaited = |secs| AwaitedRound {
+            round: 1,
+            until: now + jiff::SignedDuration::from_secs(secs),
+        };
+        assert_eq!(awaited(2).wait_at(now), Some(Duration::from_secs(2)));
+        assert_eq!(awaited(0).wait_at(now), None);
+        assert_eq!(awaited(-5).wait_at(now), None);
+        assert_eq!(awaited(3_600).wait_at(now), Some(MAX_LIST_WAIT));
     }
 }

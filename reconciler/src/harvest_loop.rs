@@ -15,7 +15,7 @@ use kdoctor_api::task::TaskKind;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use crate::harvest::{HarvestOutcome, Harvestee, Harvester};
+use crate::harvest::{AwaitedRound, HarvestOutcome, Harvestee, Harvester};
 use crate::readiness::AgentPod;
 
 /// What a reconcile wants harvested.
@@ -29,6 +29,9 @@ pub struct WantedHarvest {
     /// a pass over thousands of agents would find nothing while taking the machine's CPU from
     /// the probes themselves.
     pub not_before: Timestamp,
+    /// The round agents may still be finishing: each holds its answer until its report is
+    /// written (`None`: nothing to wait for, as for a last harvest).
+    pub awaited: Option<AwaitedRound>,
 }
 
 /// The last finished pass for a task incarnation.
@@ -72,7 +75,9 @@ impl Harvests {
         let changed = {
             let mut all = lock(&self.wanted);
             let changed = all.get(&uid).is_none_or(|e| {
-                names(&e.wanted) != names(&wanted) || e.wanted.not_before != wanted.not_before
+                names(&e.wanted) != names(&wanted)
+                    || e.wanted.not_before != wanted.not_before
+                    || e.wanted.awaited != wanted.awaited
             });
             all.insert(
                 uid,
@@ -192,7 +197,9 @@ pub async fn run(
                 let clock = Instant::now();
                 let HarvestOutcome {
                     stored, failures, ..
-                } = harvester.harvest(&wanted.harvestee, &wanted.agents).await;
+                } = harvester
+                    .harvest(&wanted.harvestee, &wanted.agents, wanted.awaited)
+                    .await;
                 // Where a round's time goes: each pass, its agents and what it stored.
                 tracing::debug!(
                     kind = %wanted.harvestee.kind,
@@ -240,6 +247,7 @@ mod tests {
                 })
                 .collect(),
             not_before: Timestamp::UNIX_EPOCH,
+            awaited: None,
         }
     }
 

@@ -17,6 +17,7 @@ use kdoctor_store::{ReportMeta, RoundResult, RoundSummary};
 
 use crate::conditions::{self, CARRIER_READY, VALID, Wanted};
 use crate::ensure::CarrierState;
+use crate::harvest::AwaitedRound;
 use crate::harvest_loop::Pass;
 use crate::readiness::AgentPod;
 use crate::rounds::{self, Inputs, RoundEvent, round_expected_nodes};
@@ -171,6 +172,9 @@ pub struct Observed<'a> {
     /// How long after a round's start its agents have finished probing (`durationInSecond`
     /// and the last request's timeout: [`kdoctor_api::task::Task::probing_time`]).
     pub probing: Duration,
+    /// `durationInSecond`: the soonest after a round's start that an agent can have written its
+    /// report.
+    pub duration: Duration,
     /// `crdMaxHistory`.
     pub max_history: usize,
     /// How soon to look again while something is under way.
@@ -188,8 +192,11 @@ pub enum HarvestWish {
     Want {
         /// The agents to ask.
         agents: Vec<AgentPod>,
-        /// The ongoing round's start plus its probing time; now for a last harvest.
+        /// The ongoing round's start plus its `durationInSecond`; now for a last harvest.
         not_before: Timestamp,
+        /// The ongoing round, which agents may be finishing until its start plus its probing
+        /// time; `None` for a last harvest.
+        awaited: Option<AwaitedRound>,
     },
     /// Nothing to harvest now (the last pass is kept: a later decision waits on it).
     Forget,
@@ -267,13 +274,14 @@ fn since(now: Timestamp, then: Timestamp) -> Option<Duration> {
     Duration::try_from(now.duration_since(then)).ok()
 }
 
-/// The agents of the ongoing round whose node has no report stored yet, once the round's
-/// probing (`probing` from its start) can have ended.
+/// The agents of the ongoing round whose node has no report stored yet, from when the first
+/// can have written its report (`duration` after the round's start); until the round's
+/// probing (`probing`) is over, each agent is asked to answer once it has written it.
 fn pending(
     status: &TaskStatus,
     stored: &[ReportMeta],
     agents: &[AgentPod],
-    probing: Duration,
+    (duration, probing): (Duration, Duration),
 ) -> HarvestWish {
     let Some(round) = rounds::ongoing(status) else {
         return HarvestWish::Keep;
@@ -288,17 +296,25 @@ fn pending(
         return HarvestWish::Forget;
     }
     // An agent starts probing once it sees the round's start written, so no report is there
-    // before the start plus its probing by the controller's own clock; and a pass before its
-    // last requests ended finds next to none (at 2,500 agents such a pass cost 4 s and stored
-    // 7 reports), while the next waits for it.
-    let probing = SignedDuration::try_from(probing).unwrap_or(SignedDuration::ZERO);
+    // before the start plus its duration by the controller's own clock. A pass that asked
+    // every agent then and took its "nothing yet" found next to none (at 2,500 agents such a
+    // pass cost 4 s and stored 7 reports) while the next pass waited for it; one that waited
+    // for every agent's last request to time out came a whole perRequestTimeoutInMS after
+    // most reports. Held answers read each report the moment it is written.
+    let start = round.start_time_stamp.0;
+    let after = |d: Duration| {
+        SignedDuration::try_from(d)
+            .ok()
+            .and_then(|d| start.checked_add(d).ok())
+            .unwrap_or(start)
+    };
     HarvestWish::Want {
         agents: pending,
-        not_before: round
-            .start_time_stamp
-            .0
-            .saturating_add(probing)
-            .unwrap_or(round.start_time_stamp.0),
+        not_before: after(duration),
+        awaited: Some(AwaitedRound {
+            round: u64::try_from(round.round_number).unwrap_or(0),
+            until: after(probing),
+        }),
     }
 }
 
@@ -391,7 +407,7 @@ pub fn advance(observed: &Observed<'_>) -> Decision {
         observed.status,
         observed.stored,
         &carrier.agents,
-        observed.probing,
+        (observed.duration, observed.probing),
     );
     let reports: BTreeMap<String, bool> = observed
         .stored
@@ -522,6 +538,7 @@ fn retire_step(
             step.harvest = Some(HarvestWish::Want {
                 agents: observed.carrier.agents.clone(),
                 not_before: now,
+                awaited: None,
             });
             step.wait = Some(wait);
         }

@@ -277,6 +277,7 @@ pub async fn reconcile<K: TaskObject>(
         stored: &stored,
         last_pass: last_pass.as_ref(),
         probing: effective.probing_time(),
+        duration: effective.duration(),
         max_history: ctx.config.crd_max_history.max(1) as usize,
         poll,
         namespace: &ctx.options.namespace,
@@ -418,10 +419,15 @@ async fn carry_out<K: TaskObject>(
     let uid = &harvestee.uid;
     match &decision.harvest {
         HarvestWish::Keep => {}
-        HarvestWish::Want { agents, not_before } => ctx.harvests.want(WantedHarvest {
+        HarvestWish::Want {
+            agents,
+            not_before,
+            awaited,
+        } => ctx.harvests.want(WantedHarvest {
             harvestee: harvestee.clone(),
             agents: agents.clone(),
             not_before: *not_before,
+            awaited: *awaited,
         }),
         HarvestWish::Forget => ctx.harvests.forget(uid),
         HarvestWish::Drop => ctx.harvests.drop_task(uid),

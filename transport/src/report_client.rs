@@ -19,7 +19,7 @@ use rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
 use crate::connect::{ConnectError, http1};
-use crate::report_api::{AgentIdentity, Entry, MAX_TOKEN_BYTES};
+use crate::report_api::{AgentIdentity, Entry, MAX_TOKEN_BYTES, RoundWait};
 use crate::tls::{Identity, ServerTrust, TlsError, client_config};
 
 /// The largest answer read from an agent: a round report of 100,000 targets fits, and a
@@ -163,8 +163,16 @@ pub struct AgentConnection {
 
 impl AgentConnection {
     async fn call(&mut self, method: Method, path: &str) -> Result<Bytes, ReportClientError> {
+        self.call_within(method, path, self.timeout).await
+    }
+
+    async fn call_within(
+        &mut self,
+        method: Method,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<Bytes, ReportClientError> {
         let addr = self.addr;
-        let timeout = self.timeout;
         let exchange = async {
             self.sender
                 .ready()
@@ -224,17 +232,36 @@ impl AgentConnection {
 
     /// `GET /v1/reports`: every spooled report.
     pub async fn list(&mut self) -> Result<Vec<Entry>, ReportClientError> {
+        self.listing("/v1/reports".to_string(), self.timeout).await
+    }
+
+    /// `GET /v1/reports` held by the agent until it has spooled `wait`'s round report (or the
+    /// wait is over): every spooled report then. The call's timeout is the client's plus the
+    /// wait.
+    pub async fn list_waiting(
+        &mut self,
+        wait: &RoundWait,
+    ) -> Result<Vec<Entry>, ReportClientError> {
+        let timeout = self.timeout + wait.wait;
+        self.listing(format!("/v1/reports?{}", wait.query()), timeout)
+            .await
+    }
+
+    async fn listing(
+        &mut self,
+        path: String,
+        timeout: Duration,
+    ) -> Result<Vec<Entry>, ReportClientError> {
         #[derive(serde::Deserialize)]
         struct Listing {
             items: Vec<Entry>,
         }
-        let path = "/v1/reports";
-        let body = self.call(Method::GET, path).await?;
+        let body = self.call_within(Method::GET, &path, timeout).await?;
         serde_json::from_slice::<Listing>(&body)
             .map(|l| l.items)
             .map_err(|e| ReportClientError::Decode {
                 addr: self.addr,
-                path: path.to_string(),
+                path,
                 problem: e.to_string(),
             })
     }

@@ -200,6 +200,85 @@ async fn harvester_lists_fetches_and_acknowledges_with_a_ca_signed_certificate()
     assert_eq!(status, 405, "nothing but list, fetch and acknowledge");
 }
 
+/// A list held for a round answers the moment the agent writes that round's report (not a
+/// report of an earlier round, and not only when the wait is over); with nothing written it
+/// answers when the wait is over; the wait's parameters go together.
+#[tokio::test]
+async fn a_list_held_for_a_round_answers_as_soon_as_its_report_is_written() {
+    let _shared = crate::support::shared().await;
+    let dir = TempDir::new("report-api-held");
+    let install = ca("kdoctor-ca");
+    let ca_file = dir.0.join("ca.crt");
+    std::fs::write(&ca_file, &install.pem).unwrap();
+    let mut args = AgentArgs::ephemeral(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+    args.report_dir = Some(dir.0.join("spool"));
+    args.tls_ca_cert = ca_file;
+    let agent = start(&args).await.expect("agent with report API");
+    let spool = agent.spool.clone().expect("spool");
+    let expiry = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(3600);
+    let addr = agent.reports[0];
+    let me = || Some(client_identity(&install, HARVESTER_NAME));
+
+    let asked = Instant::now();
+    let held = tokio::spawn(call(
+        addr,
+        me(),
+        "GET",
+        "/v1/reports?kind=NetReach&task=reach&round=2&waitMs=20000",
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !held.is_finished(),
+        "answered before any report was written"
+    );
+    spool
+        .write(TaskKind::NetReach, "reach", "node-1", &report(1), expiry)
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!held.is_finished(), "answered on an earlier round's report");
+    let written = Instant::now();
+    let second = spool
+        .write(TaskKind::NetReach, "reach", "node-1", &report(2), expiry)
+        .unwrap();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), held)
+        .await
+        .expect("an answer within 5 s of the report, not at the end of the 20 s wait")
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(&second), "{body}");
+    assert!(
+        written.elapsed() < Duration::from_secs(5) && asked.elapsed() >= Duration::from_secs(1),
+        "held {:?}, answered {:?} after the write",
+        asked.elapsed(),
+        written.elapsed()
+    );
+
+    // Nothing for round 3 comes: the answer, with what there is, when the wait is over.
+    let asked = Instant::now();
+    let (status, body) = call(
+        addr,
+        me(),
+        "GET",
+        "/v1/reports?kind=NetReach&task=reach&round=3&waitMs=700",
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(&second), "{body}");
+    assert!(
+        asked.elapsed() >= Duration::from_millis(700),
+        "{:?}",
+        asked.elapsed()
+    );
+
+    let (status, body) = call(addr, me(), "GET", "/v1/reports?kind=NetReach&round=3")
+        .await
+        .unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("given only kind, round"), "{body}");
+}
+
 /// The agent shows the harvester, and only the harvester, its pod's identity token as the
 /// kubelet projected it (re-read on every request: the kubelet rotates it); without the file it
 /// says what is missing instead of answering anything.

@@ -148,13 +148,17 @@ impl Task {
         }
     }
 
+    /// `durationInSecond` as a duration (zero when omitted or negative).
+    pub fn duration(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.duration_in_second().unwrap_or(0).max(0) as u64)
+    }
+
     /// How long after a round's start an agent that started on time has finished probing:
     /// `durationInSecond`, then its last request's `perRequestTimeoutInMS`. Zero for what is
     /// omitted (an effective task has both).
     pub fn probing_time(&self) -> std::time::Duration {
-        let seconds = self.duration_in_second().unwrap_or(0).max(0) as u64;
         let ms = self.per_request_timeout_in_ms().unwrap_or(0).max(0) as u64;
-        std::time::Duration::from_secs(seconds) + std::time::Duration::from_millis(ms)
+        self.duration() + std::time::Duration::from_millis(ms)
     }
 
     /// `spec.agentSpec`.

@@ -8,6 +8,7 @@ use kdoctor_api::schedule::Schedule;
 use kdoctor_api::task::{RoundStatus, RuntimeStatus, SchedulePlan, TaskResource, TaskStatus};
 use kdoctor_reconciler::conditions::{self, CARRIER_READY, VALID};
 use kdoctor_reconciler::ensure::CarrierState;
+use kdoctor_reconciler::harvest::AwaitedRound;
 use kdoctor_reconciler::harvest_loop::Pass;
 use kdoctor_reconciler::plan::{
     Admission, Candidate, Decision, HarvestWish, Observed, OwnCarrier, admit, advance,
@@ -52,6 +53,7 @@ struct World {
     stored: Vec<ReportMeta>,
     pass: Option<Pass>,
     probing: Duration,
+    duration: Duration,
 }
 
 impl World {
@@ -80,6 +82,7 @@ impl World {
             stored: vec![],
             pass: None,
             probing: Duration::from_secs(10),
+            duration: Duration::from_secs(8),
         }
     }
 
@@ -96,6 +99,7 @@ impl World {
             stored: &self.stored,
             last_pass: self.pass.as_ref(),
             probing: self.probing,
+            duration: self.duration,
             max_history: 10,
             poll: Duration::from_secs(5),
             namespace: "kdoctor",
@@ -187,8 +191,8 @@ fn an_invalid_task_is_written_once_and_a_marking_one_gets_its_finalizer_first() 
 }
 
 #[test]
-fn the_harvest_loop_is_asked_only_for_the_nodes_that_have_not_reported_once_probing_can_have_ended()
-{
+fn the_harvest_loop_is_asked_only_for_the_nodes_that_have_not_reported_once_their_reports_can_be_written()
+ {
     let t0 = at("2026-11-25T10:00:00Z");
     let mut w = World::new("0 5", 2, 2, &["n1", "n2", "n3"]);
     let planned = w.decide(&TaskStatus::default(), t0);
@@ -211,12 +215,17 @@ fn the_harvest_loop_is_asked_only_for_the_nodes_that_have_not_reported_once_prob
 
     w.stored = vec![report("n2", true, at("2026-11-25T10:00:20Z"))];
     let partial = w.decide(&started.status, at("2026-11-25T10:00:30Z"));
-    // Not before the round's start plus its probing time: no agent has a report sooner.
+    // Not before the round's start plus its duration: no agent has a report sooner; until its
+    // probing time is over, agents hold their answer until their report is written.
     assert_eq!(
         partial.harvest,
         HarvestWish::Want {
             agents: vec![agent("n1"), agent("n3")],
-            not_before: at("2026-11-25T10:00:10Z"),
+            not_before: at("2026-11-25T10:00:08Z"),
+            awaited: Some(AwaitedRound {
+                round: 1,
+                until: at("2026-11-25T10:00:10Z"),
+            }),
         }
     );
     assert!(partial.after.is_empty());
@@ -261,7 +270,11 @@ fn an_agent_that_never_answers_is_not_reported_at_the_deadline() {
         waiting.harvest,
         HarvestWish::Want {
             agents: vec![agent("n2")],
-            not_before: t0 + SignedDuration::from_secs(10),
+            not_before: t0 + SignedDuration::from_secs(8),
+            awaited: Some(AwaitedRound {
+                round: 1,
+                until: t0 + SignedDuration::from_secs(10),
+            }),
         }
     );
     assert!(waiting.requeue.is_some_and(|r| r <= Duration::from_secs(5)));
@@ -346,6 +359,7 @@ fn a_finished_tasks_carrier_goes_after_its_grace_period_and_one_last_harvest() {
         HarvestWish::Want {
             agents: vec![agent("n1"), agent("n2")],
             not_before: after,
+            awaited: None,
         }
     );
     assert_eq!(first.retire, None);

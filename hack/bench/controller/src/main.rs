@@ -1189,8 +1189,9 @@ async fn scale(o: Options, kube: TestCluster) {
     println!(
         "- Median time from the last report spooled to the round finalised in the status: {lag:.2} s; \
          the bare harvest loop over the same {nodes} report APIs (list, fetch, write a file, ack; 64 at \
-         a time; one client, and so its TLS sessions, for all runs; median of {} runs): {} s — ratio {:.1}× (the controller's includes up to one \
-         poll interval, 1 s, the store's commit on a majority of replicas and the status write).",
+         a time; one client, and so its TLS sessions, for all runs; median of {} runs): {} s — ratio {:.1}× (the controller's includes the agents' \
+         identity checks, the store's commit on a majority of replicas and the status write; its pass begins \
+         at the round's start plus durationInSecond, each agent holding its answer until its report is written).",
         o.rounds,
         secs(floor),
         lag / floor.as_secs_f64().max(1e-9)
