@@ -25,6 +25,14 @@ use crate::readiness::AgentPod;
 /// Agents read at once (connect, identity, list, fetch).
 const CONCURRENCY: usize = 64;
 
+/// Agents read at once while a pass awaits a round that agents may still be finishing: most of
+/// them hold their answer, idle, until their report is written. Reports are written in no
+/// order the pass can know, so with 64 a few slots held by agents that wrote late kept the
+/// others from being asked: at 1,000 agents the pass read most reports only after the last
+/// was written (finalise lag 1.5 s against 0.7 s for a bare loop over the written reports).
+/// A held connection costs memory (tens of KiB), not CPU.
+const HELD_CONCURRENCY: usize = 256;
+
 /// Agents whose reports were read and wait for the store's commit before they are acknowledged
 /// (each holds its connection). Apart from the reading, so that the commit's wait (a flush on a
 /// majority of replicas) does not hold a reading slot: with one slot per agent for both, a pass
@@ -150,11 +158,12 @@ impl Harvester {
         awaited: Option<AwaitedRound>,
     ) -> HarvestOutcome {
         let mut outcome = HarvestOutcome::default();
+        let held = awaited.is_some_and(|a| a.wait_at(jiff::Timestamp::now()).is_some());
         // Owned pods: a stream of futures borrowing from the slice is not `Send` for every
         // lifetime the controller's runtime asks for.
         let mut passes = futures::stream::iter(pods.to_vec())
             .map(|pod| async move { self.read_one(task, pod, awaited).await })
-            .buffer_unordered(CONCURRENCY)
+            .buffer_unordered(if held { HELD_CONCURRENCY } else { CONCURRENCY })
             .map(|read| async move { self.store_one(task, read).await })
             .buffer_unordered(STORING);
         while let Some(one) = passes.next().await {

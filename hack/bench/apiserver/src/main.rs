@@ -28,10 +28,10 @@ use kdoctor_apiserver::auth::requestheader::RequestHeader;
 use kdoctor_apiserver::auth::review::{Attributes, Decision, Reviews};
 use kdoctor_apiserver::auth::user::User;
 use kdoctor_apiserver::auth::x509::CaPool;
-use kdoctor_transport::pki::Ca;
 use kdoctor_apiserver::server::{AuthMode, CONNECTION_THREADS_CAP, ServerOptions, start};
 use kdoctor_store::{NewReport, Store, StoreConfig, TaskRecord};
 use kdoctor_transport::malloc_arenas;
+use kdoctor_transport::pki::Ca;
 use kdoctor_transport::runtime_threads::per_core;
 
 mod through_kube;
@@ -981,23 +981,23 @@ fn main() {
     }
     let table = "Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
     let list_url = format!("{base}?limit=500000");
-    let list_size = size_with(&list_url, &[&auth_header, table], &[]);
-    // Streamed in chunks of 64 KiB (`resource::sink`): each chunk's header and trailer (hex
-    // length, two CRLFs), and the last chunk's.
-    let framing = 12 * (list_size / (64 * 1024) + 2);
-    match wrk_framed(
-        &list_url,
-        1,
-        o.seconds,
-        &[&auth_header, table],
-        list_size,
-        framing,
-    ) {
-        Ok(list) => println!(
-            "\nLIST as a Table of all {} tasks, 1 connection: {:.1} req/s, p50 {:.1} ms, p99 {:.1} ms",
-            o.tasks, list.rps, list.p50, list.p99
-        ),
-        Err(why) => println!("\nLIST as a Table: run discarded: {why}"),
+    // As kubectl asks (gzip) and without.
+    for (encoding, extra) in [("identity", None), ("gzip", Some("Accept-Encoding: gzip"))] {
+        let headers: Vec<&str> = [auth_header.as_str(), table]
+            .into_iter()
+            .chain(extra)
+            .collect();
+        let list_size = size_with(&list_url, &headers, &[]);
+        // Streamed in chunks of 64 KiB (`resource::sink`): each chunk's header and trailer (hex
+        // length, two CRLFs), and the last chunk's.
+        let framing = 12 * (list_size / (64 * 1024) + 2);
+        match wrk_framed(&list_url, 1, o.seconds, &headers, list_size, framing) {
+            Ok(list) => println!(
+                "\nLIST as a Table of all {} tasks ({encoding}, {list_size} bytes), 1 connection: {:.1} req/s, p50 {:.1} ms, p99 {:.1} ms",
+                o.tasks, list.rps, list.p50, list.p99
+            ),
+            Err(why) => println!("\nLIST as a Table ({encoding}): run discarded: {why}"),
+        }
     }
     let rss_serving = rss_kib("VmRSS:");
     let peak = rss_kib("VmHWM:");
@@ -1094,7 +1094,10 @@ fn main() {
     let fan_out = Instant::now();
     for event in 0..EVENTS {
         store
-            .put_report(id, &net_reach_report(&format!("node-{}", event + 2), 1, 5, 0))
+            .put_report(
+                id,
+                &net_reach_report(&format!("node-{}", event + 2), 1, 5, 0),
+            )
             .expect("a report");
     }
     line.clear();
