@@ -136,20 +136,31 @@ pub async fn list(
                 let head = table::table_head(rv, next.as_deref(), remaining);
                 let body = sink::stream(move |sink| {
                     sink.write(&head)?;
+                    let (mut text, mut row) = (object::MetadataText::default(), Vec::new());
                     for (i, target) in targets.iter().enumerate() {
+                        row.clear();
                         if i > 0 {
-                            sink.write(b",")?;
+                            row.push(b',');
                         }
-                        sink.write(&table::row_bytes(&store, target, include, now)?)?;
+                        table::write_row(&store, target, include, now, &mut text, &mut row)?;
+                        sink.write(&row)?;
                     }
                     sink.write(b"]}")
                 });
                 Ok(json_response(body))
             }
             Wanted::Metadata(version) => {
+                let mut texts: Vec<object::MetadataText> =
+                    targets.iter().map(|_| Default::default()).collect();
                 let items = targets
                     .iter()
-                    .map(|t| Ok(PartialObject::new(version, object::metadata_of(&store, t)?)))
+                    .zip(texts.iter_mut())
+                    .map(|(t, text)| {
+                        Ok(PartialObject::new(
+                            version,
+                            object::metadata_of(&store, t, text)?,
+                        ))
+                    })
                     .collect::<Result<Vec<_>, ApiError>>()?;
                 let list = json!({
                     "apiVersion": version.api_version(),
@@ -281,7 +292,9 @@ pub async fn get(
                 )))
             }
             Wanted::Metadata(version) => {
-                let partial = PartialObject::new(version, object::metadata_of(&store, &target)?);
+                let mut text = object::MetadataText::default();
+                let partial =
+                    PartialObject::new(version, object::metadata_of(&store, &target, &mut text)?);
                 Ok(json_response(Body::from(
                     serde_json::to_vec(&partial).map_err(|e| ApiError::internal(e.to_string()))?,
                 )))

@@ -7,7 +7,7 @@ use kdoctor_store::Store;
 use serde_json::{Value, json};
 
 use super::names::Target;
-use super::object::{result_word, round_outcome};
+use super::object::{MetadataText, result_word, round_outcome};
 use crate::kube::partial::{MetaVersion, PartialObject};
 use crate::kube::status::ApiError;
 use crate::kube::table::Include;
@@ -113,6 +113,28 @@ pub fn row_bytes(
     include: Include,
     now: Timestamp,
 ) -> Result<Vec<u8>, ApiError> {
+    let mut bytes = Vec::new();
+    write_row(
+        store,
+        target,
+        include,
+        now,
+        &mut MetadataText::default(),
+        &mut bytes,
+    )?;
+    Ok(bytes)
+}
+
+/// Appends one row's JSON to `out`; `text` is scratch space reused from row to row (a list
+/// writes thousands).
+pub fn write_row(
+    store: &Store,
+    target: &Target,
+    include: Include,
+    now: Timestamp,
+    text: &mut MetadataText,
+    out: &mut Vec<u8>,
+) -> Result<(), ApiError> {
     let task = &target.task;
     let (result, nodes) = round_outcome(store, target)?;
     let p = task.progress;
@@ -153,18 +175,20 @@ pub fn row_bytes(
         ),
         object,
     };
-    let mut bytes = serde_json::to_vec(&row).map_err(|e| ApiError::internal(e.to_string()))?;
+    serde_json::to_writer(&mut *out, &row).map_err(|e| ApiError::internal(e.to_string()))?;
     if include == Include::Metadata {
         // Spliced in as typed JSON: `"object":{PartialObjectMetadata}` before the final brace.
-        let partial =
-            PartialObject::new(MetaVersion::V1, super::object::metadata_of(store, target)?);
-        bytes.pop();
-        bytes.extend_from_slice(b",\"object\":");
-        serde_json::to_writer(&mut bytes, &partial)
+        let partial = PartialObject::new(
+            MetaVersion::V1,
+            super::object::metadata_of(store, target, text)?,
+        );
+        out.pop();
+        out.extend_from_slice(b",\"object\":");
+        serde_json::to_writer(&mut *out, &partial)
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        bytes.push(b'}');
+        out.push(b'}');
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// One row, as a JSON value (single objects and watch events).

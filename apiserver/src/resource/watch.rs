@@ -63,7 +63,8 @@ impl Watcher {
                     let gone = stub(target);
                     sink.write_json(&PartialObject::new(version, &gone["metadata"]))?;
                 } else {
-                    let metadata = object::metadata_of(store, target)?;
+                    let mut text = object::MetadataText::default();
+                    let metadata = object::metadata_of(store, target, &mut text)?;
                     sink.write_json(&PartialObject::new(version, metadata))?;
                 }
             }
