@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
-use kdoctor_agent::agent::start;
+use kdoctor_agent::agent::{RunningAgent, start};
 use kdoctor_agent::config::AgentArgs;
 use kdoctor_agent::report_api::HARVESTER_NAME;
 use kdoctor_agent::spool::{Spool, TEMP_PREFIX};
@@ -102,12 +102,8 @@ async fn call(
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
-#[tokio::test]
-async fn harvester_lists_fetches_and_acknowledges_with_a_ca_signed_certificate() {
-    let _shared = crate::support::shared().await;
-    let dir = TempDir::new("report-api");
-    let install = ca("kdoctor-ca");
-    let other = ca("someone-else");
+/// An agent on localhost with its spool in `dir` and the report API trusting `install`.
+async fn agent_with_report_api(dir: &TempDir, install: &Ca) -> (RunningAgent, Arc<Spool>) {
     let ca_file = dir.0.join("ca.crt");
     std::fs::write(&ca_file, &install.pem).unwrap();
     let mut args = AgentArgs::ephemeral(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
@@ -115,6 +111,16 @@ async fn harvester_lists_fetches_and_acknowledges_with_a_ca_signed_certificate()
     args.tls_ca_cert = ca_file;
     let agent = start(&args).await.expect("agent with report API");
     let spool = agent.spool.clone().expect("spool");
+    (agent, spool)
+}
+
+#[tokio::test]
+async fn harvester_lists_fetches_and_acknowledges_with_a_ca_signed_certificate() {
+    let _shared = crate::support::shared().await;
+    let dir = TempDir::new("report-api");
+    let install = ca("kdoctor-ca");
+    let other = ca("someone-else");
+    let (agent, spool) = agent_with_report_api(&dir, &install).await;
     let expiry = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(3600);
     let a = spool
         .write(TaskKind::NetReach, "reach", "node-1", &report(1), expiry)
@@ -208,13 +214,7 @@ async fn a_list_held_for_a_round_answers_as_soon_as_its_report_is_written() {
     let _shared = crate::support::shared().await;
     let dir = TempDir::new("report-api-held");
     let install = ca("kdoctor-ca");
-    let ca_file = dir.0.join("ca.crt");
-    std::fs::write(&ca_file, &install.pem).unwrap();
-    let mut args = AgentArgs::ephemeral(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
-    args.report_dir = Some(dir.0.join("spool"));
-    args.tls_ca_cert = ca_file;
-    let agent = start(&args).await.expect("agent with report API");
-    let spool = agent.spool.clone().expect("spool");
+    let (agent, spool) = agent_with_report_api(&dir, &install).await;
     let expiry = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(3600);
     let addr = agent.reports[0];
     let me = || Some(client_identity(&install, HARVESTER_NAME));
