@@ -129,8 +129,8 @@ async fn run_kind<K: TaskObject>(
     let metrics = ctx.metrics.clone();
     Controller::new(Api::<K>::all(client.clone()), watcher::Config::default())
         .trigger_backoff(crate::watch_backoff::Prompt::default())
-        // Woken by the harvest loop and by the caches of carrier objects (a carrier's changed
-        // readiness, an edited or deleted Service or Ingress is looked at, or declared again, at once).
+        // Woken by the harvest loop and by the caches of carrier objects: a carrier's changed
+        // readiness is looked at, an edited or deleted Service or Ingress declared again, at once.
         .reconcile_on(woken)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::<K>, error_policy::<K>, ctx)

@@ -133,7 +133,8 @@ impl Harvests {
     }
 }
 
-/// Where the loop says that a task's store holds something new.
+/// Wakes the reconcile of a task (kind and name): the loop's when a task's store holds
+/// something new, the carrier caches' when one of its objects changed.
 pub type Trigger = Arc<dyn Fn(TaskKind, &str) + Send + Sync>;
 
 /// Harvests what is wanted every `every` (and at once when something new is wanted), each task
